@@ -1,0 +1,21 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: test lint bench-lookup venv
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip==25.3
+
+venv: $(PY)
+	$(PY) -m pip install --quiet -e '.[test]'
+
+test: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+bench-lookup: venv
+	$(PY) benchmarks/lookup.py

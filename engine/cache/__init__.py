@@ -1,0 +1,1 @@
+"""The prefix cache: block pools, per-group managers and the hybrid coordinator."""

@@ -1,0 +1,334 @@
+"""One group's physical blocks: reference counts, entries, pins and the LRU free queue.
+
+A block is exactly one of free (in the free queue, maybe still holding entries), in use
+(referenced by a request table or held by a step's copy), or pinned (held by an operator's pin;
+it may also be in use). Free blocks sit in one LRU queue per retention level; allocation takes
+the least recently freed block of the lowest level first, evicting its entries.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from engine.cache.entry import NUM_FREE_LEVELS, CheckpointReason, Entry
+from engine.events import BlockHashesMoved, BlockRemoved, BlockStored, EventSink, NullSink
+from engine.hashing import BlockHash
+
+
+class NoFreeBlocksError(RuntimeError):
+    """Raised when an allocation asks for more blocks than the free queue holds."""
+
+
+class InvariantError(AssertionError):
+    """A pool or manager found its own state inconsistent."""
+
+
+@dataclass(slots=True)
+class Block:
+    block_id: int
+    ref_cnt: int = 0
+    pin_cnt: int = 0
+    keys: list[BlockHash] = field(default_factory=list)
+    token_start: int | None = None
+    free_level: int | None = None
+    pending_step: int | None = None
+    last_change: int = 0
+
+    @property
+    def state(self) -> str:
+        if self.pin_cnt:
+            return "pinned"
+        if self.ref_cnt:
+            return "in_use"
+        return "free"
+
+
+class BlockPool:
+    """The blocks of one cache group and the map from keys to the blocks that hold them."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        group: str,
+        group_idx: int,
+        sink: EventSink | None = None,
+        medium: str = "GPU",
+    ) -> None:
+        self.block_size = block_size
+        self.group = group
+        self.group_idx = group_idx
+        self.medium = medium
+        self.sink: EventSink = sink or NullSink()
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.entries: dict[BlockHash, Entry] = {}
+        self._free: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(NUM_FREE_LEVELS)]
+        self._free[0].update((i, None) for i in range(num_blocks))
+        for block in self.blocks:
+            block.free_level = 0
+        self._num_free = num_blocks
+        self._num_pinned = 0
+        self.dirty: set[int] = set()
+        self.step = 0
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free(self) -> int:
+        """Blocks an allocation may take, cached ones included."""
+        return self._num_free
+
+    @property
+    def num_pinned(self) -> int:
+        return self._num_pinned
+
+    def get(self, key: BlockHash) -> Entry | None:
+        return self.entries.get(key)
+
+    def is_free(self, block_id: int) -> bool:
+        return self.blocks[block_id].free_level is not None
+
+    # ------------------------------------------------------------------ free queue
+    def _level(self, block: Block) -> int:
+        level = 0
+        for key in block.keys:
+            level = max(level, self.entries[key].reason.retention)
+        return min(level, NUM_FREE_LEVELS - 1)
+
+    def _enqueue(self, block: Block) -> None:
+        block.free_level = self._level(block)
+        self._free[block.free_level][block.block_id] = None
+        self._num_free += 1
+
+    def _dequeue(self, block: Block) -> None:
+        del self._free[block.free_level][block.block_id]
+        block.free_level = None
+        self._num_free -= 1
+
+    def _requeue(self, block: Block) -> None:
+        """Move a free block to the level its entries now call for, keeping it last."""
+        if block.free_level is not None and block.free_level != self._level(block):
+            self._dequeue(block)
+            self._enqueue(block)
+
+    def _touch_changed(self, block: Block) -> None:
+        block.last_change = self.step
+        self.dirty.add(block.block_id)
+
+    # ------------------------------------------------------------------ actions
+    def allocate(self, num: int) -> list[Block]:
+        """Take `num` blocks for exclusive use (ref 1), evicting what they cached."""
+        if num > self._num_free:
+            raise NoFreeBlocksError(
+                f"{self.group}: asked for {num} blocks, {self._num_free} free of {self.num_blocks}"
+            )
+        taken: list[Block] = []
+        for queue in self._free:
+            while queue and len(taken) < num:
+                block_id, _ = queue.popitem(last=False)
+                block = self.blocks[block_id]
+                block.free_level = None
+                self._num_free -= 1
+                self.evict(block)
+                block.ref_cnt = 1
+                block.token_start = None
+                self._touch_changed(block)
+                taken.append(block)
+        return taken
+
+    def evict(self, block: Block) -> None:
+        """Drop every entry the block holds (it is about to be reused)."""
+        if not block.keys:
+            return
+        removed = block.keys
+        block.keys = []
+        for key in removed:
+            del self.entries[key]
+        self.sink.emit(
+            BlockRemoved(
+                block_hashes=[k.hex() for k in removed],
+                group_idx=self.group_idx,
+                group=self.group,
+                block_ids=[block.block_id],
+                medium=self.medium,
+            )
+        )
+
+    def touch(self, block_id: int) -> None:
+        """Add a reference: a request table or a step's copy now holds the block."""
+        block = self.blocks[block_id]
+        if block.free_level is not None:
+            self._dequeue(block)
+        block.ref_cnt += 1
+        self._touch_changed(block)
+
+    def free(self, block_ids: Iterable[int]) -> None:
+        """Drop one reference from each block, in the order given (pass a table reversed)."""
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            if block.ref_cnt <= 0:
+                raise InvariantError(f"{self.group} block {block_id}: freed with ref_cnt 0")
+            block.ref_cnt -= 1
+            self._touch_changed(block)
+            if block.ref_cnt == 0 and block.pin_cnt == 0:
+                self._enqueue(block)
+
+    def pin(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        if block.free_level is not None:
+            self._dequeue(block)
+        if block.pin_cnt == 0:
+            self._num_pinned += 1
+        block.pin_cnt += 1
+        self._touch_changed(block)
+
+    def unpin(self, block_id: int) -> None:
+        """Release one pin; a block no pin holds any more keeps its entries as `block` ones."""
+        block = self.blocks[block_id]
+        if block.pin_cnt <= 0:
+            raise InvariantError(f"{self.group} block {block_id}: unpinned while not pinned")
+        block.pin_cnt -= 1
+        self._touch_changed(block)
+        if block.pin_cnt == 0:
+            self._num_pinned -= 1
+            for key in block.keys:
+                entry = self.entries[key]
+                if entry.reason is CheckpointReason.PIN:
+                    entry.reason = CheckpointReason.BLOCK
+            if block.ref_cnt == 0:
+                self._enqueue(block)
+
+    def cache(
+        self,
+        block_id: int,
+        keys: list[tuple[BlockHash, int, CheckpointReason]],
+        parent: BlockHash | None,
+    ) -> list[BlockHash]:
+        """Register `(key, position, reason)` entries on a block; returns the keys added.
+
+        A key another block already holds is left where it is, its reason raised if need be.
+        """
+        block = self.blocks[block_id]
+        added: list[BlockHash] = []
+        max_position = 0
+        reason: CheckpointReason | None = None
+        for key, position, why in keys:
+            entry = self.entries.get(key)
+            if entry is not None:
+                if why.retention > entry.reason.retention:
+                    entry.reason = why
+                    self._requeue(self.blocks[entry.block_id])
+                continue
+            self.entries[key] = Entry(key, block_id, position, why)
+            block.keys.append(key)
+            added.append(key)
+            max_position = max(max_position, position)
+            if reason is None or why.retention > reason.retention:
+                reason = why
+        if not added:
+            return added
+        start = (max_position - 1) // self.block_size * self.block_size
+        block.token_start = start
+        self._requeue(block)
+        self._touch_changed(block)
+        self.sink.emit(
+            BlockStored(
+                block_hashes=[k.hex() for k in added],
+                parent_block_hash=parent.hex() if parent is not None else None,
+                block_size=self.block_size,
+                group_idx=self.group_idx,
+                group=self.group,
+                block_ids=[block_id],
+                token_range=(start, max_position),
+                is_partial=max_position % self.block_size != 0,
+                checkpoint_reason=reason.value if reason is not None else None,
+                medium=self.medium,
+            )
+        )
+        return added
+
+    def move_hashes(self, src_id: int, dst_id: int) -> None:
+        """Re-point every entry of `src` at `dst` (producer copy-on-write); no store/remove."""
+        src, dst = self.blocks[src_id], self.blocks[dst_id]
+        if src.pin_cnt:
+            raise InvariantError(f"{self.group} block {src_id}: cannot move hashes of a pin")
+        moved = src.keys
+        src.keys = []
+        for key in moved:
+            self.entries[key].block_id = dst_id
+        dst.keys.extend(moved)
+        dst.token_start = src.token_start
+        self._requeue(src)
+        self._requeue(dst)
+        self._touch_changed(src)
+        self._touch_changed(dst)
+        self.sink.emit(
+            BlockHashesMoved(
+                group_idx=self.group_idx,
+                group=self.group,
+                block_hashes=[k.hex() for k in moved],
+                src_block_id=src_id,
+                dst_block_id=dst_id,
+            )
+        )
+
+    def take_dirty(self) -> list[Block]:
+        dirty = [self.blocks[i] for i in sorted(self.dirty)]
+        self.dirty.clear()
+        return dirty
+
+    # ------------------------------------------------------------------ invariants
+    def check_invariants(self) -> None:
+        """Raise `InvariantError` naming the first block whose bookkeeping is inconsistent."""
+        num_free = 0
+        for level, queue in enumerate(self._free):
+            for block_id in queue:
+                block = self.blocks[block_id]
+                if block.free_level != level:
+                    raise InvariantError(
+                        f"{self.group} block {block_id}: in free level {level} "
+                        f"but records level {block.free_level}"
+                    )
+                num_free += 1
+        num_pinned = sum(1 for b in self.blocks if b.pin_cnt)
+        if num_pinned != self._num_pinned:
+            raise InvariantError(f"{self.group}: pinned count {self._num_pinned} != {num_pinned}")
+        if num_free != self._num_free:
+            raise InvariantError(f"{self.group}: free count {self._num_free} != queued {num_free}")
+        for block in self.blocks:
+            name = f"{self.group} block {block.block_id}"
+            if block.ref_cnt < 0 or block.pin_cnt < 0:
+                raise InvariantError(
+                    f"{name}: negative count ref={block.ref_cnt} pins={block.pin_cnt}"
+                )
+            is_queued = block.free_level is not None
+            should_be_free = block.ref_cnt == 0 and block.pin_cnt == 0
+            if is_queued != should_be_free:
+                raise InvariantError(
+                    f"{name}: state {block.state} but free-queued={is_queued} "
+                    f"(ref={block.ref_cnt}, pins={block.pin_cnt})"
+                )
+            if is_queued and block.free_level != self._level(block):
+                raise InvariantError(f"{name}: free level {block.free_level} is stale")
+            for key in block.keys:
+                entry = self.entries.get(key)
+                if entry is None or entry.block_id != block.block_id:
+                    raise InvariantError(f"{name}: lists key {key.hex()} it does not own")
+        for key, entry in self.entries.items():
+            block = self.blocks[entry.block_id]
+            if key not in block.keys:
+                raise InvariantError(
+                    f"{self.group} block {entry.block_id}: entry {key.hex()} not listed on it"
+                )
+            if block.token_start is None or not (
+                block.token_start < entry.position <= block.token_start + self.block_size
+            ):
+                raise InvariantError(
+                    f"{self.group} block {entry.block_id}: entry at position {entry.position} "
+                    f"outside the block's span from {block.token_start}"
+                )

@@ -1,0 +1,186 @@
+"""The hybrid coordinator: one token hit length that every group can serve, and the blocks,
+copies and state writes of each step for both groups.
+
+Lookup (DESIGN.md section 2): `A = attention(P - 1)`, `M = mamba(A)`, hit `= M`; attention
+blocks are trimmed to `ceil(M / Ba)`. With EAGLE the attention proof is read one unit past the
+limit and one unit (one block when coarse) is dropped; Mamba gets no drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engine.cache.attention import AttentionManager
+from engine.cache.block_pool import BlockPool
+from engine.cache.entry import CheckpointReason
+from engine.cache.mamba import MambaHit, MambaManager
+from engine.cache.manager import BlockCopy
+from engine.config import CacheConfig
+from engine.events import EventSink
+from engine.hashing import BlockHash
+
+ATTENTION = "attention"
+MAMBA = "mamba"
+GROUPS = (ATTENTION, MAMBA)
+
+
+@dataclass(frozen=True)
+class CacheHit:
+    """The outcome of a lookup. `length` is the hit length; `attention_length` the attention
+    match after the EAGLE drop, which a junction checkpoint materializes when it exceeds it."""
+
+    length: int = 0
+    attention_length: int = 0
+    attention_block_ids: list[int] = field(default_factory=list)
+    mamba: MambaHit = MambaHit(0, None, False)
+
+    @property
+    def is_pending(self) -> bool:
+        """The checkpoint was moved this step and its copy has not run: retry next step."""
+        return self.mamba.is_pending
+
+    @property
+    def by_group(self) -> dict[str, int]:
+        return {ATTENTION: self.attention_length, MAMBA: self.length}
+
+
+@dataclass
+class StepWork:
+    """What one request's step needs from the runner, besides its tokens."""
+
+    attention_block_ids: list[int]
+    mamba_read_block: int | None
+    mamba_writes: list[tuple[int, int]]
+    copies: list[BlockCopy]
+    new_block_ids: dict[str, list[int]]
+
+
+class HybridCoordinator:
+    def __init__(self, config: CacheConfig, sink: EventSink, medium: str = "GPU") -> None:
+        self.config = config
+        self.unit = config.match_unit
+        attention_pool = BlockPool(
+            config.num_blocks, config.attention_block_size, ATTENTION, 0, sink, medium
+        )
+        mamba_pool = BlockPool(
+            config.mamba_num_blocks, config.mamba_block_size, MAMBA, 1, sink, medium
+        )
+        self.attention = AttentionManager(attention_pool)
+        self.mamba = MambaManager(mamba_pool)
+        self.step = 0
+
+    @property
+    def managers(self) -> tuple[AttentionManager, MambaManager]:
+        return self.attention, self.mamba
+
+    @property
+    def pools(self) -> dict[str, BlockPool]:
+        return {ATTENTION: self.attention.pool, MAMBA: self.mamba.pool}
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+        for manager in self.managers:
+            manager.pool.step = step
+
+    # ------------------------------------------------------------------ lookup
+    def lookup(self, hashes: Sequence[BlockHash], num_tokens: int, needs_logits: bool) -> CacheHit:
+        """The longest prefix of a request both groups can serve.
+
+        A request that must produce logits may hit at most `num_tokens - 1` tokens; a pin
+        materialization may hit all of them and takes no EAGLE drop.
+        """
+        config = self.config
+        if not config.enable_prefix_caching or not hashes:
+            return CacheHit()
+        limit = num_tokens - 1 if needs_logits else num_tokens
+        drop = config.eagle_drop if needs_logits else 0
+        proof_limit = min(limit + drop, len(hashes) * self.unit)
+        fine = config.is_fine_grained
+        attention = self.attention.find_longest_hit(hashes, proof_limit, self.unit, fine)
+        attention_length = max(attention.length - drop, 0)
+        if not fine:
+            attention_length = attention_length // config.attention_block_size * (
+                config.attention_block_size
+            )
+        mamba = self.mamba.find_longest_hit(
+            hashes, attention_length, self.unit, config.hit_alignment
+        )
+        return CacheHit(mamba.length, attention_length, attention.block_ids, mamba)
+
+    # ------------------------------------------------------------------ allocation
+    def count_admission(self, request_id: str, hit: CacheHit, end: int, positions: list[int]):
+        """Free blocks per group that admitting at `hit` and running `[hit, end)` would take."""
+        kept, cow_src = self.attention.split_hit(hit.attention_block_ids, hit.length)
+        attention = self.attention.count_admission(kept, cow_src, end)
+        plan = self.mamba.plan_writes(self.mamba.virtual_admission_table(hit.mamba), end, positions)
+        mamba = self.mamba.count_admission(hit.mamba) + self.mamba.count_plan(plan)
+        return {ATTENTION: attention, MAMBA: mamba}
+
+    def count_chunk(self, request_id: str, end: int, positions: list[int]) -> dict[str, int]:
+        plan = self.mamba.plan_writes(self.mamba.tables.get(request_id, []), end, positions)
+        return {
+            ATTENTION: self.attention.count_chunk(request_id, end),
+            MAMBA: self.mamba.count_plan(plan),
+        }
+
+    def can_allocate(self, need: dict[str, int]) -> bool:
+        return all(need[name] <= pool.num_free for name, pool in self.pools.items())
+
+    def admit(self, request_id: str, hit: CacheHit) -> list[BlockCopy]:
+        kept, cow_src = self.attention.split_hit(hit.attention_block_ids, hit.length)
+        copies = self.attention.admit(request_id, kept, cow_src, hit.length)
+        copies += self.mamba.admit(request_id, hit.mamba if hit.length else MambaHit(0, None, False))
+        return copies
+
+    def allocate_chunk(
+        self, request_id: str, start: int, end: int, positions: list[int]
+    ) -> StepWork:
+        new_attention = self.attention.allocate_chunk(request_id, end)
+        mamba = self.mamba.apply_writes(request_id, start, end, positions, self.step)
+        table = self.attention.tables[request_id]
+        return StepWork(
+            attention_block_ids=list(table),
+            mamba_read_block=mamba.read_block,
+            mamba_writes=mamba.writes,
+            copies=mamba.copies,
+            new_block_ids={ATTENTION: new_attention, MAMBA: mamba.new_block_ids},
+        )
+
+    # ------------------------------------------------------------------ after the forward
+    def register_attention(
+        self,
+        request_id: str,
+        hashes: Sequence[BlockHash],
+        registered_upto: int,
+        computed_upto: int,
+        reasons: dict[int, CheckpointReason],
+    ) -> int:
+        if not self.config.enable_prefix_caching:
+            return computed_upto
+        return self.attention.register(
+            request_id, hashes, registered_upto, computed_upto, self.unit,
+            self.config.is_fine_grained, reasons,
+        )
+
+    def register_mamba(
+        self,
+        writes: Sequence[tuple[int, int]],
+        hashes: Sequence[BlockHash],
+        reasons: dict[int, CheckpointReason],
+    ) -> list[int]:
+        if not self.config.enable_prefix_caching:
+            return []
+        return self.mamba.register(writes, hashes, self.unit, reasons)
+
+    def free_request(self, request_id: str) -> None:
+        for manager in self.managers:
+            manager.free_request(request_id)
+
+    def end_step(self) -> None:
+        for manager in self.managers:
+            manager.end_step()
+
+    def check_invariants(self) -> None:
+        for manager in self.managers:
+            manager.check_invariants()

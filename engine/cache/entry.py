@@ -1,0 +1,52 @@
+"""Cache entries and the checkpoint reasons that order their retention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from engine.hashing import BlockHash
+
+
+class CheckpointReason(str, Enum):
+    """Why an entry exists; it decides how long a free block holding it is kept."""
+
+    BLOCK = "block"
+    RESEND = "resend"
+    EXTENSION = "extension"
+    JUNCTION = "junction"
+    PIN = "pin"
+
+    @property
+    def retention(self) -> int:
+        """Free-queue level: blocks of a lower level are evicted first; pins never are."""
+        return _RETENTION[self]
+
+
+_RETENTION = {
+    CheckpointReason.BLOCK: 1,
+    CheckpointReason.RESEND: 2,
+    CheckpointReason.EXTENSION: 2,
+    CheckpointReason.JUNCTION: 3,
+    CheckpointReason.PIN: 4,
+}
+
+#: Free-queue levels: 0 holds blocks with no entry, then one per retention value below pins.
+NUM_FREE_LEVELS = 4
+
+
+@dataclass(slots=True)
+class Entry:
+    """Key `H_p` registered for one group, pointing at `block_id`.
+
+    Only tokens before `position` are valid in the block; the entry is full when `position` is
+    the block's end.
+    """
+
+    key: BlockHash
+    block_id: int
+    position: int
+    reason: CheckpointReason
+
+    def is_full(self, block_size: int) -> bool:
+        return self.position % block_size == 0

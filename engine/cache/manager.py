@@ -1,0 +1,91 @@
+"""What the attention and Mamba managers share: request tables, step holds, invariants."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import NamedTuple
+
+from engine.cache.block_pool import Block, BlockPool, InvariantError
+
+
+class BlockCopy(NamedTuple):
+    """A whole-block copy the runner performs before the step's forward, in queue order."""
+
+    group: str
+    src: int
+    dst: int
+    path: str  # "consumer": shared -> private; "producer": live -> cache-owned
+    request_id: str
+    position: int
+
+
+class GroupManager:
+    """One group's request tables over its pool.
+
+    A table maps a request's block index to a block id; Mamba tables hold `None` where no state
+    was kept. Every reference a block carries is either a table slot or a hold taken for the
+    current step (copy endpoints, cache-owned checkpoint blocks), released by `end_step`.
+    """
+
+    def __init__(self, pool: BlockPool) -> None:
+        self.pool = pool
+        self.block_size = pool.block_size
+        self.tables: dict[str, list[int | None]] = {}
+        self._holds: list[int] = []
+        self._pending: list[Block] = []
+
+    @property
+    def group(self) -> str:
+        return self.pool.group
+
+    def table(self, request_id: str) -> list[int | None]:
+        return self.tables.setdefault(request_id, [])
+
+    def hold(self, block_id: int) -> None:
+        """Reference a block until the current step has finished."""
+        self.pool.touch(block_id)
+        self._holds.append(block_id)
+
+    def keep_allocated_until_step_end(self, block: Block) -> None:
+        self._holds.append(block.block_id)
+
+    def mark_pending(self, block: Block, step: int) -> None:
+        """Entries on `block` may not be hit before the copy that fills it has run."""
+        block.pending_step = step
+        self._pending.append(block)
+
+    def free_request(self, request_id: str) -> None:
+        """Return a request's blocks tail first, so its tail is evicted before its head."""
+        table = self.tables.pop(request_id, [])
+        self.pool.free(b for b in reversed(table) if b is not None)
+
+    def end_step(self) -> None:
+        holds, self._holds = self._holds, []
+        self.pool.free(holds)
+        for block in self._pending:
+            block.pending_step = None
+        self._pending.clear()
+
+    def check_invariants(self) -> None:
+        """Every block's reference count equals its table slots plus this step's holds."""
+        self.pool.check_invariants()
+        refs: Counter[int] = Counter(self._holds)
+        for request_id, table in self.tables.items():
+            seen: set[int] = set()
+            for block_id in table:
+                if block_id is None:
+                    continue
+                if block_id in seen:
+                    raise InvariantError(
+                        f"{self.group} block {block_id}: twice in request {request_id}'s table"
+                    )
+                seen.add(block_id)
+                refs[block_id] += 1
+        for block in self.pool.blocks:
+            if block.ref_cnt != refs.get(block.block_id, 0):
+                raise InvariantError(
+                    f"{self.group} block {block.block_id}: ref_cnt {block.ref_cnt} but "
+                    f"{refs.get(block.block_id, 0)} tables and holds reference it"
+                )
+            if block.pending_step is not None and block not in self._pending:
+                raise InvariantError(f"{self.group} block {block.block_id}: stale pending mark")

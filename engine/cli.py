@@ -1,0 +1,127 @@
+"""The `junction` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.config import CHECKPOINT_MODES, CacheConfig, SchedulerConfig
+from engine.runners import RUNNER_NAMES
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+def add_cache_options(parser: argparse.ArgumentParser) -> None:
+    """The cache and scheduler options `replay` and `serve` share (DESIGN.md section 4)."""
+    group = parser.add_argument_group("cache")
+    group.add_argument("--runner", choices=RUNNER_NAMES, default="null")
+    group.add_argument("--block-size", type=int, default=16, help="attention block size Ba")
+    group.add_argument("--mamba-block-size", type=int, default=512, help="Mamba block size Bm")
+    group.add_argument("--prefix-match-unit", type=int, default=None,
+                       help="match unit U (default: gcd of the block sizes)")
+    group.add_argument("--dcp-size", type=int, default=1, help="decode context parallel size D")
+    group.add_argument("--eagle", action="store_true", help="EAGLE drafts: hits drop one unit")
+    group.add_argument("--no-partial-hits", action="store_true",
+                       help="hit only on lcm(Ba, Bm) boundaries")
+    group.add_argument("--junction-checkpoints", action="store_true",
+                       help="keep the Mamba state where a request leaves the cached prefix")
+    group.add_argument("--checkpoint-mode", choices=CHECKPOINT_MODES, default="stops")
+    group.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    group.add_argument("--long-prefill-threshold", type=int, default=0)
+    group.add_argument("--num-blocks", type=int, default=4096, help="blocks per group")
+    group.add_argument("--no-prefix-caching", action="store_true",
+                       help="cache off: the reference for outputs")
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[CacheConfig, SchedulerConfig]:
+    cache = CacheConfig(
+        block_size=args.block_size,
+        mamba_block_size=args.mamba_block_size,
+        prefix_match_unit=args.prefix_match_unit,
+        dcp_size=args.dcp_size,
+        num_blocks=args.num_blocks,
+        enable_prefix_caching=not args.no_prefix_caching,
+        partial_hits=not args.no_partial_hits,
+        junction_checkpoints=args.junction_checkpoints,
+        checkpoint_mode=args.checkpoint_mode,
+        eagle=args.eagle,
+    )
+    scheduler = SchedulerConfig(
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        long_prefill_threshold=args.long_prefill_threshold,
+    )
+    return cache, scheduler
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from engine.engine import Engine
+    from engine.replay import jsonl, replay, write_atomically
+    from engine.runners.ledger import LedgerMismatch
+    from engine.trace import TraceError, read_trace
+
+    try:
+        cache, scheduler = configs_from_args(args)
+        items = read_trace(args.trace)
+    except (ValueError, TraceError) as exc:
+        print(f"junction replay: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    engine = Engine(cache, scheduler, runner=args.runner)
+    progress = tqdm(total=len(items), unit="line", disable=args.quiet or None, file=sys.stderr)
+    try:
+        records, summary = replay(
+            engine, items, args.concurrency, on_item=lambda _: progress.update()
+        )
+    except ValueError as exc:
+        print(f"junction replay: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except LedgerMismatch as exc:
+        print(f"junction replay: the ledger found a wrong reuse: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        progress.close()
+    if args.snapshot_out:
+        write_atomically(args.snapshot_out, [json.dumps(engine.snapshot()) + "\n"])
+    if args.out:
+        write_atomically(args.out, jsonl(records))
+    else:
+        sys.stdout.writelines(jsonl(records))
+    if not args.quiet:
+        print(
+            f"{summary.num_requests} requests, hit {summary.num_cached_tokens}/"
+            f"{summary.num_prompt_tokens} prompt tokens ({summary.hit_rate:.1%}), computed "
+            f"{summary.num_computed_tokens}, {summary.num_preemptions} preemptions, "
+            f"{summary.num_steps} steps in {summary.wall_s:.2f}s",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="junction",
+        description="Prefix-cache engine and control plane for hybrid attention + Mamba models.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    rep = commands.add_parser("replay", help="run a JSONL trace through the engine")
+    rep.add_argument("trace", help="trace file, one JSON request or pin a line")
+    add_cache_options(rep)
+    rep.add_argument("--concurrency", type=int, default=1,
+                     help="requests in flight (1: each finishes before the next starts)")
+    rep.add_argument("--out", help="write the per-request JSON lines here (default: stdout)")
+    rep.add_argument("--snapshot-out", help="write the final block table here as JSON")
+    rep.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    rep.set_defaults(func=cmd_replay)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

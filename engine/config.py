@@ -1,0 +1,165 @@
+"""Frozen configuration of the engine, one dataclass per concern.
+
+Sizes follow DESIGN.md: attention block `Ba` (times the DCP size `D`), Mamba block `Bm`, match
+unit `U`. Validation raises `ValueError` naming the offending numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+CheckpointMode = Literal["stops", "inline"]
+CHECKPOINT_MODES: tuple[str, ...] = ("stops", "inline")
+
+
+def _require_positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Geometry and policy of the two cache groups.
+
+    `prefix_match_unit` defaults to the gcd of the group block sizes (the attention block
+    scaled by `dcp_size`, and the Mamba block).
+    """
+
+    block_size: int = 16
+    mamba_block_size: int = 512
+    prefix_match_unit: int | None = None
+    dcp_size: int = 1
+    num_blocks: int = 4096
+    num_mamba_blocks: int | None = None
+    enable_prefix_caching: bool = True
+    partial_hits: bool = True
+    junction_checkpoints: bool = False
+    checkpoint_mode: CheckpointMode = "stops"
+    eagle: bool = False
+    pin_max_share: float = 0.25
+
+    def __post_init__(self) -> None:
+        _require_positive("block_size", self.block_size)
+        _require_positive("mamba_block_size", self.mamba_block_size)
+        _require_positive("dcp_size", self.dcp_size)
+        _require_positive("num_blocks", self.num_blocks)
+        if self.num_mamba_blocks is not None:
+            _require_positive("num_mamba_blocks", self.num_mamba_blocks)
+        if self.checkpoint_mode not in CHECKPOINT_MODES:
+            raise ValueError(
+                f"checkpoint_mode must be one of {', '.join(CHECKPOINT_MODES)}, "
+                f"got {self.checkpoint_mode!r}"
+            )
+        if not 0.0 <= self.pin_max_share <= 1.0:
+            raise ValueError(f"pin_max_share must lie in [0, 1], got {self.pin_max_share}")
+        unit = self.match_unit
+        if unit <= 0 or self.attention_block_size % unit or self.mamba_block_size % unit:
+            raise ValueError(
+                f"prefix_match_unit {unit} must divide the attention block size "
+                f"{self.attention_block_size} and the Mamba block size {self.mamba_block_size}"
+            )
+
+    @property
+    def attention_block_size(self) -> int:
+        """Tokens per attention block: `Ba * D` under decode context parallelism."""
+        return self.block_size * self.dcp_size
+
+    @property
+    def match_unit(self) -> int:
+        if self.prefix_match_unit is None:
+            return math.gcd(self.attention_block_size, self.mamba_block_size)
+        return self.prefix_match_unit
+
+    @property
+    def is_fine_grained(self) -> bool:
+        """Partial hits are on and some block is larger than the match unit."""
+        unit = self.match_unit
+        return self.partial_hits and (
+            unit < self.attention_block_size or unit < self.mamba_block_size
+        )
+
+    @property
+    def scheduler_block_size(self) -> int:
+        """`S`: where budget-limited chunks end, and where hits land with partial hits off."""
+        if self.partial_hits:
+            return self.mamba_block_size
+        return math.lcm(self.attention_block_size, self.mamba_block_size)
+
+    @property
+    def hit_alignment(self) -> int:
+        """The grid every hit length lies on."""
+        return self.match_unit if self.is_fine_grained else self.scheduler_block_size
+
+    @property
+    def eagle_drop(self) -> int:
+        """Tokens EAGLE drops from an attention hit: one unit, or one block when coarse."""
+        if not self.eagle:
+            return 0
+        return self.match_unit if self.is_fine_grained else self.attention_block_size
+
+    @property
+    def mamba_num_blocks(self) -> int:
+        return self.num_mamba_blocks if self.num_mamba_blocks is not None else self.num_blocks
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Token budget and queue limits of one engine step."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    long_prefill_threshold: int = 0
+    max_model_len: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _require_positive("max_num_seqs", self.max_num_seqs)
+        _require_positive("max_model_len", self.max_model_len)
+        if self.long_prefill_threshold < 0:
+            raise ValueError(
+                f"long_prefill_threshold must be >= 0 (0 turns it off), "
+                f"got {self.long_prefill_threshold}"
+            )
+
+    @property
+    def chunk_limit(self) -> int:
+        """The most prompt tokens one request may prefill in one step."""
+        if self.long_prefill_threshold:
+            return min(self.max_num_batched_tokens, self.long_prefill_threshold)
+        return self.max_num_batched_tokens
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The hybrid model's shape. The `null` and `ledger` runners read only `vocab_size`."""
+
+    name: str = "junction-hybrid-tiny"
+    vocab_size: int = 258
+    num_layers: int = 8
+    num_attention_layers: int = 2
+    d_model: int = 256
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    seed: int = 0
+    dtype: str = "float32"
+    device: str | None = None
+    weights_path: str | None = None
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "num_layers", "d_model", "num_heads", "num_kv_heads"):
+            _require_positive(name, getattr(self, name))
+        if not 0 <= self.num_attention_layers <= self.num_layers:
+            raise ValueError(
+                f"num_attention_layers {self.num_attention_layers} must lie in "
+                f"[0, num_layers {self.num_layers}]"
+            )
+        if self.d_model % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"d_model {self.d_model} must be divisible by num_heads {self.num_heads}, "
+                f"and num_heads by num_kv_heads {self.num_kv_heads}"
+            )
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")

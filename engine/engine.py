@@ -1,0 +1,106 @@
+"""`Engine`: a scheduler and a runner stepping together, with the events they emit."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.events import EventSink, ListSink
+from engine.outputs import SchedulerOutput
+from engine.pins import Pin
+from engine.request import Request, SamplingParams
+from engine.runners import make_runner
+from engine.runners.base import Runner
+from engine.scheduler import Scheduler
+from engine.snapshot import block_table_snapshot
+
+
+class Engine:
+    def __init__(
+        self,
+        cache_config: CacheConfig | None = None,
+        scheduler_config: SchedulerConfig | None = None,
+        model_config: ModelConfig | None = None,
+        runner: str | Runner = "null",
+        sink: EventSink | None = None,
+        engine_id: str = "engine-0",
+    ) -> None:
+        self.cache_config = cache_config or CacheConfig()
+        self.scheduler_config = scheduler_config or SchedulerConfig()
+        self.model_config = model_config or ModelConfig()
+        self.engine_id = engine_id
+        self.sink: EventSink = sink if sink is not None else ListSink()
+        if isinstance(runner, str):
+            runner = make_runner(runner, self.cache_config, self.model_config)
+        self.runner = runner
+        self.scheduler = Scheduler(
+            self.cache_config, self.scheduler_config, self.sink, medium=runner.medium
+        )
+        self._ids = itertools.count()
+        self.num_steps = 0
+        self.last_output: SchedulerOutput | None = None
+
+    def add_request(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams | None = None,
+        request_id: str | None = None,
+        cache_salt: str | None = None,
+    ) -> Request:
+        request = Request(
+            request_id if request_id is not None else f"req-{next(self._ids)}",
+            list(prompt_token_ids),
+            sampling or SamplingParams(),
+            self.cache_config.match_unit,
+            cache_salt,
+        )
+        self.scheduler.add_request(request)
+        return request
+
+    def abort(self, request_id: str) -> Request | None:
+        return self.scheduler.abort_request(request_id)
+
+    def pin(self, pin_id: str, token_ids: Sequence[int], cache_salt: str | None = None) -> Pin:
+        return self.scheduler.add_pin(pin_id, list(token_ids), cache_salt)
+
+    def unpin(self, pin_id: str) -> Pin:
+        return self.scheduler.remove_pin(pin_id)
+
+    @property
+    def pins(self) -> dict[str, Pin]:
+        return self.scheduler.pins
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[Request]:
+        """Run one step; returns the requests that finished in it."""
+        out = self.scheduler.schedule()
+        result = self.runner.execute(out)
+        finished = self.scheduler.update(out, result)
+        self.num_steps += 1
+        self.last_output = out
+        return finished
+
+    def run_until_done(self, max_steps: int | None = None) -> list[Request]:
+        finished: list[Request] = []
+        for _ in itertools.count() if max_steps is None else range(max_steps):
+            if not self.has_unfinished():
+                break
+            finished.extend(self.step())
+        return finished
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams | None = None
+    ) -> list[Request]:
+        """Run `prompts` to completion; returns their requests in the order given."""
+        requests = [self.add_request(p, sampling) for p in prompts]
+        self.run_until_done()
+        return requests
+
+    def check_invariants(self) -> None:
+        self.scheduler.check_invariants()
+
+    def snapshot(self) -> dict:
+        return block_table_snapshot(self)

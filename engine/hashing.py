@@ -1,0 +1,58 @@
+"""Chained prefix hashes at the match unit.
+
+`H_p = hash(H_{p-U}, tokens[p-U:p], extra_keys)`; the first unit mixes in the request's
+`cache_salt`, so two tenants with different salts never share an entry. A hash names the whole
+prefix `[0, p)`: equal hashes mean equal prefixes (up to a 128-bit collision).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence
+
+BlockHash = bytes
+
+_ROOT = b"junction/v1"
+_DIGEST_SIZE = 16
+
+
+def root_hash(cache_salt: str | None) -> BlockHash:
+    """The hash `H_0` that the first unit chains from."""
+    if not cache_salt:
+        return _ROOT
+    return hashlib.blake2b(_ROOT + cache_salt.encode(), digest_size=_DIGEST_SIZE).digest()
+
+
+def extend_hashes(
+    hashes: list[BlockHash],
+    token_ids: Sequence[int],
+    unit: int,
+    cache_salt: str | None = None,
+) -> None:
+    """Append `H_p` for every complete unit of `token_ids` that `hashes` does not cover yet.
+
+    `hashes[k]` is `H_{(k+1) * unit}`. Token ids are packed once as little-endian uint32 and each
+    unit is one blake2b call over the parent digest and the unit's bytes.
+    """
+    start = len(hashes) * unit
+    stop = len(token_ids) - (len(token_ids) - start) % unit
+    if stop <= start:
+        return
+    packed = array("I", token_ids[start:stop]).tobytes()
+    width = unit * 4
+    blake2b = hashlib.blake2b
+    parent = hashes[-1] if hashes else root_hash(cache_salt)
+    append = hashes.append
+    for offset in range(0, len(packed), width):
+        parent = blake2b(parent + packed[offset : offset + width], digest_size=_DIGEST_SIZE).digest()
+        append(parent)
+
+
+def hash_prefix(
+    token_ids: Sequence[int], unit: int, cache_salt: str | None = None
+) -> list[BlockHash]:
+    """`[H_U, H_2U, ...]` for every complete unit of `token_ids`."""
+    hashes: list[BlockHash] = []
+    extend_hashes(hashes, token_ids, unit, cache_salt)
+    return hashes

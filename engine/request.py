@@ -1,0 +1,97 @@
+"""A request as the scheduler sees it: tokens, progress, tables' bookkeeping and its record."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+from engine.cache.entry import CheckpointReason
+from engine.hashing import BlockHash, extend_hashes
+
+
+class RequestStatus(str, Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams
+    unit: int
+    cache_salt: str | None = None
+    pin_id: str | None = None  # set for a pin's materialization: no logits, no output
+    arrival_ts: float = field(default_factory=time.time)
+
+    status: RequestStatus = RequestStatus.WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    num_registered_tokens: int = 0  # attention keys exist up to here
+    prefill_target: int = 0  # tokens to prefill since the last admission
+    targets: dict[int, CheckpointReason] = field(default_factory=dict)
+    block_hashes: list[BlockHash] = field(default_factory=list)
+    all_token_ids: list[int] = field(default_factory=list)
+
+    # the record replay and RequestFinished report
+    num_cached_tokens: int | None = None
+    hit_tokens_by_group: dict[str, int] = field(default_factory=dict)
+    num_prefill_computed: int = 0
+    chunks: list[tuple[int, int]] = field(default_factory=list)
+    chunk_stop_reasons: list[str] = field(default_factory=list)
+    checkpoints: list[int] = field(default_factory=list)
+    cow_copies: list[dict] = field(default_factory=list)
+    num_preemptions: int = 0
+    first_token_ts: float | None = None
+    finished_ts: float | None = None
+    finish_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self.all_token_ids = list(self.prompt_token_ids)
+        extend_hashes(self.block_hashes, self.all_token_ids, self.unit, self.cache_salt)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def is_pin(self) -> bool:
+        return self.pin_id is not None
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_computed_tokens < self.prefill_target
+
+    @property
+    def ttft_s(self) -> float | None:
+        if self.first_token_ts is None:
+            return None
+        return self.first_token_ts - self.arrival_ts
+
+    def append_output(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)
+        extend_hashes(self.block_hashes, self.all_token_ids, self.unit, self.cache_salt)

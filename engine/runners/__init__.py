@@ -1,0 +1,21 @@
+"""Runners execute a scheduled step: zero new blocks, run the copies in order, then forward."""
+
+from __future__ import annotations
+
+from engine.config import CacheConfig, ModelConfig
+from engine.runners.base import Runner
+
+RUNNER_NAMES = ("null", "ledger")
+
+
+def make_runner(name: str, cache_config: CacheConfig, model_config: ModelConfig) -> Runner:
+    """Build a runner by name; an unknown name gets an error listing the known ones."""
+    if name == "null":
+        from engine.runners.null import NullRunner
+
+        return NullRunner(model_config)
+    if name == "ledger":
+        from engine.runners.ledger import LedgerRunner
+
+        return LedgerRunner(cache_config, model_config)
+    raise ValueError(f"unknown runner {name!r}: choose one of {', '.join(RUNNER_NAMES)}")

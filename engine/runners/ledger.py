@@ -1,0 +1,126 @@
+"""The `ledger` runner: no model, but a record of what every slot holds.
+
+Each attention slot records the token id whose KV it would hold; each Mamba block records the
+state it would hold as `(length, digest)`, where `digest` is a rolling hash of the tokens the
+state absorbed, advanced from the state the step actually read. Every read is checked against
+the reader's own prefix, so a wrong reuse, a missed copy or a copy run out of order raises
+`LedgerMismatch` naming the request, group, block and position. Sampling depends only on the
+state read, so cache-on and cache-off replays produce the same tokens exactly when every reuse
+is right.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.cache.coordinator import ATTENTION
+from engine.cache.manager import BlockCopy
+from engine.config import CacheConfig, ModelConfig
+from engine.outputs import RunnerOutput, ScheduledChunk
+from engine.runners.base import Runner
+
+_MOD = (1 << 61) - 1
+_BASE = 1_000_003
+EMPTY = -1
+
+MambaState = tuple[int, int]  # (tokens absorbed, rolling digest)
+
+
+class LedgerMismatch(AssertionError):
+    """A block held something other than what the reader's prefix says."""
+
+
+def advance(state: MambaState, token_ids: list[int]) -> MambaState:
+    length, digest = state
+    for token in token_ids:
+        digest = (digest * _BASE + token + 1) % _MOD
+    return length + len(token_ids), digest
+
+
+class LedgerRunner(Runner):
+    def __init__(self, cache_config: CacheConfig, model_config: ModelConfig) -> None:
+        self.block_size = cache_config.attention_block_size
+        self.attention = np.full((cache_config.num_blocks, self.block_size), EMPTY, np.int64)
+        self.mamba: list[MambaState | None] = [None] * cache_config.mamba_num_blocks
+        self.vocab = min(model_config.vocab_size, 256)
+        self.num_checked_tokens = 0
+        self.num_checked_states = 0
+        self._truth: dict[str, MambaState] = {}  # per request: the true state last checked
+
+    def zero_blocks(self, group: str, block_ids: list[int]) -> None:
+        if group == ATTENTION:
+            self.attention[block_ids] = EMPTY
+        else:
+            for block_id in block_ids:
+                self.mamba[block_id] = None
+
+    def copy_block(self, copy: BlockCopy) -> None:
+        if copy.group == ATTENTION:
+            self.attention[copy.dst] = self.attention[copy.src]
+        else:
+            self.mamba[copy.dst] = self.mamba[copy.src]
+
+    def _slots(self, block_ids: list[int], start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        positions = np.arange(start, end)
+        table = np.asarray(block_ids, dtype=np.int64)
+        return table[positions // self.block_size], positions % self.block_size
+
+    def forward(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
+        sampled: dict[str, int] = {}
+        for chunk in chunks:
+            state = self._read(chunk)
+            tokens = chunk.token_ids
+            rows, cols = self._slots(chunk.attention_block_ids, chunk.start, chunk.end)
+            self.attention[rows, cols] = tokens[chunk.start : chunk.end]
+            position = chunk.start
+            for target, block_id in chunk.mamba_writes:
+                state = advance(state, tokens[position:target])
+                position = target
+                self.mamba[block_id] = state
+            if chunk.sample:
+                sampled[chunk.request_id] = state[1] % self.vocab
+        return RunnerOutput(sampled=sampled)
+
+    def _read(self, chunk: ScheduledChunk) -> MambaState:
+        """Check every cached token and the Mamba state the chunk starts from."""
+        start, tokens = chunk.start, chunk.token_ids
+        if start:
+            rows, cols = self._slots(chunk.attention_block_ids, 0, start)
+            held = self.attention[rows, cols]
+            expected = np.asarray(tokens[:start], dtype=np.int64)
+            wrong = np.flatnonzero(held != expected)
+            if wrong.size:
+                p = int(wrong[0])
+                raise LedgerMismatch(
+                    f"request {chunk.request_id}: attention block {int(rows[p])} holds token "
+                    f"{int(held[p])} at position {p}, its prefix says {int(expected[p])}"
+                )
+            self.num_checked_tokens += start
+        known = self._truth.get(chunk.request_id, (0, 0))
+        if known[0] > start:
+            known = (0, 0)  # resumed from an earlier position (preempted): start over
+        expected_state = advance(known, tokens[known[0] : start])
+        self._truth[chunk.request_id] = expected_state
+        if chunk.mamba_read_block is None:
+            found = (0, 0) if start == 0 else None
+        else:
+            found = self.mamba[chunk.mamba_read_block]
+        if found != expected_state:
+            raise LedgerMismatch(
+                f"request {chunk.request_id}: mamba block {chunk.mamba_read_block} holds a state "
+                f"of {found[0] if found else None} tokens that is not the state of its "
+                f"{start}-token prefix"
+            )
+        self.num_checked_states += 1
+        return found
+
+    # ------------------------------------------------------------------ audits
+    def attention_holds(self, block_id: int, block_start: int, token_ids: list[int]) -> bool:
+        """Whether the block holds `token_ids` from its first slot (an entry's valid span)."""
+        del block_start
+        held = self.attention[block_id, : len(token_ids)]
+        return bool(np.array_equal(held, np.asarray(token_ids, dtype=np.int64)))
+
+    def mamba_holds(self, block_id: int, token_ids: list[int]) -> bool:
+        """Whether the block holds the state after exactly `token_ids`."""
+        return self.mamba[block_id] == advance((0, 0), token_ids)

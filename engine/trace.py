@@ -1,0 +1,235 @@
+"""Replay traces: one JSON object a line, a request or a pin.
+
+    {"id": "a", "prompt": {"segments": [{"seed": 1, "len": 560}]}, "max_tokens": 1}
+    {"id": "b", "prompt": "plain text, its UTF-8 bytes are the tokens"}
+    {"id": "c", "prompt_token_ids": [1, 2, 3]}
+    {"pin": {"segments": [{"seed": 1, "len": 560}]}, "id": "system"}
+
+A segment is `len` pseudo-random byte-valued token ids drawn from `seed`: the same seed and
+length always give the same tokens. The whole file is validated before anything runs, and an
+error names the line and the field that is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+
+MAX_TOKEN_ID = 2**32 - 1
+SEGMENT_VOCAB = 256
+
+
+class TraceError(ValueError):
+    """A trace that cannot be replayed; the message names every bad line."""
+
+
+class Segment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seed: Annotated[int, Field(ge=0)]
+    len: Annotated[int, Field(gt=0)]
+
+
+class Segments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    segments: Annotated[list[Segment], Field(min_length=1)]
+
+
+TokenIds = list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]]
+PromptForm = Segments | str | TokenIds
+
+
+def _prompt_kind(value: object) -> str:
+    if isinstance(value, dict | Segments):
+        return "segments"
+    if isinstance(value, list):
+        return "token_ids"
+    return "text"
+
+
+Prompt = Annotated[
+    Annotated[Segments, Tag("segments")] | Annotated[str, Tag("text")],
+    Discriminator(_prompt_kind),
+]
+PinPrompt = Annotated[
+    Annotated[Segments, Tag("segments")]
+    | Annotated[str, Tag("text")]
+    | Annotated[TokenIds, Tag("token_ids")],
+    Discriminator(_prompt_kind),
+]
+
+
+class RequestLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = None
+    prompt: Prompt | None = None
+    prompt_token_ids: TokenIds | None = None
+    max_tokens: Annotated[int, Field(ge=1)] = 1
+    cache_salt: str | None = None
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> RequestLine:
+        if (self.prompt is None) == (self.prompt_token_ids is None):
+            raise ValueError('give exactly one of "prompt" and "prompt_token_ids"')
+        return self
+
+
+class PinSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = None
+    prompt: Prompt | None = None
+    prompt_token_ids: TokenIds | None = None
+    segments: list[Segment] | None = None
+    cache_salt: str | None = None
+
+
+class PinLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pin: Annotated[
+        Annotated[PinSpec, Tag("spec")]
+        | Annotated[str, Tag("text")]
+        | Annotated[TokenIds, Tag("token_ids")],
+        Discriminator(lambda v: "spec" if isinstance(v, dict | PinSpec) else _prompt_kind(v)),
+    ]
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    line: int
+    request_id: str
+    token_ids: list[int]
+    max_tokens: int
+    cache_salt: str | None
+    temperature: float
+    top_p: float
+    seed: int | None
+
+
+@dataclass(frozen=True)
+class TracePin:
+    line: int
+    pin_id: str
+    token_ids: list[int]
+    cache_salt: str | None
+
+
+TraceItem = TraceRequest | TracePin
+
+
+def segment_tokens(seed: int, length: int) -> list[int]:
+    return np.random.default_rng(seed).integers(0, SEGMENT_VOCAB, length).tolist()
+
+
+def prompt_tokens(prompt: PromptForm) -> list[int]:
+    if isinstance(prompt, str):
+        return list(prompt.encode("utf-8"))
+    if isinstance(prompt, Segments):
+        return [t for s in prompt.segments for t in segment_tokens(s.seed, s.len)]
+    return list(prompt)
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "line"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def parse_line(text: str, line: int) -> TraceItem:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"line {line}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    if not isinstance(data, dict):
+        raise TraceError(f"line {line}: expected a JSON object, got {type(data).__name__}")
+    try:
+        if "pin" in data:
+            pin = PinLine.model_validate(data)
+            return _pin_item(pin, line)
+        request = RequestLine.model_validate(data)
+    except ValidationError as exc:
+        raise TraceError(f"line {line}: {_describe(exc)}") from exc
+    prompt = request.prompt if request.prompt is not None else request.prompt_token_ids
+    tokens = prompt_tokens(prompt)
+    if not tokens:
+        raise TraceError(f"line {line}: the prompt is empty")
+    return TraceRequest(
+        line=line,
+        request_id=request.id if request.id is not None else f"line-{line}",
+        token_ids=tokens,
+        max_tokens=request.max_tokens,
+        cache_salt=request.cache_salt,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        seed=request.seed,
+    )
+
+
+def _pin_item(pin: PinLine, line: int) -> TracePin:
+    spec = pin.pin
+    pin_id, salt = pin.id, None
+    if isinstance(spec, PinSpec):
+        forms = [f for f in (spec.prompt, spec.prompt_token_ids, spec.segments) if f is not None]
+        if len(forms) != 1:
+            raise TraceError(
+                f'line {line}: a pin needs exactly one of "prompt", "prompt_token_ids" and '
+                f'"segments", got {len(forms)}'
+            )
+        form = forms[0]
+        prompt = Segments(segments=form) if form is spec.segments else form
+        pin_id, salt = spec.id or pin_id, spec.cache_salt
+    else:
+        prompt = spec
+    tokens = prompt_tokens(prompt)
+    if not tokens:
+        raise TraceError(f"line {line}: the pinned prefix is empty")
+    return TracePin(line, pin_id or f"pin-{line}", tokens, salt)
+
+
+def read_trace(path: str | Path) -> list[TraceItem]:
+    """Parse and validate a whole trace; raises `TraceError` listing every bad line."""
+    items: list[TraceItem] = []
+    errors: list[str] = []
+    seen: dict[str, int] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path}: {exc.strerror}") from exc
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            item = parse_line(raw, number)
+        except TraceError as exc:
+            errors.append(str(exc))
+            continue
+        name = item.request_id if isinstance(item, TraceRequest) else f"pin {item.pin_id}"
+        if name in seen:
+            errors.append(f"line {number}: id {name!r} repeats line {seen[name]}")
+            continue
+        seen[name] = number
+        items.append(item)
+    if errors:
+        shown = errors[:20]
+        more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
+        raise TraceError(f"{path}: {len(errors)} bad line(s)\n" + "\n".join(shown) + more)
+    if not items:
+        raise TraceError(f"{path}: the trace has no requests")
+    return items

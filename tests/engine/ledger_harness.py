@@ -1,0 +1,111 @@
+"""Drive an engine over a request list with every check the ledger allows after each step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.engine import Engine
+from engine.hashing import BlockHash, hash_prefix
+from engine.request import Request, SamplingParams
+
+
+@dataclass
+class Submission:
+    token_ids: list[int]
+    max_tokens: int = 1
+    extends_previous: bool = False  # prompt = previous request's prompt + output + token_ids
+    pin: bool = False
+
+
+@dataclass
+class Harness:
+    engine: Engine
+    concurrency: int = 1
+    max_steps: int = 20_000
+    audit_entries: bool = True
+    finished: list[Request] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    pinned_prefixes: list[list[int]] = field(default_factory=list)
+    _keys: dict[BlockHash, tuple[list[int], int]] = field(default_factory=dict)
+    num_steps: int = 0
+
+    def run(self, submissions: list[Submission]) -> list[Request]:
+        for sub in submissions:
+            if sub.pin:
+                self._drain(0)
+                alignment = self.engine.cache_config.hit_alignment
+                if len(sub.token_ids) < alignment:
+                    try:
+                        self.engine.pin("too-short", sub.token_ids)
+                    except ValueError as exc:
+                        assert "boundary of 0" in str(exc)
+                        continue
+                    raise AssertionError("a pin shorter than the hit grid was accepted")
+                self.pinned_prefixes.append(sub.token_ids)
+                self._learn(sub.token_ids)
+                self.engine.pin(f"pin-{len(self.pinned_prefixes)}", sub.token_ids)
+                self._drain(0)
+                continue
+            self._drain(self.concurrency - 1)
+            tokens = sub.token_ids
+            if sub.extends_previous and self.requests:
+                last = self.requests[-1]
+                while last.finish_reason is None:  # the next turn needs the whole answer
+                    self._step()
+                tokens = last.all_token_ids + tokens
+            request = self.engine.add_request(tokens, SamplingParams(max_tokens=sub.max_tokens))
+            self.requests.append(request)
+        self._drain(0)
+        return self.requests
+
+    def _drain(self, limit: int) -> None:
+        while self._in_flight() > limit or (limit == 0 and self.engine.has_unfinished()):
+            self._step()
+
+    def _step(self) -> None:
+        self.finished.extend(self.engine.step())
+        self.num_steps += 1
+        if self.num_steps > self.max_steps:
+            raise AssertionError(f"no progress after {self.max_steps} steps")
+        self.check()
+
+    def _in_flight(self) -> int:
+        return sum(1 for r in self.requests if r.finish_reason is None)
+
+    def _learn(self, token_ids: list[int]) -> None:
+        unit = self.engine.cache_config.match_unit
+        for index, key in enumerate(hash_prefix(token_ids, unit)):
+            self._keys.setdefault(key, (token_ids, (index + 1) * unit))
+
+    def check(self) -> None:
+        """Invariants of every pool and manager, and (ledger) every entry's contents."""
+        self.engine.check_invariants()
+        if not self.audit_entries:
+            return
+        for request in self.requests:
+            self._learn(request.all_token_ids)
+        runner = self.engine.runner
+        coordinator = self.engine.scheduler.coordinator
+        for key, entry in coordinator.attention.pool.entries.items():
+            tokens, position = self._keys[key]
+            assert position == entry.position, f"attention key {key.hex()} at wrong position"
+            start = (position - 1) // coordinator.attention.block_size * (
+                coordinator.attention.block_size
+            )
+            assert runner.attention_holds(entry.block_id, start, tokens[start:position]), (
+                f"attention block {entry.block_id} does not hold its entry at {position}"
+            )
+        for key, entry in coordinator.mamba.pool.entries.items():
+            tokens, position = self._keys[key]
+            assert position == entry.position, f"mamba key {key.hex()} at wrong position"
+            assert runner.mamba_holds(entry.block_id, tokens[:position]), (
+                f"mamba block {entry.block_id} does not hold the state at {position}"
+            )
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
