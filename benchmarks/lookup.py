@@ -42,8 +42,11 @@ def make_prompts(num: int, seed: int) -> list[list[int]]:
 
 def cache_config(partial_hits: bool) -> CacheConfig:
     return CacheConfig(
-        block_size=BLOCK, mamba_block_size=MAMBA_BLOCK, prefix_match_unit=UNIT,
-        num_blocks=NUM_BLOCKS, partial_hits=partial_hits,
+        block_size=BLOCK,
+        mamba_block_size=MAMBA_BLOCK,
+        prefix_match_unit=UNIT,
+        num_blocks=NUM_BLOCKS,
+        partial_hits=partial_hits,
     )
 
 

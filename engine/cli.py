@@ -19,20 +19,29 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--runner", choices=RUNNER_NAMES, default="null")
     group.add_argument("--block-size", type=int, default=16, help="attention block size Ba")
     group.add_argument("--mamba-block-size", type=int, default=512, help="Mamba block size Bm")
-    group.add_argument("--prefix-match-unit", type=int, default=None,
-                       help="match unit U (default: gcd of the block sizes)")
+    group.add_argument(
+        "--prefix-match-unit",
+        type=int,
+        default=None,
+        help="match unit U (default: gcd of the block sizes)",
+    )
     group.add_argument("--dcp-size", type=int, default=1, help="decode context parallel size D")
     group.add_argument("--eagle", action="store_true", help="EAGLE drafts: hits drop one unit")
-    group.add_argument("--no-partial-hits", action="store_true",
-                       help="hit only on lcm(Ba, Bm) boundaries")
-    group.add_argument("--junction-checkpoints", action="store_true",
-                       help="keep the Mamba state where a request leaves the cached prefix")
+    group.add_argument(
+        "--no-partial-hits", action="store_true", help="hit only on lcm(Ba, Bm) boundaries"
+    )
+    group.add_argument(
+        "--junction-checkpoints",
+        action="store_true",
+        help="keep the Mamba state where a request leaves the cached prefix",
+    )
     group.add_argument("--checkpoint-mode", choices=CHECKPOINT_MODES, default="stops")
     group.add_argument("--max-num-batched-tokens", type=int, default=8192)
     group.add_argument("--long-prefill-threshold", type=int, default=0)
     group.add_argument("--num-blocks", type=int, default=4096, help="blocks per group")
-    group.add_argument("--no-prefix-caching", action="store_true",
-                       help="cache off: the reference for outputs")
+    group.add_argument(
+        "--no-prefix-caching", action="store_true", help="cache off: the reference for outputs"
+    )
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[CacheConfig, SchedulerConfig]:
@@ -109,8 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep = commands.add_parser("replay", help="run a JSONL trace through the engine")
     rep.add_argument("trace", help="trace file, one JSON request or pin a line")
     add_cache_options(rep)
-    rep.add_argument("--concurrency", type=int, default=1,
-                     help="requests in flight (1: each finishes before the next starts)")
+    rep.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="requests in flight (1: each finishes before the next starts)",
+    )
     rep.add_argument("--out", help="write the per-request JSON lines here (default: stdout)")
     rep.add_argument("--snapshot-out", help="write the final block table here as JSON")
     rep.add_argument("--quiet", action="store_true", help="no progress bar or summary")

@@ -45,7 +45,8 @@ def extend_hashes(
     parent = hashes[-1] if hashes else root_hash(cache_salt)
     append = hashes.append
     for offset in range(0, len(packed), width):
-        parent = blake2b(parent + packed[offset : offset + width], digest_size=_DIGEST_SIZE).digest()
+        unit_bytes = packed[offset : offset + width]
+        parent = blake2b(parent + unit_bytes, digest_size=_DIGEST_SIZE).digest()
         append(parent)
 
 

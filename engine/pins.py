@@ -8,14 +8,14 @@ on the share of each group's blocks that pins may hold.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from engine.cache.coordinator import ATTENTION, MAMBA, HybridCoordinator
 from engine.cache.entry import CheckpointReason
 from engine.hashing import BlockHash
 
 
-class PinState(str, Enum):
+class PinState(StrEnum):
     PENDING = "pending"
     MATERIALIZED = "materialized"
     FAILED = "failed"
@@ -85,8 +85,11 @@ def materialize(
         for block_id in block_ids:
             pool.pin(block_id)
         boundary_key = hashes[pin.boundary // coordinator.unit - 1]
-        pool.cache(pool.entries[boundary_key].block_id,
-                   [(boundary_key, pin.boundary, CheckpointReason.PIN)], None)
+        pool.cache(
+            pool.entries[boundary_key].block_id,
+            [(boundary_key, pin.boundary, CheckpointReason.PIN)],
+            None,
+        )
     pin.block_ids = found
     pin.state = PinState.MATERIALIZED
 

@@ -106,7 +106,11 @@ class Scheduler:
             self._pin_failed(pin, "prefix caching is off on this engine")
             return pin
         request = Request(
-            f"pin:{pin_id}", prefix, SamplingParams(max_tokens=0), self.unit, cache_salt,
+            f"pin:{pin_id}",
+            prefix,
+            SamplingParams(max_tokens=0),
+            self.unit,
+            cache_salt,
             pin_id=pin_id,
         )
         self.add_request(request)
@@ -282,8 +286,14 @@ class Scheduler:
         for copy in copies:
             out.copies.append(copy)
             request.cow_copies.append(
-                {"group": copy.group, "path": copy.path, "src": copy.src, "dst": copy.dst,
-                 "position": copy.position, "step": out.step}
+                {
+                    "group": copy.group,
+                    "path": copy.path,
+                    "src": copy.src,
+                    "dst": copy.dst,
+                    "position": copy.position,
+                    "step": out.step,
+                }
             )
             self.sink.emit(
                 BlockCopied(
@@ -316,12 +326,16 @@ class Scheduler:
             request = self.requests[chunk.request_id]
             request.num_computed_tokens = chunk.end
             request.num_registered_tokens = coordinator.register_attention(
-                request.request_id, request.block_hashes, request.num_registered_tokens,
-                chunk.end, request.targets,
+                request.request_id,
+                request.block_hashes,
+                request.num_registered_tokens,
+                chunk.end,
+                request.targets,
             )
             request.checkpoints.extend(
-                coordinator.register_mamba(chunk.mamba_writes, request.block_hashes,
-                                           request.targets)
+                coordinator.register_mamba(
+                    chunk.mamba_writes, request.block_hashes, request.targets
+                )
             )
             if chunk.sample:
                 token = result.sampled[request.request_id]
@@ -377,9 +391,7 @@ class Scheduler:
 
     def _finish_pin(self, request: Request) -> None:
         pin = self.pins[request.pin_id]
-        materialize(
-            self.coordinator, pin, request.block_hashes, self.cache_config.pin_max_share
-        )
+        materialize(self.coordinator, pin, request.block_hashes, self.cache_config.pin_max_share)
         self._finish(request, "pinned")
         self._emit_pin(pin)
 

@@ -100,8 +100,8 @@ class HybridCoordinator:
         attention = self.attention.find_longest_hit(hashes, proof_limit, self.unit, fine)
         attention_length = max(attention.length - drop, 0)
         if not fine:
-            attention_length = attention_length // config.attention_block_size * (
-                config.attention_block_size
+            attention_length = (
+                attention_length // config.attention_block_size * (config.attention_block_size)
             )
         mamba = self.mamba.find_longest_hit(
             hashes, attention_length, self.unit, config.hit_alignment
@@ -130,7 +130,7 @@ class HybridCoordinator:
     def admit(self, request_id: str, hit: CacheHit) -> list[BlockCopy]:
         kept, cow_src = self.attention.split_hit(hit.attention_block_ids, hit.length)
         copies = self.attention.admit(request_id, kept, cow_src, hit.length)
-        copies += self.mamba.admit(request_id, hit.mamba if hit.length else MambaHit(0, None, False))
+        copies += self.mamba.admit(request_id, hit.mamba)
         return copies
 
     def allocate_chunk(
@@ -159,8 +159,13 @@ class HybridCoordinator:
         if not self.config.enable_prefix_caching:
             return computed_upto
         return self.attention.register(
-            request_id, hashes, registered_upto, computed_upto, self.unit,
-            self.config.is_fine_grained, reasons,
+            request_id,
+            hashes,
+            registered_upto,
+            computed_upto,
+            self.unit,
+            self.config.is_fine_grained,
+            reasons,
         )
 
     def register_mamba(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from engine.hashing import BlockHash
 
 
-class CheckpointReason(str, Enum):
+class CheckpointReason(StrEnum):
     """Why an entry exists; it decides how long a free block holding it is kept."""
 
     BLOCK = "block"

@@ -82,8 +82,9 @@ class MambaManager(GroupManager):
         table.append(private.block_id)
         self.hold(private.block_id)
         return [
-            BlockCopy(self.group, hit.block_id, private.block_id, "consumer", request_id,
-                      hit.length)
+            BlockCopy(
+                self.group, hit.block_id, private.block_id, "consumer", request_id, hit.length
+            )
         ]
 
     def virtual_admission_table(self, hit: MambaHit) -> list[int | None]:
@@ -164,8 +165,9 @@ class MambaManager(GroupManager):
                 self.mark_pending(owned, step)
                 new_ids.append(owned.block_id)
                 copies.append(
-                    BlockCopy(self.group, live, owned.block_id, "producer", request_id,
-                              key_position)
+                    BlockCopy(
+                        self.group, live, owned.block_id, "producer", request_id, key_position
+                    )
                 )
             writes.append((position, table[index]))
         return MambaWrites(read_block, writes, copies, new_ids)

@@ -89,8 +89,10 @@ class Harness:
         for key, entry in coordinator.attention.pool.entries.items():
             tokens, position = self._keys[key]
             assert position == entry.position, f"attention key {key.hex()} at wrong position"
-            start = (position - 1) // coordinator.attention.block_size * (
-                coordinator.attention.block_size
+            start = (
+                (position - 1)
+                // coordinator.attention.block_size
+                * (coordinator.attention.block_size)
             )
             assert runner.attention_holds(entry.block_id, start, tokens[start:position]), (
                 f"attention block {entry.block_id} does not hold its entry at {position}"
