@@ -295,9 +295,6 @@ class BlockPool:
                         f"but records level {block.free_level}"
                     )
                 num_free += 1
-        num_pinned = sum(1 for b in self.blocks if b.pin_cnt)
-        if num_pinned != self._num_pinned:
-            raise InvariantError(f"{self.group}: pinned count {self._num_pinned} != {num_pinned}")
         if num_free != self._num_free:
             raise InvariantError(f"{self.group}: free count {self._num_free} != queued {num_free}")
         for block in self.blocks:
@@ -332,3 +329,6 @@ class BlockPool:
                     f"{self.group} block {entry.block_id}: entry at position {entry.position} "
                     f"outside the block's span from {block.token_start}"
                 )
+        num_pinned = sum(1 for b in self.blocks if b.pin_cnt)
+        if num_pinned != self._num_pinned:
+            raise InvariantError(f"{self.group}: pinned count {self._num_pinned} != {num_pinned}")

@@ -1,0 +1,108 @@
+"""Scheduler behaviour through a whole engine: split, resume, preemption, decode, modes."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import CacheConfig, SchedulerConfig
+from engine.engine import Engine
+from engine.request import SamplingParams
+from tests.engine.conftest import tokens
+from tests.engine.ledger_harness import Harness, Submission
+
+
+def make(runner: str = "ledger", budget: int = 8192, **cache) -> Engine:
+    base = {"block_size": 32, "mamba_block_size": 512, "prefix_match_unit": 32, "num_blocks": 2048}
+    return Engine(
+        CacheConfig(**{**base, **cache}),
+        SchedulerConfig(max_num_batched_tokens=budget),
+        runner=runner,
+    )
+
+
+def test_worked_split_8192_1536_256_16():
+    e = make()
+    request = e.add_request(tokens(1, 10000), SamplingParams(max_tokens=1))
+    e.run_until_done()
+    assert [end - start for start, end in request.chunks] == [8192, 1536, 256, 16]
+    assert request.chunk_stop_reasons == ["budget", "block_boundary", "resend", "end"]
+    assert request.checkpoints == [8192, 9728, 9984]
+
+
+def test_resume_from_9984_on_a_12000_token_prompt():
+    e = make(budget=1000)
+    prefix = tokens(2, 10000)
+    Harness(e).run([Submission(prefix)])
+    longer = e.add_request(prefix + tokens(3, 2000), SamplingParams(max_tokens=1))
+    e.run_until_done()
+    assert longer.num_cached_tokens == 9984  # the resend checkpoint (no extension: e == c)
+    assert longer.chunks[:3] == [(9984, 10240), (10240, 10752), (10752, 11264)]
+
+
+def test_preemption_when_blocks_run_out_recomputes_and_keeps_outputs():
+    config = {"block_size": 4, "mamba_block_size": 8, "prefix_match_unit": 2, "num_blocks": 20}
+    prompts = [tokens(s, 30) for s in range(4)]
+    e = make(budget=64, **config)
+    harness = Harness(e, concurrency=4)
+    requests = harness.run([Submission(p, max_tokens=20) for p in prompts])
+    assert sum(r.num_preemptions for r in requests) > 0
+    reference = make(budget=64, enable_prefix_caching=False, **{**config, "num_blocks": 400})
+    expected = reference.generate(prompts, SamplingParams(max_tokens=20))
+    assert [r.output_token_ids for r in requests] == [r.output_token_ids for r in expected]
+
+
+def test_decode_appends_one_token_a_step():
+    e = make()
+    request = e.add_request(tokens(4, 100), SamplingParams(max_tokens=5))
+    steps = 0
+    while e.has_unfinished():
+        e.step()
+        steps += 1
+    assert len(request.output_token_ids) == 5
+    assert steps == len(request.chunks) + 4  # the last prefill chunk samples the first token
+    assert request.finish_reason == "length"
+
+
+@pytest.mark.parametrize("eagle", [False, True])
+def test_inline_mode_matches_stops_outputs_with_no_fewer_hits(eagle):
+    shared = tokens(5, 700)
+    prompts = [shared + tokens(10 + i, 300 + 37 * i) for i in range(4)] + [shared[:650]]
+    results = {}
+    for mode in ("stops", "inline"):
+        e = make(checkpoint_mode=mode, eagle=eagle, junction_checkpoints=True, mamba_block_size=256)
+        harness = Harness(e)
+        requests = harness.run([Submission(p, max_tokens=4) for p in prompts])
+        results[mode] = requests
+    stops, inline = results["stops"], results["inline"]
+    assert [r.output_token_ids for r in stops] == [r.output_token_ids for r in inline]
+    for s, i in zip(stops, inline, strict=True):
+        assert i.num_cached_tokens >= s.num_cached_tokens
+        assert len(i.chunks) <= len(s.chunks)
+
+
+def test_a_request_too_large_for_the_pool_is_refused_with_the_numbers():
+    e = make(num_blocks=10)
+    with pytest.raises(ValueError, match=r"attention blocks of 32 tokens.*10 unpinned of 10"):
+        e.add_request(tokens(6, 1000), SamplingParams(max_tokens=1))
+
+
+def test_abort_frees_the_request_blocks():
+    e = make()
+    request = e.add_request(tokens(7, 3000), SamplingParams(max_tokens=50))
+    e.step()
+    e.abort(request.request_id)
+    pools = e.scheduler.coordinator.pools
+    assert all(pool.num_free == pool.num_blocks for pool in pools.values())
+    assert request.finish_reason == "abort"
+    e.check_invariants()
+
+
+def test_junction_checkpoint_is_the_attention_match_at_unit_granularity():
+    """Attention blocks of 64 and unit 16: a 560-token shared prompt gives j = 560."""
+    e = make(block_size=64, prefix_match_unit=16, junction_checkpoints=True)
+    system = tokens(8, 560)
+    harness = Harness(e)
+    a, b, c = harness.run([Submission(system + tokens(20 + i, 1386)) for i in range(3)])
+    assert b.hit_tokens_by_group["attention"] == 560
+    assert 560 in b.checkpoints
+    assert c.num_cached_tokens == 560
