@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint bench-lookup venv
+.PHONY: test lint bench-lookup venv demo
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -19,3 +19,11 @@ lint: venv
 
 bench-lookup: venv
 	$(PY) benchmarks/lookup.py
+
+demo: venv
+	@for trace in examples/*.jsonl; do \
+		echo "== $$trace"; \
+		$(VENV)/bin/junction replay $$trace --runner ledger --block-size 16 \
+			--mamba-block-size 512 --prefix-match-unit 16 --junction-checkpoints \
+			--out /dev/null; \
+	done

@@ -134,6 +134,10 @@ def _submit(engine: Engine, item: TraceRequest) -> Request:
 def write_atomically(path: str | Path, lines: Iterable[str]) -> None:
     """Write a file whole or not at all: a temp file beside it, renamed when complete."""
     target = Path(path)
+    if target.exists() and not target.is_file():  # a device or pipe: /dev/null, a FIFO
+        with target.open("w", encoding="utf-8") as handle:
+            handle.writelines(lines)
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:

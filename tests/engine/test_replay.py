@@ -221,3 +221,16 @@ def test_console_script_runs_a_trace_to_stdout(tmp_path):
     (record,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert record["id"] == "a" and len(record["output_token_ids"]) == 2
     assert "1 requests, hit 0/3 prompt tokens" in done.stderr
+
+
+def test_out_to_a_device_writes_through_it_and_leaves_it_a_device(tmp_path):
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    trace = write_trace(tmp_path / "t.jsonl", [{"id": "a", "prompt": "abc"}])
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    assert main(["replay", str(trace), "--out", str(fifo), "--quiet"]) == 0
+    assert json.loads(reader.communicate(timeout=10)[0])["id"] == "a"
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
