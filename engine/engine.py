@@ -14,6 +14,7 @@ from engine.runners import make_runner
 from engine.runners.base import Runner
 from engine.scheduler import Scheduler
 from engine.snapshot import block_table_snapshot
+from engine.stats import CacheUsage, EngineStats, cache_usage
 
 
 class Engine:
@@ -40,6 +41,7 @@ class Engine:
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_output: SchedulerOutput | None = None
+        self.stats = EngineStats()
 
     def add_request(
         self,
@@ -80,7 +82,10 @@ class Engine:
         result = self.runner.execute(out)
         finished = self.scheduler.update(out, result)
         self.num_steps += 1
+        self.stats.num_steps += 1
         self.last_output = out
+        for request in finished:
+            self.stats.record(request)
         return finished
 
     def run_until_done(self, max_steps: int | None = None) -> list[Request]:
@@ -101,6 +106,9 @@ class Engine:
 
     def check_invariants(self) -> None:
         self.scheduler.check_invariants()
+
+    def cache_usage(self) -> dict[str, CacheUsage]:
+        return {name: cache_usage(pool) for name, pool in self.scheduler.coordinator.pools.items()}
 
     def snapshot(self) -> dict:
         return block_table_snapshot(self)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 from hypothesis import HealthCheck, event, given, settings
@@ -99,7 +100,7 @@ def _bound_extensions(submissions: list[Submission]) -> list[Submission]:
 
 
 @settings(
-    max_examples=120,
+    max_examples=int(os.environ.get("JUNCTION_PROPERTY_EXAMPLES", "200")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

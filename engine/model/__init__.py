@@ -1,0 +1,1 @@
+"""A small hybrid language model: byte tokenizer, Mamba-2 and attention layers, tied head."""
