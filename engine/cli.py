@@ -40,6 +40,12 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--long-prefill-threshold", type=int, default=0)
     group.add_argument("--num-blocks", type=int, default=4096, help="blocks per group")
     group.add_argument(
+        "--num-mamba-blocks",
+        type=int,
+        default=None,
+        help="Mamba state slots, when they should differ from --num-blocks",
+    )
+    group.add_argument(
         "--no-prefix-caching", action="store_true", help="cache off: the reference for outputs"
     )
 
@@ -51,6 +57,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[CacheConfig, SchedulerC
         prefix_match_unit=args.prefix_match_unit,
         dcp_size=args.dcp_size,
         num_blocks=args.num_blocks,
+        num_mamba_blocks=args.num_mamba_blocks,
         enable_prefix_caching=not args.no_prefix_caching,
         partial_hits=not args.no_partial_hits,
         junction_checkpoints=args.junction_checkpoints,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine.config import CacheConfig, ModelConfig
 from engine.runners.base import Runner
 
-RUNNER_NAMES = ("null", "ledger")
+RUNNER_NAMES = ("null", "ledger", "torch")
 
 
 def make_runner(name: str, cache_config: CacheConfig, model_config: ModelConfig) -> Runner:
@@ -18,4 +18,8 @@ def make_runner(name: str, cache_config: CacheConfig, model_config: ModelConfig)
         from engine.runners.ledger import LedgerRunner
 
         return LedgerRunner(cache_config, model_config)
+    if name == "torch":
+        from engine.runners.torch_runner import TorchRunner
+
+        return TorchRunner(cache_config, model_config)
     raise ValueError(f"unknown runner {name!r}: choose one of {', '.join(RUNNER_NAMES)}")
