@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.events import EventSink, ListSink
-from engine.outputs import SchedulerOutput
+from engine.outputs import RunnerOutput, SchedulerOutput
 from engine.pins import Pin
 from engine.request import Request, SamplingParams
 from engine.runners import make_runner
@@ -41,6 +41,7 @@ class Engine:
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_output: SchedulerOutput | None = None
+        self.last_result: RunnerOutput | None = None
         self.stats = EngineStats()
 
     def add_request(
@@ -84,6 +85,7 @@ class Engine:
         self.num_steps += 1
         self.stats.num_steps += 1
         self.last_output = out
+        self.last_result = result
         for request in finished:
             self.stats.record(request)
         return finished

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.config import CacheConfig
 from engine.engine import Engine
 from engine.hashing import BlockHash, hash_prefix
 from engine.request import Request, SamplingParams
@@ -23,6 +25,7 @@ class Harness:
     concurrency: int = 1
     max_steps: int = 20_000
     audit_entries: bool = True
+    on_step: Callable[[Engine], None] | None = None
     finished: list[Request] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     pinned_prefixes: list[list[int]] = field(default_factory=list)
@@ -67,6 +70,8 @@ class Harness:
         self.num_steps += 1
         if self.num_steps > self.max_steps:
             raise AssertionError(f"no progress after {self.max_steps} steps")
+        if self.on_step is not None:
+            self.on_step(self.engine)
         self.check()
 
     def _in_flight(self) -> int:
@@ -80,7 +85,7 @@ class Harness:
     def check(self) -> None:
         """Invariants of every pool and manager, and (ledger) every entry's contents."""
         self.engine.check_invariants()
-        if not self.audit_entries:
+        if not self.audit_entries or not hasattr(self.engine.runner, "mamba_holds"):
             return
         for request in self.requests:
             self._learn(request.all_token_ids)
@@ -111,3 +116,31 @@ def common_prefix(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+def longest_request(submissions: list[Submission]) -> int:
+    """Prompt plus output tokens of the longest request the trace can make."""
+    longest = previous = 0
+    for sub in submissions:
+        if sub.pin:
+            continue
+        prompt = previous + len(sub.token_ids) if sub.extends_previous else len(sub.token_ids)
+        previous = prompt + sub.max_tokens
+        longest = max(longest, previous)
+    return max(longest, max(len(s.token_ids) for s in submissions))
+
+
+def sized_pools(config: CacheConfig, submissions: list[Submission], slack: int) -> CacheConfig:
+    """The smallest pools that still fit the longest request beside a full pin share, plus
+    `slack` blocks: small enough that concurrent requests evict and preempt each other."""
+    longest = longest_request(submissions)
+    attention = -(-longest // config.attention_block_size) + 1
+    mamba = -(-longest // config.mamba_block_size) + 4 + sum(s.pin for s in submissions)
+    usable = 1 - config.pin_max_share
+    return CacheConfig(
+        **{
+            **config.__dict__,
+            "num_blocks": int(attention / usable) + 1 + slack,
+            "num_mamba_blocks": int(mamba / usable) + 1 + slack,
+        }
+    )

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
-from tests.engine.ledger_harness import Harness, Submission, common_prefix
+from tests.engine.ledger_harness import Harness, Submission, common_prefix, sized_pools
 
 
 @st.composite
@@ -61,34 +61,6 @@ def workloads(draw):
     return submissions
 
 
-def _longest_request(submissions: list[Submission]) -> int:
-    """Prompt plus output tokens of the longest request the trace can make."""
-    longest = previous = 0
-    for sub in submissions:
-        if sub.pin:
-            continue
-        prompt = previous + len(sub.token_ids) if sub.extends_previous else len(sub.token_ids)
-        previous = prompt + sub.max_tokens
-        longest = max(longest, previous)
-    return max(longest, max(len(s.token_ids) for s in submissions))
-
-
-def _sized(config: CacheConfig, submissions: list[Submission], slack: int) -> CacheConfig:
-    """The smallest pools that still fit the longest request beside a full pin share, plus
-    `slack` blocks: small enough that concurrent requests evict and preempt each other."""
-    longest = _longest_request(submissions)
-    attention = -(-longest // config.attention_block_size) + 1
-    mamba = -(-longest // config.mamba_block_size) + 4 + sum(s.pin for s in submissions)
-    usable = 1 - config.pin_max_share
-    return CacheConfig(
-        **{
-            **config.__dict__,
-            "num_blocks": int(attention / usable) + 1 + slack,
-            "num_mamba_blocks": int(mamba / usable) + 1 + slack,
-        }
-    )
-
-
 def _bound_extensions(submissions: list[Submission]) -> list[Submission]:
     """Chains of extensions grow without bound; cap them so the pools stay small."""
     out, chain = [], 0
@@ -115,7 +87,7 @@ def test_random_traces_keep_invariants_and_reuse_only_true_prefixes(
     config, submissions, slack, concurrency, budget
 ):
     submissions = _bound_extensions(submissions)
-    config = _sized(config, submissions, slack)
+    config = sized_pools(config, submissions, slack)
     scheduler = SchedulerConfig(max_num_batched_tokens=budget)
     engine = Engine(config, scheduler, runner="ledger")
     harness = Harness(engine, concurrency=concurrency)

@@ -1,0 +1,45 @@
+"""Root-mean-square norms: the plain one before every block, and Mamba-2's gated one.
+
+Glossary: `d` the normalised width. Both norms compute in float32 and cast back, so a
+bfloat16 model normalises with the same precision as a float32 one.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def rms_normalize(x: Tensor, eps: float) -> Tensor:
+    """`x / rms(x)` over the last axis, in float32."""
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+class RMSNorm(nn.Module):
+    """`weight * x / rms(x)`; the pre-norm of every block and the final norm."""
+
+    def __init__(self, d: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: Tensor) -> Tensor:  # [..., d] -> [..., d]
+        return (rms_normalize(x, self.eps) * self.weight.float()).to(x.dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """Mamba-2's output norm: gate first, then normalise, `weight * norm(y * silu(z))`.
+
+    With one group the norm runs over the whole inner width.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, y: Tensor, z: Tensor) -> Tensor:  # [..., d], [..., d] -> [..., d]
+        gated = y.float() * F.silu(z.float())
+        return (rms_normalize(gated, self.eps) * self.weight.float()).to(y.dtype)

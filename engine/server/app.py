@@ -1,0 +1,45 @@
+"""`create_app`: the engine's OpenAI-compatible server around an `AsyncEngine`.
+
+The app owns the engine loop's lifetime: it starts the loop when the server starts and shuts
+it down when the server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from engine.server.async_engine import AsyncEngine
+from engine.server.deps import ServerState
+from engine.server.errors import install_error_handlers
+from engine.server.metrics import ServerMetrics
+from engine.server.routes import chat, completions, models, ops
+
+
+def create_app(async_engine: AsyncEngine, model_name: str | None = None) -> FastAPI:
+    """`model_name` is the name clients must send (default: the engine's model config)."""
+    model_name = model_name or async_engine.engine.model_config.name
+    metrics = ServerMetrics(num_in_flight=lambda: async_engine.num_in_flight)
+    async_engine.add_finish_listener(metrics.observe_finished)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async_engine.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(async_engine.shutdown)
+
+    app = FastAPI(
+        title="Junction engine",
+        summary="OpenAI-compatible server of a hybrid attention + Mamba prefix-cache engine",
+        lifespan=lifespan,
+    )
+    app.state.server = ServerState(async_engine, model_name, metrics)
+    install_error_handlers(app)
+    for module in (completions, chat, models, ops):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,27 @@
+"""What routes get from the app: the `ServerState`, as an `Annotated` dependency."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from time import time
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from engine.server.async_engine import AsyncEngine
+from engine.server.metrics import ServerMetrics
+
+
+@dataclass(frozen=True)
+class ServerState:
+    async_engine: AsyncEngine
+    model_name: str
+    metrics: ServerMetrics
+    created: int = field(default_factory=lambda: int(time()))
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+StateDep = Annotated[ServerState, Depends(get_state)]

@@ -1,0 +1,110 @@
+"""OpenAI-style errors: `{"error": {"message", "type", "param", "code"}}` for every failure.
+
+Routes raise `OpenAIError`; FastAPI's validation errors (422), unknown paths and methods, and
+the engine's own refusals are translated into the same body, so an OpenAI client raises its
+usual `BadRequestError` and friends with the message.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from engine.server.request_stream import EngineDeadError, RequestRejected
+
+INVALID_REQUEST = "invalid_request_error"
+
+
+class OpenAIError(Exception):
+    def __init__(
+        self,
+        message: str,
+        status_code: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+        type: str = INVALID_REQUEST,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.param = param
+        self.code = code
+        self.type = type
+
+    def body(self) -> dict:
+        return error_body(self.message, self.type, self.param, self.code)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status_code)
+
+
+def error_body(
+    message: str, type: str = INVALID_REQUEST, param: str | None = None, code: str | None = None
+) -> dict:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def from_engine_error(exc: Exception) -> OpenAIError:
+    """The engine refused or could not run a request: say so as an OpenAI error."""
+    if isinstance(exc, RequestRejected):
+        return OpenAIError(str(exc), 400, code="request_rejected")
+    if isinstance(exc, EngineDeadError):
+        return OpenAIError(str(exc), 503, code="engine_dead", type="server_error")
+    return OpenAIError(f"internal error: {exc!r}", 500, type="server_error")
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _is_union_tag(part: object) -> bool:
+    """Pydantic names the member of a union it tried in the error's location."""
+    return isinstance(part, str) and ("[" in part or part in _TYPE_TAGS)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """One line a parameter: its message, or for a union the types it would have taken."""
+    by_param: dict[str | None, list[dict]] = {}
+    for error in exc.errors():
+        loc = [p for p in error.get("loc", ()) if p != "body"]
+        param = ".".join(str(p) for p in loc if not _is_union_tag(p)) or None
+        by_param.setdefault(param, []).append(error)
+    problems = []
+    for param, errors in by_param.items():
+        tags = [p for e in errors for p in e.get("loc", ()) if _is_union_tag(p)]
+        if len(errors) > 1 and len(tags) == len(errors):
+            got = type(errors[0].get("input")).__name__
+            message = f"expected one of {', '.join(tags)}, got {got}"
+        else:
+            message = "; ".join(e["msg"] for e in errors)
+        problems.append(f"{param}: {message}" if param else message)
+    return "; ".join(problems) or "invalid request", next(iter(by_param), None)
+
+
+async def _on_openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
+    return exc.response()
+
+
+async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    message, param = _validation_message(exc)
+    return OpenAIError(message, 422, param=param, code="invalid_value").response()
+
+
+async def _on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    kind = INVALID_REQUEST if exc.status_code < 500 else "server_error"
+    return JSONResponse(
+        error_body(str(exc.detail), kind), status_code=exc.status_code, headers=exc.headers
+    )
+
+
+async def _on_engine_error(request: Request, exc: Exception) -> JSONResponse:
+    return from_engine_error(exc).response()
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(OpenAIError, _on_openai_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(RequestRejected, _on_engine_error)
+    app.add_exception_handler(EngineDeadError, _on_engine_error)

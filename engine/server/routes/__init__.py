@@ -1,0 +1,1 @@
+"""One `APIRouter` per resource: completions, chat, models, and the operational endpoints."""

@@ -1,0 +1,85 @@
+"""`POST /v1/chat/completions`: messages rendered by the plain chat template, then generated
+like a completion."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from engine.model.tokenizer import ByteTokenizer, render_chat
+from engine.server.deps import StateDep
+from engine.server.errors import OpenAIError
+from engine.server.generation import Generation, check_model, sampling_params, start_generation
+from engine.server.schemas import ChatCompletionRequest, ChatMessage
+from engine.server.sse import sse_response
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+def _content(message: ChatMessage, index: int) -> str:
+    if message.content is None or isinstance(message.content, str):
+        return message.content or ""
+    texts = []
+    for part in message.content:
+        if part.type != "text" or part.text is None:
+            raise OpenAIError(
+                f"only text content parts are supported, got {part.type!r}",
+                param=f"messages.{index}.content",
+            )
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def prompt_token_ids(messages: list[ChatMessage]) -> list[int]:
+    if not messages:
+        raise OpenAIError("messages must not be empty", param="messages")
+    rendered = render_chat(
+        {"role": m.role, "content": _content(m, i)} for i, m in enumerate(messages)
+    )
+    return ByteTokenizer().encode(rendered)
+
+
+@router.post("/chat/completions")
+async def create_chat_completion(
+    body: ChatCompletionRequest, http_request: Request, state: StateDep
+):
+    check_model(body.model, state.model_name)
+    if body.logprobs:
+        raise OpenAIError("logprobs are not supported", param="logprobs")
+    max_tokens = body.max_completion_tokens
+    if max_tokens is None:
+        max_tokens = body.max_tokens
+    sampling = sampling_params(body, max_tokens)
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    generation = await start_generation(
+        state, prompt_token_ids(body.messages), sampling, body.stop_strings, completion_id
+    )
+    head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}
+    if body.stream:
+        return sse_response(_chunks(generation, head, body.include_usage))
+    text = await generation.text(http_request)
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "logprobs": None,
+        "finish_reason": generation.finish_reason,
+    }
+    return {**head, "object": "chat.completion", "choices": [choice], "usage": generation.usage}
+
+
+async def _chunks(generation: Generation, head: dict, include_usage: bool) -> AsyncIterator[dict]:
+    head = {**head, "object": "chat.completion.chunk"}
+
+    def chunk(delta: dict, finish_reason: str | None) -> dict:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**head, "choices": [choice]}
+
+    yield chunk({"role": "assistant", "content": ""}, None)
+    async for text in generation.deltas():
+        yield chunk({"content": text}, None)
+    yield chunk({}, generation.finish_reason)
+    if include_usage:
+        yield {**head, "choices": [], "usage": generation.usage}

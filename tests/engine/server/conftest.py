@@ -1,0 +1,105 @@
+"""A live engine server per test module: uvicorn on a free port in a background thread, an
+`Engine` on the `null` or `ledger` runner with small geometry, and an official OpenAI client."""
+
+from __future__ import annotations
+
+import random
+import string
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.engine import Engine
+from engine.outputs import RunnerOutput, ScheduledChunk
+from engine.runners.base import Runner
+from engine.runners.null import NullRunner
+from engine.server.app import create_app
+from engine.server.async_engine import AsyncEngine
+
+MODEL = "junction-test"
+MAX_MODEL_LEN = 4096
+
+
+def small_engine(runner: str | Runner = "null") -> Engine:
+    return Engine(
+        CacheConfig(block_size=16, mamba_block_size=64, num_blocks=512),
+        SchedulerConfig(max_num_batched_tokens=512, max_model_len=MAX_MODEL_LEN),
+        runner=runner,
+        engine_id="engine-test",
+    )
+
+
+@dataclass
+class LiveServer:
+    base_url: str
+    async_engine: AsyncEngine
+
+    def client(self, **kwargs) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key="x", max_retries=0, **kwargs)
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=10)
+
+
+def serve(engine: Engine) -> Iterator[LiveServer]:
+    async_engine = AsyncEngine(engine)
+    app = create_app(async_engine, MODEL)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield LiveServer(f"http://127.0.0.1:{port}", async_engine)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module", params=["null", "ledger"])
+def live_server(request) -> Iterator[LiveServer]:
+    yield from serve(small_engine(request.param))
+
+
+@pytest.fixture
+def client(live_server: LiveServer) -> openai.OpenAI:
+    return live_server.client()
+
+
+class SlowRunner(NullRunner):
+    """The null runner, slowed down so a request is still running when a test acts on it."""
+
+    def __init__(self, delay_s: float = 0.005) -> None:
+        super().__init__(ModelConfig())
+        self.delay_s = delay_s
+
+    def forward(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
+        time.sleep(self.delay_s)
+        return super().forward(chunks)
+
+
+def text_prompt(seed: int, length: int = 600) -> str:
+    """ASCII text of `length` bytes (so tokens), the same for the same seed."""
+    rng = random.Random(seed)
+    return "".join(rng.choice(string.ascii_letters + " ") for _ in range(length))
+
+
+def wait_until(predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

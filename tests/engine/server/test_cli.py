@@ -1,0 +1,48 @@
+"""`junction serve`'s parser, its refusal of bad geometry, and the core staying web-free."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from engine.cli import EXIT_BAD_INPUT
+from engine.server.cli import add_serve_parser, cmd_serve
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="junction")
+    add_serve_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_serve_defaults_and_options():
+    args = parse(["serve"])
+    assert (args.host, args.port, args.model_name) == ("127.0.0.1", 8000, "junction-hybrid-tiny")
+    assert args.runner == "null" and args.func is cmd_serve
+    args = parse(
+        ["serve", "--port", "9001", "--engine-id", "e7", "--control-plane", "http://cp:8080"]
+        + ["--token", "t", "--block-size", "32", "--mamba-block-size", "64", "--runner", "ledger"]
+    )
+    assert (args.port, args.engine_id, args.control_plane, args.token) == (
+        9001,
+        "e7",
+        "http://cp:8080",
+        "t",
+    )
+    assert (args.block_size, args.mamba_block_size, args.runner) == (32, 64, "ledger")
+
+
+def test_bad_geometry_is_refused_before_serving(capsys):
+    assert cmd_serve(parse(["serve", "--block-size", "0"])) == EXIT_BAD_INPUT
+    assert "block_size must be a positive integer" in capsys.readouterr().err
+
+
+def test_the_core_and_the_command_line_import_no_web_library():
+    code = (
+        "import sys, engine.engine, engine.cli, engine.server.cli; "
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'prometheus_client', 'starlette') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
