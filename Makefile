@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint bench-lookup venv demo
+.PHONY: test lint bench-lookup bench-ttft venv demo
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -27,3 +27,6 @@ demo: venv
 			--mamba-block-size 512 --prefix-match-unit 16 --junction-checkpoints \
 			--out /dev/null; \
 	done
+
+bench-ttft: venv
+	$(PY) benchmarks/ttft.py

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from engine.config import CHECKPOINT_MODES, CacheConfig, SchedulerConfig
+from engine.config import CHECKPOINT_MODES, CacheConfig, ModelConfig, SchedulerConfig
 from engine.runners import RUNNER_NAMES
 
 EXIT_BAD_INPUT = 2
@@ -50,6 +50,21 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The torch runner's model: weights from a seed or a safetensors file, device, dtype."""
+    group = parser.add_argument_group("model (torch runner)")
+    group.add_argument("--weights", default=None, help="safetensors file of the model's shape")
+    group.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    group.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
+    group.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+
+
+def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
+    return ModelConfig(
+        seed=args.seed, device=args.device, dtype=args.dtype, weights_path=args.weights
+    )
+
+
 def configs_from_args(args: argparse.Namespace) -> tuple[CacheConfig, SchedulerConfig]:
     cache = CacheConfig(
         block_size=args.block_size,
@@ -85,7 +100,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except (ValueError, TraceError) as exc:
         print(f"junction replay: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    engine = Engine(cache, scheduler, runner=args.runner)
+    try:
+        engine = Engine(cache, scheduler, model_config_from_args(args), runner=args.runner)
+    except (ValueError, OSError) as exc:
+        print(f"junction replay: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     progress = tqdm(total=len(items), unit="line", disable=args.quiet or None, file=sys.stderr)
     try:
         records, summary = replay(
@@ -125,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = commands.add_parser("replay", help="run a JSONL trace through the engine")
     rep.add_argument("trace", help="trace file, one JSON request or pin a line")
     add_cache_options(rep)
+    add_model_options(rep)
     rep.add_argument(
         "--concurrency",
         type=int,
@@ -135,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--snapshot-out", help="write the final block table here as JSON")
     rep.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     rep.set_defaults(func=cmd_replay)
+    from engine.server.cli import add_serve_parser  # after this module's names exist
+
+    add_serve_parser(commands)
     return parser
 
 

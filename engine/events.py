@@ -107,7 +107,7 @@ class BlockHashesMoved(CacheEvent):
 class BlockStateChanged(CacheEvent):
     """The blocks of one group whose state or reference count changed in a step.
 
-    Each item is `[block_id, state, ref_cnt]` with state one of free, in_use, pinned.
+    Each item is `[block_id, state, ref_cnt]` with state one of free, cached, in_use, pinned.
     """
 
     type: ClassVar[str] = "BlockStateChanged"

@@ -1,6 +1,6 @@
 """One group's physical blocks: reference counts, entries, pins and the LRU free queue.
 
-A block is exactly one of free (in the free queue, maybe still holding entries), in use
+A block is exactly one of free (in the free queue; `cached` when it still holds entries), in use
 (referenced by a request table or held by a step's copy), or pinned (held by an operator's pin;
 it may also be in use). Free blocks sit in one LRU queue per retention level; allocation takes
 the least recently freed block of the lowest level first, evicting its entries.
@@ -42,7 +42,7 @@ class Block:
             return "pinned"
         if self.ref_cnt:
             return "in_use"
-        return "free"
+        return "cached" if self.keys else "free"
 
 
 class BlockPool:

@@ -186,6 +186,8 @@ class AsyncEngine:
 
     def _apply(self, command: Any) -> None:
         if isinstance(command, _Submit):
+            if not command.admitted.set_running_or_notify_cancel():
+                return  # the caller was cancelled while waiting: never start its request
             try:
                 request = self.engine.add_request(
                     command.prompt_token_ids, command.sampling, command.request_id
@@ -206,6 +208,8 @@ class AsyncEngine:
                 entry.abort_reason = command.reason
                 self.engine.abort(command.request_id)
         elif isinstance(command, _Call):
+            if not command.result.set_running_or_notify_cancel():
+                return
             try:
                 command.result.set_result(command.fn(self.engine))
             except Exception as exc:
@@ -217,10 +221,9 @@ class AsyncEngine:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return
-            if isinstance(command, _Submit):
-                command.admitted.set_exception(dead)
-            elif isinstance(command, _Call):
-                command.result.set_exception(dead)
+            future = getattr(command, "admitted", None) or getattr(command, "result", None)
+            if future is not None and future.set_running_or_notify_cancel():
+                future.set_exception(dead)
 
     def _deliver(self) -> None:
         for request_id, entry in list(self._in_flight.items()):

@@ -10,7 +10,13 @@ import argparse
 import os
 import sys
 
-from engine.cli import EXIT_BAD_INPUT, add_cache_options, configs_from_args
+from engine.cli import (
+    EXIT_BAD_INPUT,
+    add_cache_options,
+    add_model_options,
+    configs_from_args,
+    model_config_from_args,
+)
 
 DEFAULT_MODEL_NAME = "junction-hybrid-tiny"
 
@@ -37,12 +43,15 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
     add_cache_options(serve)
-    serve.set_defaults(func=cmd_serve)
+    add_model_options(serve)
+    # a server runs the model; 512 Mamba slots keep its state pool near 200 MB by default
+    serve.set_defaults(func=cmd_serve, runner="torch", num_mamba_blocks=512)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         cache, scheduler = configs_from_args(args)
+        model = model_config_from_args(args)
     except ValueError as exc:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -59,7 +68,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from engine.server.app import create_app
     from engine.server.async_engine import AsyncEngine
 
-    engine = Engine(cache, scheduler, runner=args.runner, engine_id=args.engine_id)
+    try:
+        engine = Engine(cache, scheduler, model, runner=args.runner, engine_id=args.engine_id)
+    except (ValueError, OSError) as exc:
+        print(f"junction serve: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     app = create_app(AsyncEngine(engine), args.model_name)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -218,7 +218,7 @@ def test_unpin_returns_an_ordinary_cached_block(make_pool) -> None:
     assert not pool.is_free(pinned)
     pool.unpin(pinned)
     assert pool.is_free(pinned)
-    assert pool.blocks[pinned].state == "free"
+    assert pool.blocks[pinned].state == "cached"
     assert pool.get(key(1000 + pinned)).reason is BLOCK
     pool.check_invariants()
     # a `block` entry now: after the empty block, before the junction

@@ -72,7 +72,7 @@ def test_release_returns_blocks_to_the_free_queue_as_ordinary_cached_blocks():
     for group, block_ids in pinned.items():
         for block_id in block_ids:
             block = pools[group].blocks[block_id]
-            assert block.state == "free" and block.keys
+            assert block.state == "cached" and block.keys
             assert {pools[group].entries[k].reason.value for k in block.keys} <= {"block"}
     e.check_invariants()
 

@@ -15,7 +15,7 @@ from engine.server.request_stream import EngineDeadError
 
 router = APIRouter(tags=["ops"])
 
-BLOCK_STATES = ("free", "in_use", "pinned")  # a snapshot block's `state`
+BLOCK_STATES = ("free", "cached", "in_use", "pinned")  # a snapshot block's `state`
 
 
 @router.get("/health")

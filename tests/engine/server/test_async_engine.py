@@ -160,3 +160,21 @@ def test_an_engine_crash_reaches_the_waiting_request():
 def test_a_request_before_start_is_refused():
     with pytest.raises(EngineDeadError, match="not been started"):
         asyncio.run(run_one(AsyncEngine(small_engine()), tokens(1, 10)))
+
+
+def test_a_caller_cancelled_before_admission_starts_nothing(slow_engine):
+    async def main():
+        # the engine thread is busy stepping a long request, so the second waits in the queue
+        busy = await slow_engine.add_request(tokens(11, 100), SamplingParams(max_tokens=2000))
+        await anext(busy)
+        task = asyncio.create_task(slow_engine.add_request(tokens(12, 100), GREEDY))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        busy.abort()
+
+    asyncio.run(main())
+    assert wait_until(lambda: slow_engine.num_in_flight == 0)
+    assert asyncio.run(run_one(slow_engine, tokens(13, 20), SamplingParams(max_tokens=2)))
+    assert slow_engine.is_running
