@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.events import EventSink, ListSink
@@ -43,6 +44,8 @@ class Engine:
         self.last_output: SchedulerOutput | None = None
         self.last_result: RunnerOutput | None = None
         self.stats = EngineStats()
+        self.epoch = time.time_ns()  # an engine start is a new epoch of its event stream
+        self.step_listeners: list[Callable[[Engine], None]] = []
 
     def add_request(
         self,
@@ -62,13 +65,24 @@ class Engine:
         return request
 
     def abort(self, request_id: str) -> Request | None:
-        return self.scheduler.abort_request(request_id)
+        request = self.scheduler.abort_request(request_id)
+        self.notify_listeners()
+        return request
 
     def pin(self, pin_id: str, token_ids: Sequence[int], cache_salt: str | None = None) -> Pin:
-        return self.scheduler.add_pin(pin_id, list(token_ids), cache_salt)
+        pin = self.scheduler.add_pin(pin_id, list(token_ids), cache_salt)
+        self.notify_listeners()
+        return pin
 
     def unpin(self, pin_id: str) -> Pin:
-        return self.scheduler.remove_pin(pin_id)
+        pin = self.scheduler.remove_pin(pin_id)
+        self.notify_listeners()
+        return pin
+
+    def notify_listeners(self) -> None:
+        """Hand what changed to the step listeners (the publisher batches the sink's events)."""
+        for listener in self.step_listeners:
+            listener(self)
 
     @property
     def pins(self) -> dict[str, Pin]:
@@ -88,6 +102,7 @@ class Engine:
         self.last_result = result
         for request in finished:
             self.stats.record(request)
+        self.notify_listeners()
         return finished
 
     def run_until_done(self, max_steps: int | None = None) -> list[Request]:

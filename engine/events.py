@@ -105,15 +105,15 @@ class BlockHashesMoved(CacheEvent):
 
 @dataclass(frozen=True, slots=True)
 class BlockStateChanged(CacheEvent):
-    """The blocks of one group whose state or reference count changed in a step.
-
-    Each item is `[block_id, state, ref_cnt]` with state one of free, cached, in_use, pinned.
+    """The blocks of one group that changed in a step, each as its whole block-table row
+    (`BlockPool.row`: block_id, state, keys, token_range, is_partial, checkpoint_reason,
+    ref_cnt, pinned, last_change), so a store that applies these rows holds the engine's table.
     """
 
     type: ClassVar[str] = "BlockStateChanged"
     group_idx: int
     group: str
-    blocks: list[tuple[int, str, int]]
+    blocks: list[dict]
     step: int
 
 

@@ -85,6 +85,7 @@ class Scheduler:
         else:
             self.running.remove(request)
         self._finish(request, "abort")
+        self._emit_block_states()
         return request
 
     def add_pin(self, pin_id: str, token_ids: list[int], cache_salt: str | None = None) -> Pin:
@@ -124,6 +125,7 @@ class Scheduler:
         self.abort_request(f"pin:{pin_id}")
         release(self.coordinator, pin)
         self._emit_pin(pin)
+        self._emit_block_states()
         return pin
 
     # ------------------------------------------------------------------ schedule
@@ -420,7 +422,7 @@ class Scheduler:
                     BlockStateChanged(
                         group_idx=pool.group_idx,
                         group=pool.group,
-                        blocks=[(b.block_id, b.state, b.ref_cnt) for b in dirty],
+                        blocks=[pool.row(b) for b in dirty],
                         step=self.step_id,
                     )
                 )

@@ -36,24 +36,7 @@ def block_table_snapshot(engine: Engine) -> dict:
     groups = {}
     for name, pool in coordinator.pools.items():
         groups[name] = {"block_size": pool.block_size, "num_blocks": pool.num_blocks}
-        for block in pool.blocks:
-            entries = [pool.entries[key] for key in block.keys]
-            end = max((e.position for e in entries), default=None)
-            reason = max(entries, key=lambda e: e.reason.retention).reason if entries else None
-            blocks.append(
-                {
-                    "group": name,
-                    "block_id": block.block_id,
-                    "state": block.state,
-                    "keys": [key.hex() for key in block.keys],
-                    "token_range": [block.token_start, end] if end is not None else None,
-                    "is_partial": end is not None and end % pool.block_size != 0,
-                    "checkpoint_reason": reason.value if reason is not None else None,
-                    "ref_cnt": block.ref_cnt,
-                    "pinned": block.pin_cnt > 0,
-                    "last_change": block.last_change,
-                }
-            )
+        blocks.extend(pool.row(block) for block in pool.blocks)
     return {
         "engine_id": engine.engine_id,
         "step": engine.scheduler.step_id,

@@ -223,6 +223,7 @@ class BlockPool:
                 if why.retention > entry.reason.retention:
                     entry.reason = why
                     self._requeue(self.blocks[entry.block_id])
+                    self._touch_changed(self.blocks[entry.block_id])
                 continue
             self.entries[key] = Entry(key, block_id, position, why)
             block.keys.append(key)
@@ -276,6 +277,24 @@ class BlockPool:
                 dst_block_id=dst_id,
             )
         )
+
+    def row(self, block: Block) -> dict:
+        """The block as the block table shows it (the snapshot's and the store's row)."""
+        entries = [self.entries[key] for key in block.keys]
+        end = max((e.position for e in entries), default=None)
+        reason = max(entries, key=lambda e: e.reason.retention).reason if entries else None
+        return {
+            "group": self.group,
+            "block_id": block.block_id,
+            "state": block.state,
+            "keys": [key.hex() for key in block.keys],
+            "token_range": [block.token_start, end] if end is not None else None,
+            "is_partial": end is not None and end % self.block_size != 0,
+            "checkpoint_reason": reason.value if reason is not None else None,
+            "ref_cnt": block.ref_cnt,
+            "pinned": block.pin_cnt > 0,
+            "last_change": block.last_change,
+        }
 
     def take_dirty(self) -> list[Block]:
         dirty = [self.blocks[i] for i in sorted(self.dirty)]

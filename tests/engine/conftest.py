@@ -8,9 +8,19 @@ import pytest
 
 from engine.cache.coordinator import HybridCoordinator
 from engine.cache.entry import CheckpointReason
-from engine.config import CacheConfig
+from engine.config import CacheConfig, ModelConfig
 from engine.events import ListSink
 from engine.hashing import hash_prefix
+
+#: A hybrid model small enough for many CPU runs: 4 layers, one of them attention.
+TINY_MODEL = ModelConfig(
+    num_layers=4,
+    num_attention_layers=1,
+    d_model=64,
+    num_heads=4,
+    num_kv_heads=2,
+    extra={"d_state": 16},
+)
 
 
 def tokens(seed: int, length: int) -> list[int]:

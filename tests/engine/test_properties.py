@@ -61,6 +61,10 @@ def workloads(draw):
     return submissions
 
 
+def initial_rows(config: CacheConfig) -> list[dict]:
+    return Engine(config, runner="null").snapshot()["blocks"]
+
+
 def _bound_extensions(submissions: list[Submission]) -> list[Submission]:
     """Chains of extensions grow without bound; cap them so the pools stay small."""
     out, chain = [], 0
@@ -109,6 +113,13 @@ def test_random_traces_keep_invariants_and_reuse_only_true_prefixes(
         assert request.num_cached_tokens <= shared, (request.request_id, shared)
         assert request.num_cached_tokens <= request.num_prompt_tokens - 1
         earlier.append(request.all_token_ids)
+
+    # the per-step block rows, applied over the initial table, rebuild the engine's own table
+    mirror = {(b["group"], b["block_id"]): b for b in initial_rows(config)}
+    for ev in events:
+        if ev.type == "BlockStateChanged":
+            mirror.update(((row["group"], row["block_id"]), row) for row in ev.blocks)
+    assert list(mirror.values()) == engine.snapshot()["blocks"]
 
     # the cache changes nothing a model computes: same tokens with the cache off
     reference = Engine(

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.runners.torch_runner import TorchRunner
-from tests.engine.conftest import tokens
+from tests.engine.conftest import TINY_MODEL, tokens
 
-MODEL = ModelConfig(
-    num_layers=4,
-    num_attention_layers=2,
-    d_model=64,
-    num_heads=4,
-    num_kv_heads=2,
-    extra={"d_state": 16},
-)
+MODEL = replace(TINY_MODEL, num_attention_layers=2)
 CACHE = CacheConfig(
     block_size=8, mamba_block_size=16, prefix_match_unit=2, num_blocks=64, num_mamba_blocks=32
 )

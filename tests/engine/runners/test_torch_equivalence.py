@@ -18,16 +18,10 @@ from hypothesis import strategies as st
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.runners.torch_runner import TorchRunner
+from tests.engine.conftest import TINY_MODEL
 from tests.engine.ledger_harness import Harness, Submission, sized_pools
 
-SMALL_MODEL = ModelConfig(
-    num_layers=4,
-    num_attention_layers=1,
-    d_model=64,
-    num_heads=4,
-    num_kv_heads=2,
-    extra={"d_state": 16},
-)
+SMALL_MODEL = TINY_MODEL
 
 
 def run_trace(

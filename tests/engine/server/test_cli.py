@@ -19,7 +19,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def test_serve_defaults_and_options():
     args = parse(["serve"])
     assert (args.host, args.port, args.model_name) == ("127.0.0.1", 8000, "junction-hybrid-tiny")
-    assert args.runner == "null" and args.func is cmd_serve
+    assert args.runner == "torch" and args.num_mamba_blocks == 512 and args.func is cmd_serve
     args = parse(
         ["serve", "--port", "9001", "--engine-id", "e7", "--control-plane", "http://cp:8080"]
         + ["--token", "t", "--block-size", "32", "--mamba-block-size", "64", "--runner", "ledger"]

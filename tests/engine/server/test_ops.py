@@ -74,7 +74,7 @@ def test_debug_blocks_is_the_snapshot_with_filters(client, live_server):
     with live_server.http() as http:
         whole = http.get("/debug/blocks").json()
         mamba = http.get("/debug/blocks", params={"group": "mamba"}).json()
-        free = http.get("/debug/blocks", params={"group": "attention", "state": "free"}).json()
+        free = http.get("/debug/blocks", params={"group": "attention", "state": "cached"}).json()
         bad_group = http.get("/debug/blocks", params={"group": "kv"})
         bad_state = http.get("/debug/blocks", params={"state": "hot"})
     assert set(whole) == {"engine_id", "step", "geometry", "groups", "blocks"}
@@ -87,8 +87,8 @@ def test_debug_blocks_is_the_snapshot_with_filters(client, live_server):
     block = whole["blocks"][0]
     assert set(block) >= {"group", "block_id", "state", "keys", "token_range", "ref_cnt"}
     assert {b["group"] for b in mamba["blocks"]} == {"mamba"} and len(mamba["blocks"]) == 512
-    assert all(b["group"] == "attention" and b["state"] == "free" for b in free["blocks"])
-    assert any(b["keys"] for b in free["blocks"])  # free blocks still holding cached entries
+    assert all(b["group"] == "attention" and b["state"] == "cached" for b in free["blocks"])
+    assert free["blocks"] and all(b["keys"] for b in free["blocks"])  # free, still cached
     assert (
         bad_group.status_code == 400
         and "choose one of attention, mamba" in (bad_group.json()["error"]["message"])

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.runners.torch_runner import TorchRunner
+from tests.engine.conftest import TINY_MODEL
 from tests.engine.server.conftest import MODEL, serve
 
-TINY = ModelConfig(num_layers=4, num_attention_layers=1, d_model=64, num_heads=4, num_kv_heads=2)
+TINY = TINY_MODEL
 SYSTEM = "You are Junction's test assistant. Answer in one short sentence. " * 4
 
 
