@@ -42,6 +42,7 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.pins: dict[str, Pin] = {}
         self.step_id = 0
+        self._refused: list[Request] = []  # finished while scheduling: update() returns them
 
     # ------------------------------------------------------------------ intake
     def add_request(self, request: Request) -> None:
@@ -236,6 +237,8 @@ class Scheduler:
                 if not self.running and not out.chunks:
                     self.waiting.popleft()
                     self._finish(request, "capacity")
+                    if not request.is_pin:
+                        self._refused.append(request)
                     continue
                 break
             self.waiting.popleft()
@@ -322,7 +325,7 @@ class Scheduler:
     def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[Request]:
         """Register what the step computed, take sampled tokens, and finish requests."""
         coordinator = self.coordinator
-        finished: list[Request] = []
+        finished, self._refused = self._refused, []
         now = time.time()
         for chunk in out.chunks:
             request = self.requests[chunk.request_id]

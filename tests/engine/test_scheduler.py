@@ -106,3 +106,17 @@ def test_junction_checkpoint_is_the_attention_match_at_unit_granularity():
     assert b.hit_tokens_by_group["attention"] == 560
     assert 560 in b.checkpoints
     assert c.num_cached_tokens == 560
+
+
+def test_a_request_that_cannot_fit_beside_pins_finishes_with_capacity():
+    """Pins took blocks after the request was accepted: it is refused, not retried forever."""
+    e = make(
+        block_size=16, prefix_match_unit=16, num_blocks=40, mamba_block_size=64, pin_max_share=0.5
+    )
+    request = e.add_request(tokens(11, 600), SamplingParams(max_tokens=1))  # 38 + 1 blocks
+    pin = e.pin("big", tokens(12, 300))
+    e.scheduler.waiting.rotate(1)  # the pin materializes first
+    finished = e.run_until_done(max_steps=50)
+    assert pin.state.value == "materialized"
+    assert request.finish_reason == "capacity"
+    assert request in finished
