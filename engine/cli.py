@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from engine.config import CHECKPOINT_MODES, CacheConfig, ModelConfig, SchedulerConfig
@@ -101,10 +102,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"junction replay: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        engine = Engine(cache, scheduler, model_config_from_args(args), runner=args.runner)
+        engine = Engine(
+            cache,
+            scheduler,
+            model_config_from_args(args),
+            runner=args.runner,
+            engine_id=args.engine_id,
+        )
     except (ValueError, OSError) as exc:
         print(f"junction replay: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    publisher = None
+    if args.control_plane:
+        publisher = make_publisher(args, engine.model_config.name)
+        if publisher is None:
+            return EXIT_BAD_INPUT
+        publisher.attach(engine)
     progress = tqdm(total=len(items), unit="line", disable=args.quiet or None, file=sys.stderr)
     try:
         records, summary = replay(
@@ -118,6 +131,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     finally:
         progress.close()
+        if publisher is not None:
+            finish_publishing(publisher, args.flush_timeout, args.quiet)
     if args.snapshot_out:
         write_atomically(args.snapshot_out, [json.dumps(engine.snapshot()) + "\n"])
     if args.out:
@@ -133,6 +148,49 @@ def cmd_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def make_publisher(args: argparse.Namespace, model_name: str):
+    """An `EventPublisher` to `--control-plane` (not yet attached), or None and a message when
+    the options are wrong. Imported here: the command line stays web-free."""
+    from engine.server.publisher import EventPublisher
+
+    if not args.token:
+        print(
+            f"junction {args.command}: --control-plane needs --token (or JUNCTION_API_TOKEN)",
+            file=sys.stderr,
+        )
+        return None
+    try:
+        publisher = EventPublisher(args.control_plane, args.token, model={"name": model_name})
+    except ValueError as exc:
+        print(f"junction {args.command}: {exc}", file=sys.stderr)
+        return None
+    return publisher
+
+
+def finish_publishing(publisher, timeout_s: float, quiet: bool) -> None:
+    """Wait (up to `timeout_s`) for the control plane to acknowledge every event, then stop."""
+    try:
+        if not quiet:
+            print(
+                f"junction replay: waiting up to {timeout_s:g}s for the control plane to "
+                f"acknowledge {publisher.stats().num_buffered} event frames",
+                file=sys.stderr,
+            )
+        if publisher.flush(timeout_s):
+            if not quiet:
+                print("junction replay: the control plane has every event", file=sys.stderr)
+            return
+        stats = publisher.stats()
+        print(
+            f"junction replay: warning: {stats.num_buffered} event frames were not acknowledged "
+            f"by the control plane at {publisher.url} within {timeout_s:g}s (last error: "
+            f"{stats.last_error or 'none'}); its block table is behind this replay",
+            file=sys.stderr,
+        )
+    finally:
+        publisher.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,10 +212,30 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", help="write the per-request JSON lines here (default: stdout)")
     rep.add_argument("--snapshot-out", help="write the final block table here as JSON")
     rep.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    rep.add_argument("--engine-id", default="engine-0", help="this engine's id in events")
+    rep.add_argument(
+        "--control-plane",
+        default=os.environ.get("JUNCTION_CONTROL_PLANE_URL"),
+        help="control plane URL to stream cache events to (env JUNCTION_CONTROL_PLANE_URL)",
+    )
+    rep.add_argument(
+        "--token",
+        default=os.environ.get("JUNCTION_API_TOKEN"),
+        help="bearer token for the control plane (env JUNCTION_API_TOKEN)",
+    )
+    rep.add_argument(
+        "--flush-timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait at the end for the control plane to acknowledge every event",
+    )
     rep.set_defaults(func=cmd_replay)
     from engine.server.cli import add_serve_parser  # after this module's names exist
 
     add_serve_parser(commands)
+    from api.cli import add_api_parser
+
+    add_api_parser(commands)
     return parser
 
 

@@ -15,6 +15,7 @@ from engine.cli import (
     add_cache_options,
     add_model_options,
     configs_from_args,
+    make_publisher,
     model_config_from_args,
 )
 
@@ -55,12 +56,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    publisher = None
     if args.control_plane:
-        print(
-            f"junction serve: streaming events to the control plane ({args.control_plane}) "
-            "is not built yet; serving without it",
-            file=sys.stderr,
-        )
+        publisher = make_publisher(args, args.model_name)
+        if publisher is None:
+            return EXIT_BAD_INPUT
 
     import uvicorn
 
@@ -73,6 +73,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    app = create_app(AsyncEngine(engine), args.model_name)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    async_engine = AsyncEngine(engine)
+    if publisher is not None:
+        # the listener runs on the engine loop's thread; `call` reaches it while it is idle
+        publisher.attach(engine, call_on_engine=async_engine.call)
+        print(f"junction serve: streaming cache events to {publisher.url}", file=sys.stderr)
+    app = create_app(async_engine, args.model_name)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if publisher is not None:
+            close_publisher(publisher)
     return 0
+
+
+def close_publisher(publisher, timeout_s: float = 5.0) -> None:
+    """After the engine loop stopped: a last flush of its events, then stop streaming."""
+    try:
+        if not publisher.flush(timeout_s):
+            stats = publisher.stats()
+            print(
+                f"junction serve: warning: {stats.num_buffered} event frames were not "
+                f"acknowledged by the control plane (last error: {stats.last_error or 'none'})",
+                file=sys.stderr,
+            )
+    finally:
+        publisher.close()

@@ -1,0 +1,1 @@
+"""Junction's control plane: the store of every engine's cache events, behind a REST API."""

@@ -1,0 +1,267 @@
+"""Applying the engine's frames to the store: plain functions over a `Session`.
+
+Each function is one transaction: it commits what the frame means, or raises and leaves the
+store as it was. The seq bookkeeping is `Engine.next_seq`, per engine and epoch:
+
+- `apply_hello`: an epoch other than the stored one is a restarted engine: its block rows go,
+  its engine-reported pins are released, and `next_seq` starts at 0. The same epoch (a
+  reconnect) keeps `next_seq`, so the engine resends from there.
+- `apply_batch`: `seq < next_seq` was committed before: acknowledged, not applied again.
+  `seq == next_seq`: stored and applied, `next_seq += 1`. `seq > next_seq` is a gap the
+  engine must fill (resend or snapshot): `CLOSE_FUTURE_SEQ`.
+- `apply_snapshot`: any `seq >= next_seq` replaces the engine's block rows and pins and sets
+  `next_seq = seq + 1`; an older snapshot is acknowledged and dropped.
+
+Only `BlockStateChanged` (whole block rows), `RequestFinished` and `PinUpdated` change tables
+besides `event_batches`; the other events are kept in their batch for readers of `/events`.
+Rows go in with one statement per table (`api.bulk`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from pydantic import TypeAdapter
+from sqlalchemy import Table, delete, insert, update
+from sqlalchemy.exc import DataError
+from sqlalchemy.orm import Session
+
+from api import bulk
+from api.models import Block, Engine, EventBatch, HitRateBucket, Pin, Request, utcnow
+from engine.wire import (
+    CLOSE_BAD_FRAME,
+    CLOSE_FUTURE_SEQ,
+    CLOSE_WRONG_ENGINE,
+    Ack,
+    Batch,
+    BlockRow,
+    BlockStateChanged,
+    Event,
+    Hello,
+    PinUpdated,
+    RequestFinished,
+    Snapshot,
+    Welcome,
+    WireError,
+)
+
+BLOCKS: Table = Block.__table__
+PINS: Table = Pin.__table__
+REQUESTS: Table = Request.__table__
+BUCKETS: Table = HitRateBucket.__table__
+BATCHES: Table = EventBatch.__table__
+BUCKET_COUNTERS = (
+    "num_requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "attention_hit_tokens",
+    "mamba_hit_tokens",
+    "computed_tokens",
+)
+#: Pin states an engine reports; a pin in one of them that the engine no longer holds is gone.
+ENGINE_PIN_STATES = ("pending", "materialized")
+EVENT_LIST = TypeAdapter(list[Event])
+
+
+class Applied(NamedTuple):
+    ack: Ack
+    is_duplicate: bool
+    num_events: int
+
+
+@contextmanager
+def transaction(session: Session) -> Iterator[None]:
+    """Commit, or roll back and raise; a value the store cannot hold (an integer beyond 64
+    bits) is the frame's fault, a `WireError`."""
+    try:
+        yield
+        session.commit()
+    except (DataError, OverflowError) as exc:
+        session.rollback()
+        detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise WireError(CLOSE_BAD_FRAME, f"the store cannot hold a value: {detail}") from exc
+    except BaseException:
+        session.rollback()
+        raise
+
+
+# ---------------------------------------------------------------------------- frames
+def apply_hello(session: Session, hello: Hello) -> Welcome:
+    with transaction(session):
+        now = utcnow()
+        engine = session.get(Engine, hello.engine_id, with_for_update=True, populate_existing=True)
+        if engine is None:
+            engine = Engine(engine_id=hello.engine_id, epoch=hello.epoch, next_seq=0)
+            engine.first_seen = now
+            session.add(engine)
+        elif engine.epoch != hello.epoch:
+            session.execute(delete(Block).where(Block.engine_id == hello.engine_id))
+            _release_pins(
+                session, hello.engine_id, set(), f"engine restarted (epoch {hello.epoch})"
+            )
+            engine.epoch = hello.epoch
+            engine.next_seq = 0
+        engine.geometry = dict(hello.geometry)
+        engine.model = dict(hello.model)
+        engine.connected = True
+        engine.last_seen = now
+        return Welcome(epoch=engine.epoch, next_seq=engine.next_seq)
+
+
+def apply_batch(session: Session, hello: Hello, batch: Batch, bucket_s: int = 60) -> Applied:
+    with transaction(session):
+        engine = _locked_engine(session, hello, batch)
+        if batch.seq < engine.next_seq:
+            return Applied(Ack(seq=batch.seq), True, 0)
+        if batch.seq > engine.next_seq:
+            raise WireError(CLOSE_FUTURE_SEQ, f"expected seq {engine.next_seq}, got {batch.seq}")
+        session.execute(
+            insert(BATCHES).values(events=bulk.raw_json(session, "events_json")),
+            {
+                "engine_id": batch.engine_id,
+                "epoch": batch.epoch,
+                "seq": batch.seq,
+                "ts": batch.ts,
+                "received_at": utcnow(),
+                "num_events": len(batch.events),
+                "events_json": EVENT_LIST.dump_json(batch.events).decode(),
+            },
+        )
+        rows: dict[tuple[str, int], BlockRow] = {}  # the last row of each block wins
+        finished: list[RequestFinished] = []
+        pins: dict[str, PinUpdated] = {}
+        for event in batch.events:
+            if isinstance(event, BlockStateChanged):
+                rows.update(((row.group, row.block_id), row) for row in event.blocks)
+            elif isinstance(event, RequestFinished):
+                finished.append(event)
+            elif isinstance(event, PinUpdated):
+                pins[event.pin_id] = event
+        bulk.upsert(session, BLOCKS, [_block_values(batch.engine_id, r) for r in rows.values()])
+        _insert_requests(session, batch.engine_id, batch.epoch, finished, bucket_s)
+        bulk.upsert(session, PINS, [_pin_values(batch.engine_id, p) for p in pins.values()])
+        engine.next_seq = batch.seq + 1
+        engine.last_seen = utcnow()
+        return Applied(Ack(seq=batch.seq), False, len(batch.events))
+
+
+def apply_snapshot(session: Session, hello: Hello, snapshot: Snapshot) -> Applied:
+    with transaction(session):
+        engine = _locked_engine(session, hello, snapshot)
+        if snapshot.seq < engine.next_seq:
+            return Applied(Ack(seq=snapshot.seq), True, 0)
+        rows = {(row.group, row.block_id): row for row in snapshot.blocks}
+        session.execute(delete(Block).where(Block.engine_id == snapshot.engine_id))
+        bulk.insert_rows(
+            session, BLOCKS, [_block_values(snapshot.engine_id, r) for r in rows.values()]
+        )
+        pins = {pin.pin_id: pin for pin in snapshot.pins}
+        bulk.upsert(session, PINS, [_pin_values(snapshot.engine_id, p) for p in pins.values()])
+        _release_pins(session, snapshot.engine_id, set(pins), f"not in snapshot {snapshot.seq}")
+        engine.next_seq = snapshot.seq + 1
+        engine.last_seen = utcnow()
+        return Applied(Ack(seq=snapshot.seq), False, 0)
+
+
+def mark_disconnected(session: Session, engine_id: str, epoch: int) -> None:
+    with transaction(session):
+        session.execute(
+            update(Engine)
+            .where(Engine.engine_id == engine_id, Engine.epoch == epoch)
+            .values(connected=False, last_seen=utcnow())
+        )
+
+
+# ---------------------------------------------------------------------------- helpers
+def _locked_engine(session: Session, hello: Hello, frame: Batch | Snapshot) -> Engine:
+    """The connection's engine row, locked (PostgreSQL) so two sockets of one engine cannot
+    both take the same seq; raises when the frame or the connection is not this engine's."""
+    if frame.engine_id != hello.engine_id:
+        raise WireError(
+            CLOSE_WRONG_ENGINE,
+            f"{frame.type} for engine {frame.engine_id!r} on the connection of "
+            f"engine {hello.engine_id!r}",
+        )
+    if frame.epoch != hello.epoch:
+        raise WireError(
+            CLOSE_WRONG_ENGINE,
+            f"{frame.type} of epoch {frame.epoch} on a connection of epoch {hello.epoch}",
+        )
+    engine = session.get(Engine, hello.engine_id, with_for_update=True, populate_existing=True)
+    if engine is None:
+        raise WireError(CLOSE_WRONG_ENGINE, f"engine {hello.engine_id!r} is not registered")
+    if engine.epoch != hello.epoch:
+        raise WireError(
+            CLOSE_WRONG_ENGINE,
+            f"epoch {hello.epoch} of engine {hello.engine_id!r} was superseded by {engine.epoch}",
+        )
+    return engine
+
+
+def _block_values(engine_id: str, row: BlockRow) -> dict:
+    start, end = row.token_range if row.token_range is not None else (None, None)
+    return {
+        "engine_id": engine_id,
+        "group": row.group,
+        "block_id": row.block_id,
+        "state": row.state,
+        "keys": list(row.keys),
+        "token_start": start,
+        "token_end": end,
+        "is_partial": row.is_partial,
+        "checkpoint_reason": row.checkpoint_reason,
+        "ref_cnt": row.ref_cnt,
+        "pinned": row.pinned,
+        "last_change": row.last_change,
+    }
+
+
+def _pin_values(engine_id: str, pin: PinUpdated) -> dict:
+    return {
+        "pin_id": pin.pin_id,
+        "engine_id": engine_id,
+        "state": pin.state,
+        "boundary": pin.boundary,
+        "num_tokens": pin.num_tokens,
+        "keys": dict(pin.keys),
+        "block_ids": {group: list(ids) for group, ids in pin.block_ids.items()},
+        "reason": pin.reason,
+        "updated_at": utcnow(),
+    }
+
+
+def _insert_requests(
+    session: Session, engine_id: str, epoch: int, finished: list[RequestFinished], bucket_s: int
+) -> None:
+    if not finished:
+        return
+    values = []
+    buckets: dict[int, dict] = {}
+    for event in finished:
+        row = event.model_dump(mode="json", exclude={"type"})
+        values.append({"engine_id": engine_id, "epoch": epoch, **row})
+        start = math.floor(event.finished_ts / bucket_s) * bucket_s
+        bucket = buckets.setdefault(
+            start,
+            {"engine_id": engine_id, "bucket_start": start, "bucket_s": bucket_s}
+            | dict.fromkeys(BUCKET_COUNTERS, 0),
+        )
+        bucket["num_requests"] += 1
+        bucket["prompt_tokens"] += event.num_prompt_tokens
+        bucket["cached_tokens"] += event.num_cached_tokens
+        bucket["attention_hit_tokens"] += event.hit_tokens_by_group.get("attention", 0)
+        bucket["mamba_hit_tokens"] += event.hit_tokens_by_group.get("mamba", 0)
+        bucket["computed_tokens"] += event.num_computed_tokens
+    bulk.insert_rows(session, REQUESTS, values)
+    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=BUCKET_COUNTERS)
+
+
+def _release_pins(session: Session, engine_id: str, keep: set[str], reason: str) -> None:
+    """Pins this engine reported as held that it holds no longer (a restart, a snapshot)."""
+    stmt = update(Pin).where(Pin.engine_id == engine_id, Pin.state.in_(ENGINE_PIN_STATES))
+    if keep:
+        stmt = stmt.where(Pin.pin_id.not_in(keep))
+    session.execute(stmt.values(state="released", reason=reason, updated_at=utcnow()))

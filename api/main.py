@@ -1,0 +1,64 @@
+"""The control plane's FastAPI app: `create_app()` builds it (the routers, the state)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy import update
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.models import Engine
+from api.routes import blocks, engines, events, health, hit_rate, ingest, requests
+from api.settings import Settings, get_settings
+from api.state import AppState
+
+log = logging.getLogger(__name__)
+API_PREFIX = "/api/v1"
+DESCRIPTION = """\
+Engines stream their cache events to the websocket **`/api/v1/ingest`** (not listed below:
+OpenAPI has no websockets). Send `Authorization: Bearer <JUNCTION_API_TOKEN>` (or `?token=`),
+then the frames of `engine.wire`: `hello` (answered by `welcome {epoch, next_seq}`), then
+`batch` and `snapshot` frames, each answered by `ack {seq}` once committed. Bad input closes
+the socket: 4401 token, 4400 bad frame, 4409 another engine or epoch, 4422 a seq from the
+future, 1009 too big. Reads are open; writes need the bearer token.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app over `settings`' database (default: `get_settings()`); the schema must exist
+    (`alembic upgrade head`, which `junction api` runs first)."""
+    state = AppState.from_settings(settings or get_settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        forget_connections(state)
+        yield
+        state.db.dispose()
+
+    app = FastAPI(
+        title="Junction control plane",
+        version="1",
+        summary="The store of every engine's prefix-cache events, and a REST API over it.",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.junction = state
+    for module in (engines, blocks, requests, hit_rate, events, ingest):
+        app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(health.router)
+    return app
+
+
+def forget_connections(state: AppState) -> None:
+    """No engine is connected to an app that is starting: clear what a previous run that
+    stopped without saying goodbye left marked."""
+    try:
+        with state.sessions() as session, session.begin():
+            session.execute(update(Engine).values(connected=False))
+    except SQLAlchemyError as exc:
+        log.warning(
+            "could not reset the engines' connected flags (is the schema migrated?): %s", exc
+        )

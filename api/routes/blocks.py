@@ -1,0 +1,63 @@
+"""An engine's block table as the store holds it, in `BlockPool.row`'s shape."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+from sqlalchemy import func, select
+
+from api.deps import EngineDep, SessionDep
+from api.models import Block
+from api.schemas import BlockOut, BlockPage
+
+router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"])
+MAX_LIMIT = 10_000
+
+
+@router.get("", response_model=BlockPage)
+def list_blocks(
+    engine: EngineDep,
+    session: SessionDep,
+    group: Literal["attention", "mamba"] | None = None,
+    state: Literal["free", "cached", "in_use", "pinned"] | None = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
+) -> BlockPage:
+    """Rows ordered by group, then block id; `group` and `state` filter them."""
+    where = [Block.engine_id == engine.engine_id]
+    if group is not None:
+        where.append(Block.group == group)
+    if state is not None:
+        where.append(Block.state == state)
+    total = session.scalar(select(func.count()).select_from(Block).where(*where))
+    rows = session.scalars(
+        select(Block)
+        .where(*where)
+        .order_by(Block.group, Block.block_id)
+        .offset(offset)
+        .limit(limit)
+    )
+    return BlockPage(
+        engine_id=engine.engine_id,
+        total=total,
+        offset=offset,
+        limit=limit,
+        blocks=[block_out(row) for row in rows],
+    )
+
+
+def block_out(row: Block) -> BlockOut:
+    token_range = (row.token_start, row.token_end) if row.token_end is not None else None
+    return BlockOut(
+        group=row.group,
+        block_id=row.block_id,
+        state=row.state,
+        keys=row.keys,
+        token_range=token_range,
+        is_partial=row.is_partial,
+        checkpoint_reason=row.checkpoint_reason,
+        ref_cnt=row.ref_cnt,
+        pinned=row.pinned,
+        last_change=row.last_change,
+    )

@@ -1,0 +1,68 @@
+"""Engines: what each last said in its hello, and its cache usage from the stored rows."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+from sqlalchemy import delete, func, select
+
+from api.deps import EngineDep, RequireToken, SessionDep, StateDep
+from api.models import Block, Engine, EventBatch, HitRateBucket, Request
+from api.schemas import EngineDetail, EngineOut, GroupUsage
+
+router = APIRouter(prefix="/engines", tags=["engines"])
+GROUPS = ("attention", "mamba")
+STATES = ("free", "cached", "in_use", "pinned")
+
+
+@router.get("", response_model=list[EngineOut])
+def list_engines(session: SessionDep) -> list[Engine]:
+    return list(session.scalars(select(Engine).order_by(Engine.engine_id)))
+
+
+@router.get("/{engine_id}", response_model=EngineDetail)
+def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
+    counts = session.execute(
+        select(Block.group, Block.state, func.count())
+        .where(Block.engine_id == engine.engine_id)
+        .group_by(Block.group, Block.state)
+    ).all()
+    by_group: dict[str, dict[str, int]] = {group: dict.fromkeys(STATES, 0) for group in GROUPS}
+    for group, state, count in counts:
+        by_group.setdefault(group, dict.fromkeys(STATES, 0))[state] = count
+    num_requests = session.scalar(
+        select(func.count()).select_from(Request).where(Request.engine_id == engine.engine_id)
+    )
+    cache = {
+        group: _usage(states, engine.geometry.get("groups", {}).get(group, {}).get("num_blocks"))
+        for group, states in by_group.items()
+    }
+    return EngineDetail(
+        **EngineOut.model_validate(engine).model_dump(), cache=cache, num_requests=num_requests
+    )
+
+
+@router.delete("/{engine_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_engine(engine: EngineDep, session: SessionDep, state: StateDep, _: RequireToken) -> None:
+    """Forget an engine that is gone: its rows, batches, requests and buckets (pins stay)."""
+    if engine.engine_id in state.registry:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"engine {engine.engine_id!r} is connected; stop it first"
+        )
+    for table in (Block, EventBatch, Request, HitRateBucket):
+        session.execute(delete(table).where(table.engine_id == engine.engine_id))
+    session.delete(engine)
+    session.commit()
+
+
+def _usage(states: dict[str, int], num_blocks: int | None) -> GroupUsage:
+    num_held = states["cached"] + states["in_use"] + states["pinned"]
+    if not isinstance(num_blocks, int) or num_blocks < num_held + states["free"]:
+        num_blocks = num_held + states["free"]
+    return GroupUsage(
+        num_blocks=num_blocks,
+        num_free=num_blocks - num_held,
+        num_cached=states["cached"],
+        num_in_use=states["in_use"],
+        num_pinned=states["pinned"],
+        usage=(states["in_use"] + states["pinned"]) / num_blocks if num_blocks else 0.0,
+    )

@@ -1,0 +1,57 @@
+"""Hit rates over time: the `RequestFinished` totals of each time bucket."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+from sqlalchemy import select
+
+from api.deps import EngineDep, SessionDep
+from api.models import HitRateBucket
+from api.schemas import HitRateBucketOut, HitRateOut, HitRateTotals
+
+router = APIRouter(prefix="/engines/{engine_id}/hit-rate", tags=["hit-rate"])
+COUNTERS = ("num_requests", "prompt_tokens", "cached_tokens", "computed_tokens")
+
+
+@router.get("", response_model=HitRateOut)
+def get_hit_rate(
+    engine: EngineDep,
+    session: SessionDep,
+    since: float | None = None,
+    until: float | None = None,
+) -> HitRateOut:
+    """Buckets that overlap `[since, until)` (unix seconds), oldest first, and their total."""
+    if since is not None and until is not None and since > until:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST, f"since ({since}) is after until ({until})"
+        )
+    stmt = select(HitRateBucket).where(HitRateBucket.engine_id == engine.engine_id)
+    if since is not None:
+        stmt = stmt.where(HitRateBucket.bucket_start + HitRateBucket.bucket_s > since)
+    if until is not None:
+        stmt = stmt.where(HitRateBucket.bucket_start < until)
+    rows = list(session.scalars(stmt.order_by(HitRateBucket.bucket_start)))
+    buckets = [
+        HitRateBucketOut(
+            bucket_start=row.bucket_start, bucket_s=row.bucket_s, **_totals([row]).model_dump()
+        )
+        for row in rows
+    ]
+    return HitRateOut(
+        engine_id=engine.engine_id, since=since, until=until, total=_totals(rows), buckets=buckets
+    )
+
+
+def _totals(rows: list[HitRateBucket]) -> HitRateTotals:
+    sums = {name: sum(getattr(row, name) for row in rows) for name in COUNTERS}
+    hits = {
+        "attention": sum(row.attention_hit_tokens for row in rows),
+        "mamba": sum(row.mamba_hit_tokens for row in rows),
+    }
+    prompt = sums["prompt_tokens"]
+    return HitRateTotals(
+        **sums,
+        hit_tokens_by_group=hits,
+        hit_rate=sums["cached_tokens"] / prompt if prompt else 0.0,
+        hit_rate_by_group={group: hit / prompt if prompt else 0.0 for group, hit in hits.items()},
+    )

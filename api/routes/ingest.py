@@ -1,0 +1,191 @@
+"""The ingest socket: engines stream their event batches here (protocol: `engine.wire`).
+
+Per connection: the bearer token (header, or `?token=` for browsers), then a hello answered by
+a welcome, then batches and snapshots, each committed before its ack. Bad input closes the
+socket with the wire's close code and a reason, is logged, and leaves the store unchanged
+(the frame's transaction rolls back). Replies use the encoding of the engine's hello.
+
+Frames are committed one at a time, in order; the frames behind the one being committed are
+decoded meanwhile (in worker threads), so validation overlaps the database's work. A frame
+that fails to decode is answered when its turn comes, after the frames before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import NamedTuple
+
+import anyio
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import StateDep, bearer_token, is_valid_token
+from api.ingest import Applied, apply_batch, apply_hello, apply_snapshot, mark_disconnected
+from api.registry import Connection
+from api.state import AppState
+from engine.wire import (
+    CLOSE_BAD_FRAME,
+    CLOSE_UNAUTHORIZED,
+    Batch,
+    Hello,
+    Snapshot,
+    Welcome,
+    WireError,
+    decode,
+)
+
+router = APIRouter(tags=["ingest"])
+log = logging.getLogger(__name__)
+CLOSE_INTERNAL = 1011
+MAX_REASON_BYTES = 123  # a close frame's reason must fit in 125 bytes with its code
+DECODE_AHEAD = 4  # frames decoded ahead of the one being committed
+
+
+class Pending(NamedTuple):
+    received: float  # perf_counter() at arrival: the ingest latency runs from here to the ack
+    frame: asyncio.Future  # the decoded frame, or the WireError that decoding raised
+
+
+@router.websocket("/ingest")
+async def ingest(websocket: WebSocket, state: StateDep) -> None:
+    await websocket.accept()  # accept first, so a refusal can carry a close code and reason
+    token = bearer_token(websocket.headers.get("authorization"))
+    token = token or websocket.query_params.get("token")
+    peer = f"{websocket.client.host}:{websocket.client.port}" if websocket.client else "?"
+    if not is_valid_token(state, token):
+        reason = "missing bearer token" if token is None else "wrong bearer token"
+        await _reject(state, websocket, WireError(CLOSE_UNAUTHORIZED, reason), f"at {peer}")
+        return
+    hello: Hello | None = None
+    connection: Connection | None = None
+    try:
+        data = await _receive(websocket)
+        if data is None:
+            return
+        hello, welcome = await run_in_threadpool(_hello, state, data)
+        connection = Connection(
+            hello.engine_id, hello.epoch, websocket, is_binary=isinstance(data, bytes)
+        )
+        state.registry.add(connection)
+        state.metrics.connected_engines.set(len(state.registry))
+        log.info(
+            "engine %s connected from %s: epoch %d, next seq %d",
+            hello.engine_id,
+            peer,
+            hello.epoch,
+            welcome.next_seq,
+        )
+        await connection.send(welcome)
+        await _stream(state, websocket, connection, hello)
+    except WireError as exc:
+        await _reject(state, websocket, exc, hello.engine_id if hello else f"at {peer}")
+    except WebSocketDisconnect:
+        pass
+    except Exception:
+        who = hello.engine_id if hello else f"at {peer}"
+        log.exception("ingest: internal error on the socket of engine %s", who)
+        await _close(websocket, CLOSE_INTERNAL, "internal error")
+    finally:
+        if connection is not None and state.registry.remove(connection):
+            state.metrics.connected_engines.set(len(state.registry))
+            with anyio.CancelScope(shield=True):  # a cancelled handler still says goodbye
+                await run_in_threadpool(_disconnected, state, connection)
+            log.info("engine %s disconnected", connection.engine_id)
+
+
+async def _stream(
+    state: AppState, websocket: WebSocket, connection: Connection, hello: Hello
+) -> None:
+    """Commit and ack the connection's frames in order until it closes or one is refused."""
+    pending: asyncio.Queue[Pending | None] = asyncio.Queue(DECODE_AHEAD)
+
+    async def read() -> None:
+        try:
+            while (data := await _receive(websocket)) is not None:
+                decoding = run_in_threadpool(decode, data, state.settings.max_frame_bytes)
+                await pending.put(Pending(time.perf_counter(), asyncio.ensure_future(decoding)))
+        except Exception as exc:  # hand it over in its turn
+            failed = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            await pending.put(Pending(time.perf_counter(), failed))
+        await pending.put(None)
+
+    reader = asyncio.create_task(read())
+    is_open = True
+    try:
+        while (item := await pending.get()) is not None:
+            applied = await run_in_threadpool(_apply, state, hello, await item.frame)
+            if is_open:  # frames that arrived before the peer left are committed all the same
+                try:
+                    await connection.send(applied.ack)
+                except (WebSocketDisconnect, RuntimeError):
+                    is_open = False
+            state.metrics.latency.observe(time.perf_counter() - item.received)
+    finally:
+        reader.cancel()
+        while not pending.empty():  # frames behind a refused one: let them go quietly
+            if (item := pending.get_nowait()) is not None:
+                item.frame.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
+async def _receive(websocket: WebSocket) -> str | bytes | None:
+    """The next frame's payload; None once the peer has gone."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return None
+        data = message.get("bytes")
+        if data is None:
+            data = message.get("text")
+        if data is not None:
+            return data
+
+
+def _hello(state: AppState, data: str | bytes) -> tuple[Hello, Welcome]:
+    frame = decode(data, max_bytes=state.settings.max_frame_bytes)
+    if not isinstance(frame, Hello):
+        raise WireError(CLOSE_BAD_FRAME, f"first frame must be hello, got {frame.type}")
+    with state.sessions() as session:
+        return frame, apply_hello(session, frame)
+
+
+def _apply(state: AppState, hello: Hello, frame: object) -> Applied:
+    metrics = state.metrics
+    with state.sessions() as session:
+        if isinstance(frame, Batch):
+            applied = apply_batch(session, hello, frame, state.settings.hit_rate_bucket_s)
+        elif isinstance(frame, Snapshot):
+            applied = apply_snapshot(session, hello, frame)
+        elif isinstance(frame, Hello):
+            raise WireError(CLOSE_BAD_FRAME, "a second hello on one connection")
+        else:
+            raise WireError(CLOSE_BAD_FRAME, f"an engine does not send {frame.type} frames")
+    if applied.is_duplicate:
+        metrics.duplicate_batches.inc()
+    elif isinstance(frame, Snapshot):
+        metrics.snapshots.inc()
+    else:
+        metrics.batches.inc()
+        metrics.events.inc(applied.num_events)
+    return applied
+
+
+def _disconnected(state: AppState, connection: Connection) -> None:
+    with state.sessions() as session:
+        mark_disconnected(session, connection.engine_id, connection.epoch)
+
+
+async def _reject(state: AppState, websocket: WebSocket, error: WireError, who: str) -> None:
+    log.warning("ingest: closing the socket of engine %s: %d %s", who, error.code, error.reason)
+    state.metrics.rejected_frames.labels(code=str(error.code)).inc()
+    await _close(websocket, error.code, error.reason)
+
+
+async def _close(websocket: WebSocket, code: int, reason: str) -> None:
+    reason = reason.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
+    try:
+        await websocket.close(code, reason)
+    except RuntimeError:  # the peer went away first
+        pass

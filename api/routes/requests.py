@@ -1,0 +1,56 @@
+"""Finished requests of an engine, newest first."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
+from sqlalchemy import func, select
+
+from api.deps import EngineDep, SessionDep
+from api.models import Request
+from api.schemas import RequestOut, RequestPage
+
+router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"])
+
+
+@router.get("", response_model=RequestPage)
+def list_requests(
+    engine: EngineDep,
+    session: SessionDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> RequestPage:
+    where = Request.engine_id == engine.engine_id
+    total = session.scalar(select(func.count()).select_from(Request).where(where))
+    rows = session.scalars(
+        select(Request)
+        .where(where)
+        .order_by(Request.finished_ts.desc(), Request.id.desc())
+        .offset(offset)
+        .limit(limit)
+    )
+    return RequestPage(
+        engine_id=engine.engine_id,
+        total=total,
+        offset=offset,
+        limit=limit,
+        requests=[RequestOut.model_validate(row) for row in rows],
+    )
+
+
+@router.get("/{request_id}", response_model=RequestOut)
+def get_request(engine: EngineDep, session: SessionDep, request_id: str) -> Request:
+    """The request's latest record (an id may come back in a later epoch)."""
+    row = session.scalar(
+        select(Request)
+        .where(Request.engine_id == engine.engine_id, Request.request_id == request_id)
+        .order_by(Request.id.desc())
+        .limit(1)
+    )
+    if row is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"request {request_id!r} of engine {engine.engine_id!r} not found",
+        )
+    return row

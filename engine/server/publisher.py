@@ -1,0 +1,277 @@
+"""`EventPublisher`: the engine's cache events, batched on the engine thread, streamed to the
+control plane's ingest socket by a background thread (DESIGN.md section 4, `engine/wire.py`).
+
+The engine thread only batches: after every step a listener drains the engine's `ListSink`
+into one `batch` frame with the next seq and appends it to a bounded buffer of frames the store
+has not acknowledged; no step ever waits on the network. `PublisherLink` (publisher_link.py)
+owns the socket: hello, welcome (the seq the store wants next), resend from there, stream,
+drop what the cumulative acks cover, reconnect with backoff.
+
+The store always converges to the engine's block table: when the buffer overflows (the control
+plane away too long) or the store has a gap the buffer cannot fill, everything unacknowledged is
+replaced by one `snapshot` of the table, built on the engine thread so it matches the engine's
+state, with the next seq; batches after it continue from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.cache.coordinator import ATTENTION, MAMBA
+from engine.events import PinUpdated
+from engine.pins import Pin
+from engine.server.publisher_link import Backoff, PublisherLink, ingest_url
+from engine.wire import MAX_FRAME_BYTES, SCHEMA_VERSION, Command
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BATCHES = 10_000
+
+
+@dataclass(slots=True)
+class OutFrame:
+    """One unacknowledged frame; `body` is encoded once, on the sending thread, into `payload`."""
+
+    seq: int
+    is_snapshot: bool
+    body: dict | None
+    payload: str | bytes | None = None
+    was_sent: bool = False
+
+
+@dataclass(frozen=True)
+class PublisherStats:
+    num_sent: int  # frames sent, resends and snapshots included
+    num_resent: int  # frames sent again after a reconnect
+    num_acked: int  # frames the store acknowledged, or already held when it said welcome
+    num_dropped: int  # batches dropped unacknowledged for a snapshot (overflow or a gap)
+    num_snapshots: int  # snapshot frames sent
+    num_buffered: int  # frames waiting for an ack
+    num_connections: int  # connections that got as far as a welcome
+    is_connected: bool
+    last_error: str | None
+
+
+def pin_event(pin: Pin) -> dict:
+    """A pin as the `PinUpdated` dict the scheduler emits for it."""
+    return PinUpdated(
+        pin_id=pin.pin_id,
+        state=pin.state.value,
+        num_tokens=pin.num_tokens,
+        boundary=pin.boundary,
+        keys={group: pin.key.hex() for group in (ATTENTION, MAMBA)} if pin.key else {},
+        block_ids={g: list(ids) for g, ids in pin.block_ids.items()},
+        reason=pin.reason,
+    ).to_dict()
+
+
+class EventPublisher:
+    """Streams one engine's events to `control_plane` (`http(s)://host:port` or `ws(s)://...`).
+
+    `on_command(Command)` runs on the publisher's reader thread for every command the control
+    plane sends; hand the work to the engine thread from there. Nothing here raises into the
+    engine: failures are logged, counted in `stats()`, and retried.
+    """
+
+    def __init__(
+        self,
+        control_plane: str,
+        token: str,
+        *,
+        model: dict[str, Any] | None = None,
+        binary: bool = False,
+        max_batches: int = DEFAULT_MAX_BATCHES,
+        on_command: Callable[[Command], None] | None = None,
+        backoff: Backoff | None = None,
+        open_timeout_s: float = 5.0,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ) -> None:
+        if not token:
+            raise ValueError("a bearer token for the control plane is required")
+        if max_batches < 1:
+            raise ValueError(f"max_batches must be >= 1, got {max_batches}")
+        self.url = ingest_url(control_plane)
+        self.token = token
+        self.model = model
+        self.binary = binary
+        self.max_batches = max_batches
+        self.on_command = on_command
+        self.backoff = backoff or Backoff()
+        self.open_timeout_s = open_timeout_s
+        self.max_frame_bytes = max_frame_bytes
+        # The buffer holds consecutive seqs, oldest first; `cond` guards it and every counter.
+        self.cond = threading.Condition()
+        self.buffer: deque[OutFrame] = deque()
+        self.next_seq = 0  # the seq of the next frame the engine thread makes
+        self.seq_floor = 0  # a store ahead of us: the next snapshot jumps to here
+        self.needs_snapshot = False
+        self.is_overflowing = False  # logged once per connection, not at every overflow
+        self.counts = dict.fromkeys(
+            ("sent", "resent", "acked", "dropped", "snapshots", "connections"), 0
+        )
+        self.is_connected = False
+        self.last_error: str | None = None
+        self.engine: Engine | None = None
+        self.engine_id = ""
+        self.epoch = 0
+        self.hello: dict = {}
+        self.call_on_engine: Callable[[Callable[[Engine], None]], Any] | None = None
+        self.link: PublisherLink | None = None
+        self.closed = False
+
+    # ------------------------------------------------------------------ engine side
+    def attach(
+        self,
+        engine: Engine,
+        call_on_engine: Callable[[Callable[[Engine], None]], Any] | None = None,
+    ) -> None:
+        """Publish `engine`'s events; call on the engine's thread, or before it steps.
+
+        `call_on_engine(fn)` runs `fn(engine)` on the engine thread and may return a coroutine,
+        which the publisher's thread runs to the end (`AsyncEngine.call` fits): with it a
+        snapshot the store asks for is built even while the engine idles; without it, after the
+        next step or in `flush`.
+        """
+        if self.engine is not None:
+            raise RuntimeError("this publisher is already attached to an engine")
+        if not callable(getattr(engine.sink, "drain", None)):
+            raise TypeError(f"the engine's sink must be a ListSink, got {type(engine.sink)!r}")
+        table = engine.snapshot()
+        self.engine, self.call_on_engine = engine, call_on_engine
+        self.engine_id, self.epoch = engine.engine_id, engine.epoch
+        self.hello = {
+            "type": "hello",
+            "version": SCHEMA_VERSION,
+            "engine_id": self.engine_id,
+            "epoch": self.epoch,
+            # the block counts per group let a store lay out a new epoch's table before rows come
+            "geometry": {**table["geometry"], "groups": table["groups"]},
+            "model": self.model if self.model is not None else {"name": engine.model_config.name},
+        }
+        if engine.num_steps or engine.pins:
+            self.needs_snapshot = True  # events before we came may be gone: start from the table
+        engine.step_listeners.append(self.on_step)
+        self.on_step(engine)
+        self.link = PublisherLink(self)
+        self.link.start()
+
+    def on_step(self, engine: Engine) -> None:
+        """The step listener: O(events) work, a deque append and a notify; never raises."""
+        if self.closed:
+            return
+        try:
+            events = engine.sink.drain()
+            if self.needs_snapshot:
+                self.enqueue_snapshot(engine)
+                return
+            if not events:
+                return
+            body = {
+                "type": "batch",
+                "engine_id": self.engine_id,
+                "epoch": self.epoch,
+                "seq": 0,
+                "ts": time.time(),
+                "events": [event.to_dict() for event in events],
+            }
+            with self.cond:
+                if len(self.buffer) < self.max_batches:
+                    body["seq"] = self.next_seq
+                    self.buffer.append(OutFrame(self.next_seq, False, body))
+                    self.next_seq += 1
+                    self.cond.notify_all()
+                    return
+                self.needs_snapshot = True
+                repeated, self.is_overflowing = self.is_overflowing, True
+            log.log(
+                logging.DEBUG if repeated else logging.WARNING,
+                "event buffer full (%d batches unacknowledged): replacing them with a snapshot",
+                self.max_batches,
+            )
+            self.enqueue_snapshot(engine)
+        except Exception:
+            self.needs_snapshot = True  # events may be lost: the next call sends the table
+            log.exception("event publisher failed to batch a step's events")
+
+    def enqueue_snapshot(self, engine: Engine) -> None:
+        """Replace every unacknowledged frame with the block table (on the engine thread)."""
+        body = {
+            "type": "snapshot",
+            "engine_id": self.engine_id,
+            "epoch": self.epoch,
+            "seq": 0,
+            "ts": time.time(),
+            "blocks": engine.snapshot()["blocks"],
+            "pins": [pin_event(pin) for pin in engine.pins.values()],
+        }
+        with self.cond:
+            seq = max(self.next_seq, self.seq_floor)
+            body["seq"] = seq
+            self.counts["dropped"] += sum(1 for f in self.buffer if not f.is_snapshot)
+            self.buffer.clear()
+            self.buffer.append(OutFrame(seq, True, body))
+            self.next_seq = seq + 1
+            self.needs_snapshot = False
+            self.cond.notify_all()
+
+    # ------------------------------------------------------------------ caller side
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the store has acknowledged every frame; False on timeout.
+
+        Call it from the thread that steps the engine, or while the engine is idle: it batches
+        events still in the sink, and builds a snapshot here if the store asks for one.
+        """
+        if self.engine is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.on_step(self.engine)  # events still in the sink, or the snapshot asked for
+            with self.cond:
+                while self.buffer and not self.needs_snapshot and not self.closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self.cond.wait(min(left, 0.5))
+                if not self.buffer and not self.needs_snapshot:
+                    return True
+                if self.closed or time.monotonic() >= deadline:
+                    return False
+                self.cond.wait(0.05)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the background threads and detach from the engine. Idempotent."""
+        self.closed = True
+        if self.engine is not None and self.on_step in self.engine.step_listeners:
+            self.engine.step_listeners.remove(self.on_step)
+        if self.link is not None:
+            self.link.stop(timeout_s)
+
+    def stats(self) -> PublisherStats:
+        with self.cond:
+            c = self.counts
+            return PublisherStats(
+                num_sent=c["sent"],
+                num_resent=c["resent"],
+                num_acked=c["acked"],
+                num_dropped=c["dropped"],
+                num_snapshots=c["snapshots"],
+                num_buffered=len(self.buffer),
+                num_connections=c["connections"],
+                is_connected=self.is_connected,
+                last_error=self.last_error,
+            )
+
+    def __enter__(self) -> EventPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,143 @@
+"""A clean database per test on both backends, migrated by Alembic; the app over it.
+
+SQLite: a copy of a file migrated once per session. PostgreSQL: `CREATE DATABASE
+junction_test_<hex> TEMPLATE` a database migrated once per session, dropped after the test
+(server from `JUNCTION_TEST_POSTGRES_URL`, default the local one; skipped if unreachable).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from api import migrate
+from api.db import make_engine, make_sessionmaker
+from api.main import create_app
+from api.settings import Settings
+from engine.engine import Engine
+from tests.api import factories
+
+TOKEN = "test-token"
+POSTGRES_ADMIN_URL = os.environ.get(
+    "JUNCTION_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+BACKENDS = ("sqlite", "postgresql")
+
+
+class Postgres:
+    """Creates and drops scratch databases on the test server."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.base = admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+
+    def is_reachable(self) -> bool:
+        try:
+            with psycopg.connect(self.admin_url, connect_timeout=3):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def create(self, prefix: str, template: str | None = None) -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        sql = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(sql)
+        return name
+
+    def drop(self, name: str) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def url(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Postgres:
+    server = Postgres(POSTGRES_ADMIN_URL)
+    if not server.is_reachable():
+        pytest.skip(f"PostgreSQL not reachable at {POSTGRES_ADMIN_URL}")
+    return server
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "junction.db"
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres: Postgres) -> Iterator[str]:
+    name = postgres.create("junction_template")
+    try:
+        migrate.upgrade(postgres.url(name))
+        yield name
+    finally:
+        postgres.drop(name)
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database at the latest schema, of each backend in turn."""
+    if request.param == "sqlite":
+        path = tmp_path / "junction.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    postgres: Postgres = request.getfixturevalue("postgres")
+    name = postgres.create("junction_test", template=request.getfixturevalue("postgres_template"))
+    try:
+        yield postgres.url(name)
+    finally:
+        postgres.drop(name)
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return Settings(
+        _env_file=None,
+        database_url=database_url,
+        api_token=TOKEN,
+        max_frame_bytes=1024 * 1024,
+        hit_rate_bucket_s=60,
+    )
+
+
+@pytest.fixture
+def session(settings: Settings) -> Iterator[Session]:
+    db = make_engine(settings.database_url)
+    with make_sessionmaker(db)() as session:
+        yield session
+    db.dispose()
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+@pytest.fixture
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="session")
+def engine_run() -> Engine:
+    """A ledger engine's run: a pinned system prompt, then 8 requests on 2 shared prefixes."""
+    return factories.run_engine()
+
+
+@pytest.fixture(scope="session")
+def events(engine_run: Engine) -> list[dict]:
+    return factories.event_dicts(engine_run)

@@ -1,0 +1,233 @@
+"""The apply functions over a real database, fed with a ledger engine's real events."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from api.ingest import apply_batch, apply_hello, apply_snapshot
+from api.models import Block, Engine, EventBatch, HitRateBucket, Pin, Request
+from api.routes.blocks import block_out
+from engine.engine import Engine as LedgerEngine
+from engine.wire import CLOSE_BAD_FRAME, CLOSE_FUTURE_SEQ, CLOSE_WRONG_ENGINE, WireError
+from tests.api import factories
+from tests.api.factories import parse
+
+
+def store_rows(session: Session, engine_id: str) -> dict[tuple[str, int], dict]:
+    rows = session.scalars(select(Block).where(Block.engine_id == engine_id))
+    return {(row.group, row.block_id): block_out(row).model_dump(mode="json") for row in rows}
+
+
+def engine_rows(engine: LedgerEngine) -> dict[tuple[str, int], dict]:
+    return {(row["group"], row["block_id"]): row for row in engine.snapshot()["blocks"]}
+
+
+def counts(session: Session) -> dict[str, int]:
+    tables = {
+        "batches": EventBatch,
+        "blocks": Block,
+        "requests": Request,
+        "buckets": HitRateBucket,
+        "pins": Pin,
+    }
+    return {name: session.scalar(select(func.count()).select_from(t)) for name, t in tables.items()}
+
+
+def ingest_all(session: Session, engine: LedgerEngine, events: list[dict], size: int = 16):
+    hello = parse(factories.hello(engine))
+    apply_hello(session, hello)
+    frames = factories.batches(engine, events, size)
+    for frame in frames:
+        assert not apply_batch(session, hello, parse(frame)).is_duplicate
+    return hello, frames
+
+
+def test_store_table_equals_the_engines(session: Session, engine_run, events) -> None:
+    _, frames = ingest_all(session, engine_run, events)
+    stored = store_rows(session, engine_run.engine_id)
+    truth = engine_rows(engine_run)
+    assert stored, "the run changed no block"
+    for key, row in truth.items():
+        if key in stored:
+            assert stored[key] == row
+        else:  # a block the engine never touched was never reported: free and empty
+            assert (row["state"], row["keys"], row["last_change"]) == ("free", [], 0), row
+    assert set(stored) <= set(truth)
+    engine = session.get(Engine, engine_run.engine_id)
+    assert engine.next_seq == len(frames)
+    assert counts(session)["batches"] == len(frames)
+    stored_events = session.scalars(select(EventBatch.events).order_by(EventBatch.seq))
+    assert [event["type"] for batch in stored_events for event in batch] == [
+        event["type"] for event in events
+    ]
+
+
+def test_a_batch_seen_before_is_acknowledged_and_skipped(session: Session, engine_run, events):
+    hello, frames = ingest_all(session, engine_run, events)
+    before = counts(session)
+    buckets = session.scalars(select(HitRateBucket.prompt_tokens)).all()
+    for frame in (frames[0], frames[-1]):
+        applied = apply_batch(session, hello, parse(frame))
+        assert applied.is_duplicate
+        assert applied.ack.seq == frame["seq"]
+    assert counts(session) == before
+    assert session.scalars(select(HitRateBucket.prompt_tokens)).all() == buckets
+    assert session.get(Engine, engine_run.engine_id).next_seq == len(frames)
+
+
+def test_a_seq_from_the_future_is_refused(session: Session, engine_run, events) -> None:
+    hello = parse(factories.hello(engine_run))
+    apply_hello(session, hello)
+    frames = factories.batches(engine_run, events)
+    apply_batch(session, hello, parse(frames[0]))
+    before = counts(session)
+    with pytest.raises(WireError) as error:
+        apply_batch(session, hello, parse(frames[3]))
+    assert error.value.code == CLOSE_FUTURE_SEQ
+    assert error.value.reason == "expected seq 1, got 3"
+    assert counts(session) == before
+    assert session.get(Engine, engine_run.engine_id).next_seq == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("engine_id", "someone-else", "batch for engine 'someone-else' on the connection of"),
+        ("epoch", 7, "batch of epoch 7 on a connection of epoch"),
+    ],
+)
+def test_a_batch_of_another_engine_is_refused(
+    session: Session, engine_run, events, field: str, value, reason: str
+) -> None:
+    hello = parse(factories.hello(engine_run))
+    apply_hello(session, hello)
+    frame = factories.batches(engine_run, events)[0] | {field: value}
+    with pytest.raises(WireError) as error:
+        apply_batch(session, hello, parse(frame))
+    assert error.value.code == CLOSE_WRONG_ENGINE
+    assert error.value.reason.startswith(reason)
+    assert counts(session)["batches"] == 0
+
+
+def test_a_new_epoch_clears_the_table_and_a_reconnect_resumes(
+    session: Session, engine_run, events
+) -> None:
+    hello, frames = ingest_all(session, engine_run, events)
+    again = apply_hello(session, hello)  # the same epoch: a reconnect
+    assert (again.epoch, again.next_seq) == (engine_run.epoch, len(frames))
+    assert counts(session)["blocks"] > 0
+    restarted = parse(factories.hello(engine_run, epoch=engine_run.epoch + 1))
+    welcome = apply_hello(session, restarted)
+    assert (welcome.epoch, welcome.next_seq) == (engine_run.epoch + 1, 0)
+    assert counts(session)["blocks"] == 0
+    assert session.scalar(select(Pin.state).where(Pin.pin_id == "system")) == "released"
+    # the old epoch's connection is stale now
+    with pytest.raises(WireError) as error:
+        apply_batch(session, hello, parse(frames[0]))
+    assert error.value.code == CLOSE_WRONG_ENGINE
+    assert "superseded" in error.value.reason
+    # history stays: the old epoch's batches are still stored
+    assert counts(session)["batches"] == len(frames)
+
+
+def test_a_snapshot_replaces_the_table(session: Session, engine_run, events) -> None:
+    hello = parse(factories.hello(engine_run))
+    apply_hello(session, hello)
+    frames = factories.batches(engine_run, events)
+    for frame in frames[:3]:  # the store saw the start, then the engine lost its buffer
+        apply_batch(session, hello, parse(frame))
+    snapshot = factories.snapshot(engine_run, seq=len(frames) + 5)
+    applied = apply_snapshot(session, hello, parse(snapshot))
+    assert (applied.ack.seq, applied.is_duplicate) == (len(frames) + 5, False)
+    assert store_rows(session, engine_run.engine_id) == engine_rows(engine_run)
+    assert session.get(Engine, engine_run.engine_id).next_seq == len(frames) + 6
+    pin = session.get(Pin, "system")
+    assert (pin.state, pin.engine_id) == ("materialized", engine_run.engine_id)
+    # an older snapshot is acknowledged and dropped
+    stale = factories.snapshot(engine_run, seq=2) | {"blocks": [], "pins": []}
+    assert apply_snapshot(session, hello, parse(stale)).is_duplicate
+    assert len(store_rows(session, engine_run.engine_id)) == len(engine_rows(engine_run))
+    # a newer one without the pin releases it
+    empty = factories.snapshot(engine_run, seq=len(frames) + 6) | {"blocks": [], "pins": []}
+    apply_snapshot(session, hello, parse(empty))
+    session.expire_all()
+    assert store_rows(session, engine_run.engine_id) == {}
+    assert session.get(Pin, "system").state == "released"
+
+
+def test_finished_requests_become_rows_and_buckets(session: Session, engine_run, events) -> None:
+    ingest_all(session, engine_run, events)
+    finished = [e for e in events if e["type"] == "RequestFinished"]
+    assert len(finished) == 8
+    rows = {r.request_id: r for r in session.scalars(select(Request))}
+    assert set(rows) == {e["request_id"] for e in finished}
+    for event in finished:
+        row = rows[event["request_id"]]
+        for name, value in event.items():
+            if name != "type":
+                expected = [list(c) for c in value] if name == "chunks" else value
+                assert getattr(row, name) == expected, name
+        assert (row.engine_id, row.epoch) == (engine_run.engine_id, engine_run.epoch)
+    buckets = {b.bucket_start: b for b in session.scalars(select(HitRateBucket))}
+    expected: dict[int, list[dict]] = {}
+    for event in finished:
+        expected.setdefault(math.floor(event["finished_ts"] / 60) * 60, []).append(event)
+    assert set(buckets) == set(expected)
+    for start, group in expected.items():
+        bucket = buckets[start]
+        assert bucket.bucket_s == 60
+        assert bucket.num_requests == len(group)
+        assert bucket.prompt_tokens == sum(e["num_prompt_tokens"] for e in group)
+        assert bucket.cached_tokens == sum(e["num_cached_tokens"] for e in group)
+        assert bucket.computed_tokens == sum(e["num_computed_tokens"] for e in group)
+        hits = [e["hit_tokens_by_group"] for e in group]
+        assert bucket.attention_hit_tokens == sum(h["attention"] for h in hits)
+        assert bucket.mamba_hit_tokens == sum(h["mamba"] for h in hits)
+    assert sum(b.cached_tokens for b in buckets.values()) > 0, "the run had no cache hit"
+
+
+def test_buckets_add_up_across_batches(session: Session, engine_run, events) -> None:
+    """Two batches whose requests finish in the same bucket increment one row."""
+    finished = [e for e in events if e["type"] == "RequestFinished"][:2]
+    same_time = [e | {"finished_ts": 1_700_000_010.5} for e in finished]
+    hello = parse(factories.hello(engine_run))
+    apply_hello(session, hello)
+    for frame in factories.batches(engine_run, same_time, size=1):
+        apply_batch(session, hello, parse(frame), bucket_s=60)
+    (bucket,) = session.scalars(select(HitRateBucket)).all()
+    assert bucket.bucket_start == 1_700_000_010 // 60 * 60
+    assert bucket.num_requests == 2
+    assert bucket.prompt_tokens == sum(e["num_prompt_tokens"] for e in finished)
+
+
+def test_pin_updates_upsert_the_pin(session: Session, engine_run, events) -> None:
+    ingest_all(session, engine_run, events)
+    updates = [e for e in events if e["type"] == "PinUpdated"]
+    assert [u["state"] for u in updates] == ["pending", "materialized"]
+    pin = session.get(Pin, "system")
+    last = updates[-1]
+    assert (pin.engine_id, pin.state, pin.boundary) == (
+        engine_run.engine_id,
+        "materialized",
+        last["boundary"],
+    )
+    assert (pin.keys, pin.block_ids) == (last["keys"], last["block_ids"])
+
+
+def test_a_value_the_store_cannot_hold_rolls_the_batch_back(
+    session: Session, engine_run, events
+) -> None:
+    hello = parse(factories.hello(engine_run))
+    apply_hello(session, hello)
+    huge = {"type": "PinUpdated", "pin_id": "x", "state": "pending", "num_tokens": 1}
+    frame = factories.batches(engine_run, events[:40] + [huge | {"boundary": 2**70}], 100)[0]
+    with pytest.raises(WireError) as error:
+        apply_batch(session, hello, parse(frame))
+    assert error.value.code == CLOSE_BAD_FRAME
+    assert error.value.reason.startswith("the store cannot hold a value")
+    assert counts(session) == {"batches": 0, "blocks": 0, "requests": 0, "buckets": 0, "pins": 0}
+    assert session.get(Engine, engine_run.engine_id).next_seq == 0
