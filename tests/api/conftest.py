@@ -65,6 +65,8 @@ class Postgres:
 def postgres() -> Postgres:
     server = Postgres(POSTGRES_ADMIN_URL)
     if not server.is_reachable():
+        if os.environ.get("CI"):  # CI must test the store on PostgreSQL, never skip it
+            pytest.fail(f"PostgreSQL not reachable at {POSTGRES_ADMIN_URL}")
         pytest.skip(f"PostgreSQL not reachable at {POSTGRES_ADMIN_URL}")
     return server
 

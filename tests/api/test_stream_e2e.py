@@ -1,0 +1,201 @@
+"""End to end over real processes: a replay streams to `junction api` on PostgreSQL over a real
+websocket, and the store's block table equals the engine's own snapshot, block by block. Also
+after the API process is killed and restarted mid-stream, and after the engine's buffer
+overflows during a long disconnect."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from engine.config import CacheConfig, SchedulerConfig
+from engine.engine import Engine
+from engine.request import SamplingParams
+from engine.server.publisher import EventPublisher
+from tests.api.conftest import Postgres
+
+TOKEN = "e2e-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ApiProcess:
+    """`junction api` in its own process, restartable on the same database and port."""
+
+    database_url: str
+    port: int
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "JUNCTION_DATABASE_URL": self.database_url,
+            "JUNCTION_API_TOKEN": TOKEN,
+            "JUNCTION_LOG_LEVEL": "warning",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "api", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"junction api exited: {self.process.stderr.read().decode()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("junction api did not become healthy in 30 s")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def blocks(self, engine_id: str) -> list[dict]:
+        rows, offset = [], 0
+        while True:
+            page = httpx.get(
+                f"{self.url}/api/v1/engines/{engine_id}/blocks",
+                params={"offset": offset, "limit": 10000},
+                timeout=30,
+            ).json()
+            rows.extend(page["blocks"])
+            offset += len(page["blocks"])
+            if offset >= page["total"] or not page["blocks"]:
+                return rows
+
+
+@pytest.fixture
+def api(postgres: Postgres) -> Iterator[ApiProcess]:
+    name = postgres.create("junction_e2e")
+    process = ApiProcess(postgres.url(name), free_port())
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+        postgres.drop(name)
+
+
+def small_engine(engine_id: str) -> Engine:
+    """Pools small enough that 6 concurrent requests evict and preempt each other."""
+    cache = CacheConfig(
+        block_size=4,
+        mamba_block_size=16,
+        prefix_match_unit=2,
+        num_blocks=96,
+        num_mamba_blocks=48,
+        junction_checkpoints=True,
+    )
+    return Engine(
+        cache, SchedulerConfig(max_num_batched_tokens=96), runner="ledger", engine_id=engine_id
+    )
+
+
+def workload(seed: int, num: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    systems = [[rng.randrange(256) for _ in range(rng.randint(30, 70))] for _ in range(3)]
+    return [
+        rng.choice(systems) + [rng.randrange(256) for _ in range(rng.randint(5, 90))]
+        for _ in range(num)
+    ]
+
+
+def run(engine: Engine, prompts: list[list[int]], concurrency: int = 6, on_step=None) -> None:
+    pending = list(prompts)
+    steps = 0
+    while pending or engine.has_unfinished():
+        while (
+            pending and len(engine.scheduler.running) + len(engine.scheduler.waiting) < concurrency
+        ):
+            engine.add_request(pending.pop(0), SamplingParams(max_tokens=8))
+        engine.step()
+        steps += 1
+        if on_step is not None:
+            on_step(steps)
+
+
+def assert_store_matches(api: ApiProcess, engine: Engine) -> None:
+    stored = api.blocks(engine.engine_id)
+    expected = engine.snapshot()["blocks"]
+    assert len(stored) == len(expected)
+    for mine, theirs in zip(expected, stored, strict=True):
+        assert mine == theirs, (mine, theirs)
+
+
+def exercised(engine: Engine) -> set[str]:
+    return {e.type for e in engine.sink.events}
+
+
+@pytest.fixture
+def publisher(api: ApiProcess) -> Iterator[EventPublisher]:
+    with EventPublisher(api.url, TOKEN) as publisher:
+        yield publisher
+
+
+def test_replay_streams_and_the_store_equals_the_engine(api, publisher):
+    engine = small_engine("e2e-plain")
+    seen: set[str] = set()
+    engine.step_listeners.append(lambda e: seen.update(ev.type for ev in e.sink.events))
+    publisher.attach(engine)
+    run(engine, workload(1, 40))
+    assert publisher.flush(60), publisher.stats()
+    assert {"BlockRemoved", "BlockCopied", "BlockHashesMoved"} <= seen
+    assert engine.stats.num_preemptions > 0
+    assert_store_matches(api, engine)
+    info = httpx.get(f"{api.url}/api/v1/engines/e2e-plain", timeout=10).json()
+    assert info["num_requests"] == 40
+
+
+def test_api_killed_and_restarted_mid_stream(api, publisher):
+    engine = small_engine("e2e-restart")
+    publisher.attach(engine)
+
+    def chaos(step: int) -> None:
+        if step == 40:
+            api.kill()
+        if step == 120:
+            api.start()
+
+    run(engine, workload(2, 50), on_step=chaos)
+    assert publisher.flush(60), publisher.stats()
+    assert publisher.stats().num_connections >= 2
+    assert_store_matches(api, engine)
+
+
+def test_buffer_overflow_during_a_long_disconnect_sends_a_snapshot(api):
+    engine = small_engine("e2e-overflow")
+    with EventPublisher(api.url, TOKEN, max_batches=8, binary=True) as publisher:
+        publisher.attach(engine)
+        run(engine, workload(3, 10))
+        assert publisher.flush(30)
+        api.kill()
+        run(engine, workload(4, 40))  # far more than 8 batches while the store is away
+        api.start()
+        assert publisher.flush(60), publisher.stats()
+        stats = publisher.stats()
+    assert stats.num_snapshots >= 1 and stats.num_dropped > 0
+    assert_store_matches(api, engine)
