@@ -21,12 +21,4 @@ bench-lookup: venv
 	$(PY) benchmarks/lookup.py
 
 demo: venv
-	@for trace in examples/*.jsonl; do \
-		echo "== $$trace"; \
-		$(VENV)/bin/junction replay $$trace --runner ledger --block-size 16 \
-			--mamba-block-size 512 --prefix-match-unit 16 --junction-checkpoints \
-			--out /dev/null; \
-	done
-
-bench-ttft: venv
-	$(PY) benchmarks/ttft.py
+	bash examples/demo.sh
