@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from engine.cache.coordinator import ATTENTION, MAMBA, HybridCoordinator
 from engine.cache.entry import CheckpointReason
+from engine.events import PinUpdated
 from engine.hashing import BlockHash
 
 
@@ -35,6 +36,18 @@ class Pin:
     @property
     def is_active(self) -> bool:
         return self.state in (PinState.PENDING, PinState.MATERIALIZED)
+
+    def event(self) -> PinUpdated:
+        """The pin as the `PinUpdated` event the scheduler emits and a snapshot carries."""
+        return PinUpdated(
+            pin_id=self.pin_id,
+            state=self.state.value,
+            num_tokens=self.num_tokens,
+            boundary=self.boundary,
+            keys={group: self.key.hex() for group in (ATTENTION, MAMBA)} if self.key else {},
+            block_ids={g: list(ids) for g, ids in self.block_ids.items()},
+            reason=self.reason,
+        )
 
 
 def pin_blocks(

@@ -15,7 +15,7 @@ from engine.cache.entry import CheckpointReason
 from engine.cache.manager import BlockCopy
 from engine.chunking import Chunk, checkpoint_targets, plan_chunk, state_positions
 from engine.config import CacheConfig, SchedulerConfig
-from engine.events import BlockCopied, BlockStateChanged, EventSink, PinUpdated, RequestFinished
+from engine.events import BlockCopied, BlockStateChanged, EventSink, RequestFinished
 from engine.hashing import hash_prefix
 from engine.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
 from engine.pins import Pin, PinState, materialize, release
@@ -405,17 +405,7 @@ class Scheduler:
         self._emit_pin(pin)
 
     def _emit_pin(self, pin: Pin) -> None:
-        self.sink.emit(
-            PinUpdated(
-                pin_id=pin.pin_id,
-                state=pin.state.value,
-                num_tokens=pin.num_tokens,
-                boundary=pin.boundary,
-                keys={group: pin.key.hex() for group in (ATTENTION, MAMBA)} if pin.key else {},
-                block_ids={g: list(ids) for g, ids in pin.block_ids.items()},
-                reason=pin.reason,
-            )
-        )
+        self.sink.emit(pin.event())
 
     def _emit_block_states(self) -> None:
         for pool in self.coordinator.pools.values():

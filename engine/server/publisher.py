@@ -23,9 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.cache.coordinator import ATTENTION, MAMBA
-from engine.events import PinUpdated
-from engine.pins import Pin
 from engine.server.publisher_link import Backoff, PublisherLink, ingest_url
 from engine.wire import MAX_FRAME_BYTES, SCHEMA_VERSION, Command
 
@@ -59,19 +56,6 @@ class PublisherStats:
     num_connections: int  # connections that got as far as a welcome
     is_connected: bool
     last_error: str | None
-
-
-def pin_event(pin: Pin) -> dict:
-    """A pin as the `PinUpdated` dict the scheduler emits for it."""
-    return PinUpdated(
-        pin_id=pin.pin_id,
-        state=pin.state.value,
-        num_tokens=pin.num_tokens,
-        boundary=pin.boundary,
-        keys={group: pin.key.hex() for group in (ATTENTION, MAMBA)} if pin.key else {},
-        block_ids={g: list(ids) for g, ids in pin.block_ids.items()},
-        reason=pin.reason,
-    ).to_dict()
 
 
 class EventPublisher:
@@ -211,7 +195,7 @@ class EventPublisher:
             "seq": 0,
             "ts": time.time(),
             "blocks": engine.snapshot()["blocks"],
-            "pins": [pin_event(pin) for pin in engine.pins.values()],
+            "pins": [pin.event().to_dict() for pin in engine.pins.values()],
         }
         with self.cond:
             seq = max(self.next_seq, self.seq_floor)
