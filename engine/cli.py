@@ -114,9 +114,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     publisher = None
     if args.control_plane:
+        from engine.server.commands import CommandQueue
+
         publisher = make_publisher(args, engine.model_config.name)
         if publisher is None:
             return EXIT_BAD_INPUT
+        commands = CommandQueue()
+        commands.attach(engine)
+        publisher.on_command = commands.on_command
         publisher.attach(engine)
     progress = tqdm(total=len(items), unit="line", disable=args.quiet or None, file=sys.stderr)
     try:

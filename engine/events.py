@@ -135,6 +135,9 @@ class RequestFinished(CacheEvent):
     first_token_ts: float | None
     finished_ts: float
     ttft_s: float | None
+    pin_hits: dict[str, int] = field(default_factory=dict)
+    attention_match_key: str | None = None
+    junction_token_ids: list[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ class Request:
     checkpoints: list[int] = field(default_factory=list)
     cow_copies: list[dict] = field(default_factory=list)
     num_preemptions: int = 0
+    pin_hits: dict[str, int] = field(default_factory=dict)  # pin id -> boundary the hit covered
     first_token_ts: float | None = None
     finished_ts: float | None = None
     finish_reason: str | None = None

@@ -252,6 +252,13 @@ class Scheduler:
         if request.num_cached_tokens is None:
             request.num_cached_tokens = hit.length
             request.hit_tokens_by_group = hit.by_group
+            request.pin_hits = {
+                pin.pin_id: pin.boundary
+                for pin in self.pins.values()
+                if pin.state is PinState.MATERIALIZED
+                and pin.boundary <= hit.length
+                and request.block_hashes[pin.boundary // self.unit - 1] == pin.key
+            }
         request.num_computed_tokens = hit.length
         request.num_registered_tokens = hit.length
         request.status = RequestStatus.RUNNING
@@ -391,8 +398,22 @@ class Scheduler:
                 first_token_ts=request.first_token_ts,
                 finished_ts=request.finished_ts,
                 ttft_s=request.ttft_s,
+                **self._match_record(request),
             )
         )
+
+    def _match_record(self, request: Request) -> dict:
+        """Where the request's attention match ended, and its tokens when no checkpoint was
+        there: what the control plane ranks junctions by and what pinning one needs."""
+        match = request.hit_tokens_by_group.get(ATTENTION, 0)
+        if match < self.unit:
+            return {"pin_hits": dict(request.pin_hits)}
+        covered = (request.num_cached_tokens or 0) >= match
+        return {
+            "pin_hits": dict(request.pin_hits),
+            "attention_match_key": request.block_hashes[match // self.unit - 1].hex(),
+            "junction_token_ids": None if covered else request.prompt_token_ids[:match],
+        }
 
     def _finish_pin(self, request: Request) -> None:
         pin = self.pins[request.pin_id]

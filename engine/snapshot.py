@@ -27,6 +27,8 @@ def geometry(engine: Engine) -> dict:
         "junction_checkpoints": config.junction_checkpoints,
         "checkpoint_mode": config.checkpoint_mode,
         "enable_prefix_caching": config.enable_prefix_caching,
+        "hit_alignment": config.hit_alignment,
+        "max_model_len": engine.scheduler_config.max_model_len,
     }
 
 

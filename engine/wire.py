@@ -147,6 +147,9 @@ class RequestFinished(_Model):
     first_token_ts: float | None
     finished_ts: float
     ttft_s: float | None
+    pin_hits: dict[str, int] = {}
+    attention_match_key: Hex | None = None
+    junction_token_ids: list[int] | None = None
 
 
 class PinUpdated(_Model):

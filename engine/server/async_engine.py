@@ -131,6 +131,12 @@ class AsyncEngine:
         except EngineDeadError:
             pass
 
+    def submit(self, fn: Callable[[Engine], T]) -> Future[T]:
+        """Run `fn(engine)` on the engine thread from any thread; the future holds its result."""
+        result: Future[T] = Future()
+        self._send(_Call(fn, result))
+        return result
+
     async def call(self, fn: Callable[[Engine], T]) -> T:
         """Run `fn(engine)` on the engine thread between steps (a snapshot, cache usage)."""
         result: Future[T] = Future()

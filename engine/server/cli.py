@@ -67,6 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from engine.engine import Engine
     from engine.server.app import create_app
     from engine.server.async_engine import AsyncEngine
+    from engine.server.commands import CommandQueue
 
     try:
         engine = Engine(cache, scheduler, model, runner=args.runner, engine_id=args.engine_id)
@@ -75,6 +76,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     async_engine = AsyncEngine(engine)
     if publisher is not None:
+        commands = CommandQueue(wake=async_engine.submit)
+        commands.attach(engine)
+        publisher.on_command = commands.on_command
         # the listener runs on the engine loop's thread; `call` reaches it while it is idle
         publisher.attach(engine, call_on_engine=async_engine.call)
         print(f"junction serve: streaming cache events to {publisher.url}", file=sys.stderr)

@@ -1,0 +1,76 @@
+"""Operator commands from the control plane, applied to the engine on its own thread.
+
+`pin {pin_id, token_ids, cache_salt}` materializes a pin (the engine floors the boundary to its
+hit grid); a pin the engine already holds is reported again rather than redone, since the
+control plane resends every active pin when an engine reconnects. `unpin {pin_id}` releases
+one. A pin the engine cannot take is reported as failed with the reason, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Callable
+
+from engine.engine import Engine
+from engine.pins import Pin, PinState
+from engine.wire import Command
+
+log = logging.getLogger(__name__)
+
+
+def apply_command(engine: Engine, command: Command) -> None:
+    payload = command.payload
+    pin_id = str(payload.get("pin_id", ""))
+    if command.command == "unpin":
+        if pin_id in engine.pins and engine.pins[pin_id].is_active:
+            engine.unpin(pin_id)
+        return
+    current = engine.pins.get(pin_id)
+    if current is not None and current.is_active:
+        engine.sink.emit(current.event())  # already pinned here: say so again
+        engine.notify_listeners()
+        return
+    token_ids = payload.get("token_ids")
+    try:
+        if not pin_id or not isinstance(token_ids, list):
+            raise ValueError("a pin command needs a pin_id and a list of token_ids")
+        engine.pin(pin_id, [int(t) for t in token_ids], payload.get("cache_salt"))
+    except (ValueError, TypeError) as exc:
+        log.warning("pin %s refused: %s", pin_id, exc)
+        failed = Pin(pin_id, len(token_ids or []), 0, None, PinState.FAILED, str(exc))
+        engine.sink.emit(failed.event())
+        engine.notify_listeners()
+
+
+class CommandQueue:
+    """Commands received on the publisher's thread, applied on the engine's thread.
+
+    `on_command` is the publisher's callback; `drain` runs as a step listener, and `wake`
+    (if given) nudges an idle engine loop so a command does not wait for the next request.
+    """
+
+    def __init__(self, wake: Callable[[Callable[[Engine], None]], object] | None = None) -> None:
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._wake = wake
+
+    def attach(self, engine: Engine) -> None:
+        """Drain before other step listeners, so the publisher batches what a command did."""
+        engine.step_listeners.insert(0, self.drain)
+
+    def on_command(self, command: Command) -> None:
+        if self._wake is not None:
+            try:
+                self._wake(lambda engine: apply_command(engine, command))
+                return
+            except Exception as exc:  # the engine loop is not running (yet): the next step
+                log.info("engine loop not reachable (%s); the command waits for a step", exc)
+        self._commands.put(command)
+
+    def drain(self, engine: Engine) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            apply_command(engine, command)
