@@ -3,7 +3,8 @@
 PostgreSQL gets every row of a table in a single parameter, a JSON array that
 `json_populate_recordset` turns back into rows of the table's own type (one round trip,
 whatever the number of rows); SQLite gets an `executemany`, which its driver runs in C.
-Upserts are `INSERT ... ON CONFLICT (primary key) DO UPDATE` on both.
+Upserts are `INSERT ... ON CONFLICT (primary key) DO UPDATE` on both, and `insert_missing`
+is `... DO NOTHING`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Literal
 
 from sqlalchemy import (
     JSON,
@@ -30,11 +32,17 @@ from sqlalchemy.orm import Session
 def upsert(session: Session, table: Table, rows: list[dict], increment: Iterable[str] = ()) -> None:
     """Insert `rows`; a row whose primary key is stored replaces it, except the `increment`
     columns, which add to the stored value. Rows must not repeat a key."""
-    _write(session, table, rows, set(increment), on_conflict=True)
+    _write(session, table, rows, set(increment), on_conflict="update")
 
 
 def insert_rows(session: Session, table: Table, rows: list[dict]) -> None:
-    _write(session, table, rows, set(), on_conflict=False)
+    _write(session, table, rows, set(), on_conflict=None)
+
+
+def insert_missing(session: Session, table: Table, rows: list[dict]) -> None:
+    """Insert the rows whose primary key is not stored yet; a stored one (another
+    transaction's, maybe just committed) is left as it is."""
+    _write(session, table, rows, set(), on_conflict="nothing")
 
 
 def raw_json(session: Session, name: str) -> BindParameter | ColumnElement:
@@ -44,7 +52,11 @@ def raw_json(session: Session, name: str) -> BindParameter | ColumnElement:
 
 
 def _write(
-    session: Session, table: Table, rows: list[dict], increment: set[str], on_conflict: bool
+    session: Session,
+    table: Table,
+    rows: list[dict],
+    increment: set[str],
+    on_conflict: Literal["update", "nothing"] | None,
 ) -> None:
     if not rows:
         return
@@ -59,7 +71,9 @@ def _write(
             f"INSERT INTO {quote(table.name)} ({names}) SELECT {names} "
             f"FROM json_populate_recordset(NULL::{quote(table.name)}, CAST(:rows AS json))"
         )
-        if on_conflict:
+        if on_conflict == "nothing":
+            sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO NOTHING"
+        elif on_conflict == "update":
             changes = ", ".join(
                 f"{quote(name)} = {quote(table.name)}.{quote(name)} + excluded.{quote(name)}"
                 if name in increment
@@ -71,10 +85,13 @@ def _write(
         return
     if dialect != "sqlite":
         raise NotImplementedError(f"no bulk writes for the {dialect} dialect")
-    if not on_conflict:
+    if on_conflict is None:
         session.execute(insert(table), rows)
         return
     stmt = sqlite.insert(table)
+    if on_conflict == "nothing":
+        session.execute(stmt.on_conflict_do_nothing(index_elements=keys), rows)
+        return
     changes = {
         name: table.c[name] + stmt.excluded[name] if name in increment else stmt.excluded[name]
         for name in updated

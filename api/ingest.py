@@ -4,17 +4,20 @@ Each function is one transaction: it commits what the frame means, or raises and
 store as it was. The seq bookkeeping is `Engine.next_seq`, per engine and epoch:
 
 - `apply_hello`: an epoch other than the stored one is a restarted engine: its block rows go,
-  its engine-reported pins are released, and `next_seq` starts at 0. The same epoch (a
-  reconnect) keeps `next_seq`, so the engine resends from there.
+  the pins it held are lost (`api.pins.on_hello`: active ones are pending again, to be resent),
+  and `next_seq` starts at 0. The same epoch (a reconnect) keeps `next_seq`, so the engine
+  resends from there.
 - `apply_batch`: `seq < next_seq` was committed before: acknowledged, not applied again.
   `seq == next_seq`: stored and applied, `next_seq += 1`. `seq > next_seq` is a gap the
   engine must fill (resend or snapshot): `CLOSE_FUTURE_SEQ`.
-- `apply_snapshot`: any `seq >= next_seq` replaces the engine's block rows and pins and sets
-  `next_seq = seq + 1`; an older snapshot is acknowledged and dropped.
+- `apply_snapshot`: any `seq >= next_seq` replaces the engine's block rows and pin states and
+  sets `next_seq = seq + 1`; an older snapshot is acknowledged and dropped.
 
-Only `BlockStateChanged` (whole block rows), `RequestFinished` and `PinUpdated` change tables
-besides `event_batches`; the other events are kept in their batch for readers of `/events`.
-Rows go in with one statement per table (`api.bulk`).
+Only `BlockStateChanged` (whole block rows), `RequestFinished` (requests, buckets, pin hits)
+and `PinUpdated` (pin targets) change tables besides `event_batches`; the other events are
+kept in their batch for readers of `/events`. Rows go in with one statement per table
+(`api.bulk`). What the pins' reports call for (an unpin of a released pin the engine still
+holds) comes back in `Applied.commands`, for the socket to send after the ack.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from sqlalchemy import Table, delete, insert, update
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
-from api import bulk
-from api.models import Block, Engine, EventBatch, HitRateBucket, Pin, Request, utcnow
+from api import bulk, pins
+from api.models import Block, Engine, EventBatch, HitRateBucket, Request, utcnow
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
@@ -39,6 +42,7 @@ from engine.wire import (
     Batch,
     BlockRow,
     BlockStateChanged,
+    Command,
     Event,
     Hello,
     PinUpdated,
@@ -49,7 +53,6 @@ from engine.wire import (
 )
 
 BLOCKS: Table = Block.__table__
-PINS: Table = Pin.__table__
 REQUESTS: Table = Request.__table__
 BUCKETS: Table = HitRateBucket.__table__
 BATCHES: Table = EventBatch.__table__
@@ -61,8 +64,6 @@ BUCKET_COUNTERS = (
     "mamba_hit_tokens",
     "computed_tokens",
 )
-#: Pin states an engine reports; a pin in one of them that the engine no longer holds is gone.
-ENGINE_PIN_STATES = ("pending", "materialized")
 EVENT_LIST = TypeAdapter(list[Event])
 
 
@@ -70,6 +71,7 @@ class Applied(NamedTuple):
     ack: Ack
     is_duplicate: bool
     num_events: int
+    commands: tuple[Command, ...] = ()  # to send the engine after the ack
 
 
 @contextmanager
@@ -93,21 +95,20 @@ def apply_hello(session: Session, hello: Hello) -> Welcome:
     with transaction(session):
         now = utcnow()
         engine = session.get(Engine, hello.engine_id, with_for_update=True, populate_existing=True)
+        restarted = engine is not None and engine.epoch != hello.epoch
         if engine is None:
             engine = Engine(engine_id=hello.engine_id, epoch=hello.epoch, next_seq=0)
             engine.first_seen = now
             session.add(engine)
-        elif engine.epoch != hello.epoch:
+        elif restarted:
             session.execute(delete(Block).where(Block.engine_id == hello.engine_id))
-            _release_pins(
-                session, hello.engine_id, set(), f"engine restarted (epoch {hello.epoch})"
-            )
             engine.epoch = hello.epoch
             engine.next_seq = 0
         engine.geometry = dict(hello.geometry)
         engine.model = dict(hello.model)
         engine.connected = True
         engine.last_seen = now
+        pins.on_hello(session, engine, restarted)
         return Welcome(epoch=engine.epoch, next_seq=engine.next_seq)
 
 
@@ -132,20 +133,21 @@ def apply_batch(session: Session, hello: Hello, batch: Batch, bucket_s: int = 60
         )
         rows: dict[tuple[str, int], BlockRow] = {}  # the last row of each block wins
         finished: list[RequestFinished] = []
-        pins: dict[str, PinUpdated] = {}
+        reports: list[PinUpdated] = []
         for event in batch.events:
             if isinstance(event, BlockStateChanged):
                 rows.update(((row.group, row.block_id), row) for row in event.blocks)
             elif isinstance(event, RequestFinished):
                 finished.append(event)
             elif isinstance(event, PinUpdated):
-                pins[event.pin_id] = event
+                reports.append(event)
         bulk.upsert(session, BLOCKS, [_block_values(batch.engine_id, r) for r in rows.values()])
+        commands = pins.apply_reports(session, batch.engine_id, reports) if reports else []
         _insert_requests(session, batch.engine_id, batch.epoch, finished, bucket_s)
-        bulk.upsert(session, PINS, [_pin_values(batch.engine_id, p) for p in pins.values()])
+        pins.record_hits(session, batch.engine_id, finished)
         engine.next_seq = batch.seq + 1
         engine.last_seen = utcnow()
-        return Applied(Ack(seq=batch.seq), False, len(batch.events))
+        return Applied(Ack(seq=batch.seq), False, len(batch.events), tuple(commands))
 
 
 def apply_snapshot(session: Session, hello: Hello, snapshot: Snapshot) -> Applied:
@@ -158,12 +160,12 @@ def apply_snapshot(session: Session, hello: Hello, snapshot: Snapshot) -> Applie
         bulk.insert_rows(
             session, BLOCKS, [_block_values(snapshot.engine_id, r) for r in rows.values()]
         )
-        pins = {pin.pin_id: pin for pin in snapshot.pins}
-        bulk.upsert(session, PINS, [_pin_values(snapshot.engine_id, p) for p in pins.values()])
-        _release_pins(session, snapshot.engine_id, set(pins), f"not in snapshot {snapshot.seq}")
+        commands = pins.apply_reports(
+            session, snapshot.engine_id, snapshot.pins, snapshot_seq=snapshot.seq
+        )
         engine.next_seq = snapshot.seq + 1
         engine.last_seen = utcnow()
-        return Applied(Ack(seq=snapshot.seq), False, 0)
+        return Applied(Ack(seq=snapshot.seq), False, 0, tuple(commands))
 
 
 def mark_disconnected(session: Session, engine_id: str, epoch: int) -> None:
@@ -219,20 +221,6 @@ def _block_values(engine_id: str, row: BlockRow) -> dict:
     }
 
 
-def _pin_values(engine_id: str, pin: PinUpdated) -> dict:
-    return {
-        "pin_id": pin.pin_id,
-        "engine_id": engine_id,
-        "state": pin.state,
-        "boundary": pin.boundary,
-        "num_tokens": pin.num_tokens,
-        "keys": dict(pin.keys),
-        "block_ids": {group: list(ids) for group, ids in pin.block_ids.items()},
-        "reason": pin.reason,
-        "updated_at": utcnow(),
-    }
-
-
 def _insert_requests(
     session: Session, engine_id: str, epoch: int, finished: list[RequestFinished], bucket_s: int
 ) -> None:
@@ -257,11 +245,3 @@ def _insert_requests(
         bucket["computed_tokens"] += event.num_computed_tokens
     bulk.insert_rows(session, REQUESTS, values)
     bulk.upsert(session, BUCKETS, list(buckets.values()), increment=BUCKET_COUNTERS)
-
-
-def _release_pins(session: Session, engine_id: str, keep: set[str], reason: str) -> None:
-    """Pins this engine reported as held that it holds no longer (a restart, a snapshot)."""
-    stmt = update(Pin).where(Pin.engine_id == engine_id, Pin.state.in_(ENGINE_PIN_STATES))
-    if keep:
-        stmt = stmt.where(Pin.pin_id.not_in(keep))
-    session.execute(stmt.values(state="released", reason=reason, updated_at=utcnow()))

@@ -11,7 +11,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.models import Engine
-from api.routes import blocks, engines, events, health, hit_rate, ingest, requests
+from api.routes import blocks, engines, events, health, hit_rate, ingest, junctions, pins, requests
 from api.settings import Settings, get_settings
 from api.state import AppState
 
@@ -23,7 +23,9 @@ OpenAPI has no websockets). Send `Authorization: Bearer <JUNCTION_API_TOKEN>` (o
 then the frames of `engine.wire`: `hello` (answered by `welcome {epoch, next_seq}`), then
 `batch` and `snapshot` frames, each answered by `ack {seq}` once committed. Bad input closes
 the socket: 4401 token, 4400 bad frame, 4409 another engine or epoch, 4422 a seq from the
-future, 1009 too big. Reads are open; writes need the bearer token.
+future, 1009 too big. The control plane sends `command` frames down the same socket: `pin
+{pin_id, token_ids, cache_salt}` and `unpin {pin_id}`, every active pin again after each
+hello. Reads are open; writes need the bearer token.
 """
 
 
@@ -46,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.junction = state
-    for module in (engines, blocks, requests, hit_rate, events, ingest):
+    for module in (engines, blocks, requests, hit_rate, events, pins, junctions, ingest):
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(health.router)
     return app

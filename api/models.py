@@ -2,7 +2,8 @@
 
 `blocks` mirrors each engine's block table row for row (`BlockPool.row`, with `token_range`
 split into `token_start`/`token_end`); `event_batches` keeps every batch as it came;
-`requests` and `hit_rate_buckets` are what `RequestFinished` events add up to.
+`requests` and `hit_rate_buckets` are what `RequestFinished` events add up to; `pins` and
+`pin_targets` hold the operator's pins and each engine's state of them (`api.pins`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -107,12 +109,14 @@ class Block(Base):
 
 
 class Request(Base):
-    """A finished request, as its `RequestFinished` event reported it."""
+    """A finished request, as its `RequestFinished` event reported it; `attention_match_key`
+    and `junction_token_ids` are what the suggested junctions rank (`api.routes.junctions`)."""
 
     __tablename__ = "requests"
     __table_args__ = (
         Index("ix_requests_engine_finished", "engine_id", "finished_ts"),
         Index("ix_requests_engine_request", "engine_id", "request_id"),
+        Index("ix_requests_attention_match_key", "attention_match_key"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -133,6 +137,9 @@ class Request(Base):
     first_token_ts: Mapped[float | None] = mapped_column(Float)
     finished_ts: Mapped[float] = mapped_column(Float)
     ttft_s: Mapped[float | None] = mapped_column(Float)
+    pin_hits: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'"))
+    attention_match_key: Mapped[str | None] = mapped_column(String(128))
+    junction_token_ids: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class HitRateBucket(Base):
@@ -154,19 +161,51 @@ class HitRateBucket(Base):
 
 
 class Pin(Base):
-    """An operator's pin; `engine_id` is the engine that last reported it (None: not yet)."""
+    """A pinned prefix: an operator's (`origin` "api", made through `POST /pins`) or one an
+    engine reported that the API never made (`origin` "engine": a replay trace's pin line).
+
+    `target_mode` "all" targets every engine, connected now or later; "list" only the engines
+    of its `PinTarget` rows. `token_ids` is None for an engine's pin: the store never saw its
+    tokens, so it cannot send it anywhere. `released_at` set: the pin is released."""
 
     __tablename__ = "pins"
 
     pin_id: Mapped[str] = mapped_column(Text, primary_key=True)
-    engine_id: Mapped[str | None] = mapped_column(ForeignKey(ENGINE_FK, ondelete="SET NULL"))
-    state: Mapped[str] = mapped_column(String(16))
+    label: Mapped[str] = mapped_column(Text)
+    origin: Mapped[str] = mapped_column(String(16))
+    token_ids: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+    num_tokens: Mapped[int] = mapped_column(BigInteger)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    target_mode: Mapped[str] = mapped_column(String(8))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    released_at: Mapped[datetime | None] = mapped_column()
+
+
+class PinTarget(Base):
+    """One engine's side of a pin: its boundary on that engine's hit grid (None: the engine's
+    geometry gives no grid) and the state its `PinUpdated` events last reported.
+
+    `is_held` is the engine's last word: it said it holds the pin (pending or materialized),
+    so a released pin must still be unpinned there. `num_hits` and `tokens_saved` add up the
+    engine's requests whose hit covered the pin (`RequestFinished.pin_hits`)."""
+
+    __tablename__ = "pin_targets"
+
+    pin_id: Mapped[str] = mapped_column(
+        ForeignKey("pins.pin_id", ondelete="CASCADE"), primary_key=True
+    )
+    engine_id: Mapped[str] = mapped_column(
+        ForeignKey(ENGINE_FK, ondelete="CASCADE"), primary_key=True
+    )
     boundary: Mapped[int | None] = mapped_column(BigInteger)
-    num_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
     keys: Mapped[dict[str, Any]] = mapped_column(default=dict)
     block_ids: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    reason: Mapped[str | None] = mapped_column(Text)
-    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    is_held: Mapped[bool] = mapped_column(Boolean, default=False)
+    num_hits: Mapped[int] = mapped_column(BigInteger, default=0)
+    tokens_saved: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class BenchmarkRun(Base):

@@ -1,11 +1,18 @@
-"""Response bodies of the REST API (pydantic), apart from the ORM models they are read from."""
+"""Request and response bodies of the REST API (pydantic), apart from the ORM models."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.model.tokenizer import ByteTokenizer
+from engine.trace import MAX_TOKEN_ID, Segment, segment_tokens
+from engine.wire import EngineId
+
+#: The longest prefix a pin may take (an engine's own `max_model_len` may be lower).
+MAX_PIN_TOKENS = 1 << 20
 
 
 class _Out(BaseModel):
@@ -82,6 +89,9 @@ class RequestOut(_Out):
     first_token_ts: float | None
     finished_ts: float
     ttft_s: float | None
+    pin_hits: dict[str, int]
+    attention_match_key: str | None
+    junction_token_ids: list[int] | None
 
 
 class RequestPage(BaseModel):
@@ -143,3 +153,129 @@ class EventPage(BaseModel):
 class Health(BaseModel):
     status: str
     database: str
+
+
+# ---------------------------------------------------------------------------- pins
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+PinTokenIds = Annotated[list[TokenId], Field(max_length=MAX_PIN_TOKENS)]
+
+
+class PinPrefix(BaseModel):
+    """A pin's prefix in exactly one form: `text` (its UTF-8 bytes are the tokens, as the
+    engine's server reads a prompt), `token_ids`, or `segments` (a replay trace's seeded
+    segments: the same seed and length always give the same tokens)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str | None = None
+    token_ids: PinTokenIds | None = None
+    segments: list[Segment] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PinPrefix:
+        given = [
+            name for name in ("text", "token_ids", "segments") if getattr(self, name) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "give the prefix in exactly one form: text, token_ids or segments "
+                f"(got {', '.join(given) or 'none'})"
+            )
+        num_tokens = self.num_tokens()  # counted before any tokens are made
+        if num_tokens == 0:
+            raise ValueError(f"the prefix is empty ({given[0]} has no tokens)")
+        if num_tokens > MAX_PIN_TOKENS:
+            raise ValueError(f"the prefix has {num_tokens} tokens; at most {MAX_PIN_TOKENS}")
+        return self
+
+    def num_tokens(self) -> int:
+        if self.text is not None:
+            return len(self.text.encode("utf-8"))
+        if self.segments is not None:
+            return sum(segment.len for segment in self.segments)
+        return len(self.token_ids or [])
+
+    def tokens(self) -> list[int]:
+        if self.text is not None:
+            return ByteTokenizer().encode(self.text)
+        if self.segments is not None:
+            return [t for s in self.segments for t in segment_tokens(s.seed, s.len)]
+        return list(self.token_ids or [])
+
+
+class PinCreate(BaseModel):
+    """`POST /pins`: `engine_ids` left out targets every engine, connected now or later."""
+
+    model_config = ConfigDict(extra="forbid")
+    prefix: PinPrefix
+    label: Annotated[str, Field(min_length=1, max_length=200)]
+    engine_ids: Annotated[list[EngineId], Field(min_length=1)] | None = None
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
+
+
+class PinTargetOut(_Out):
+    """One engine's side of a pin: `boundary` is the prefix floored to that engine's hit grid
+    (null: its geometry gives none); `state` pending, materialized, failed (`reason` says why)
+    or released; `num_hits` requests hit the pin there, saving `tokens_saved` tokens."""
+
+    engine_id: str
+    state: str
+    boundary: int | None
+    reason: str | None
+    keys: dict[str, str]
+    block_ids: dict[str, list[int]]
+    num_hits: int
+    tokens_saved: int
+    updated_at: datetime
+
+
+class PinOut(BaseModel):
+    """A pin. `state` is released once released; else pending while an engine is (or none is
+    targeted yet), failed when every engine failed, materialized otherwise. `targets` is
+    "all" (every engine, connected now or later) or the engine ids; `origin` "engine": a pin
+    an engine reported that the API never made (a replay trace's)."""
+
+    pin_id: str
+    label: str
+    origin: Literal["api", "engine"]
+    num_tokens: int
+    priority: int
+    targets: Literal["all"] | list[str]
+    state: Literal["pending", "materialized", "failed", "released"]
+    boundary: dict[str, int | None]
+    engines: list[PinTargetOut]
+    num_hits: int
+    tokens_saved: int
+    created_at: datetime
+    released_at: datetime | None
+
+
+class PinDetail(PinOut):
+    token_ids: list[int] | None
+
+
+# ---------------------------------------------------------------------------- junctions
+class JunctionPinRequest(BaseModel):
+    """A ready `POST /pins` body."""
+
+    prefix: dict[str, list[int]]
+    label: str
+
+
+class JunctionOut(BaseModel):
+    """A position many requests' attention matches reached and no checkpoint covered: `key`
+    is `H_boundary`; `tokens_saved` what a pin there would have saved them (the tokens they
+    recomputed because their Mamba hit fell short of it)."""
+
+    key: str
+    boundary: int
+    num_requests: int
+    num_short_requests: int
+    tokens_saved: int
+    engine_ids: list[str]
+    pin_request: JunctionPinRequest
+
+
+class JunctionPage(BaseModel):
+    engine_id: str | None
+    limit: int
+    junctions: list[JunctionOut]

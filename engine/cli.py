@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     from api.cli import add_api_parser
 
     add_api_parser(commands)
+    from api.pins_cli import add_pin_parsers
+
+    add_pin_parsers(commands)
     return parser
 
 

@@ -43,7 +43,8 @@ def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
 
 @router.delete("/{engine_id}", status_code=status.HTTP_204_NO_CONTENT)
 def delete_engine(engine: EngineDep, session: SessionDep, state: StateDep, _: RequireToken) -> None:
-    """Forget an engine that is gone: its rows, batches, requests and buckets (pins stay)."""
+    """Forget an engine that is gone: its rows, batches, requests, buckets and its side of
+    every pin (the pins stay, for their other engines)."""
     if engine.engine_id in state.registry:
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"engine {engine.engine_id!r} is connected; stop it first"

@@ -1,7 +1,9 @@
 """The ingest socket: engines stream their event batches here (protocol: `engine.wire`).
 
 Per connection: the bearer token (header, or `?token=` for browsers), then a hello answered by
-a welcome, then batches and snapshots, each committed before its ack. Bad input closes the
+a welcome and the pin commands the engine is owed (`api.pins.hello_commands`: its active pins,
+again after a reconnect or a restart), then batches and snapshots, each committed before its
+ack (and followed by any command its pin reports call for). Bad input closes the
 socket with the wire's close code and a reason, is logged, and leaves the store unchanged
 (the frame's transaction rolls back). Replies use the encoding of the engine's hello.
 
@@ -23,12 +25,14 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import StateDep, bearer_token, is_valid_token
 from api.ingest import Applied, apply_batch, apply_hello, apply_snapshot, mark_disconnected
+from api.pins import hello_commands
 from api.registry import Connection
 from api.state import AppState
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_UNAUTHORIZED,
     Batch,
+    Command,
     Hello,
     Snapshot,
     Welcome,
@@ -78,6 +82,9 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
             welcome.next_seq,
         )
         await connection.send(welcome)
+        # registered before the pins are read: a pin made meanwhile is sent by its route
+        for command in await run_in_threadpool(_hello_commands, state, hello.engine_id):
+            await connection.send(command)
         await _stream(state, websocket, connection, hello)
     except WireError as exc:
         await _reject(state, websocket, exc, hello.engine_id if hello else f"at {peer}")
@@ -120,6 +127,8 @@ async def _stream(
             if is_open:  # frames that arrived before the peer left are committed all the same
                 try:
                     await connection.send(applied.ack)
+                    for command in applied.commands:
+                        await connection.send(command)
                 except (WebSocketDisconnect, RuntimeError):
                     is_open = False
             state.metrics.latency.observe(time.perf_counter() - item.received)
@@ -149,6 +158,11 @@ def _hello(state: AppState, data: str | bytes) -> tuple[Hello, Welcome]:
         raise WireError(CLOSE_BAD_FRAME, f"first frame must be hello, got {frame.type}")
     with state.sessions() as session:
         return frame, apply_hello(session, frame)
+
+
+def _hello_commands(state: AppState, engine_id: str) -> list[Command]:
+    with state.sessions() as session:
+        return hello_commands(session, engine_id)
 
 
 def _apply(state: AppState, hello: Hello, frame: object) -> Applied:

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.ingest import apply_batch, apply_hello, apply_snapshot
-from api.models import Block, Engine, EventBatch, HitRateBucket, Pin, Request
+from api.models import Block, Engine, EventBatch, HitRateBucket, Pin, PinTarget, Request
 from api.routes.blocks import block_out
 from engine.engine import Engine as LedgerEngine
 from engine.wire import CLOSE_BAD_FRAME, CLOSE_FUTURE_SEQ, CLOSE_WRONG_ENGINE, WireError
@@ -33,6 +33,7 @@ def counts(session: Session) -> dict[str, int]:
         "requests": Request,
         "buckets": HitRateBucket,
         "pins": Pin,
+        "pin_targets": PinTarget,
     }
     return {name: session.scalar(select(func.count()).select_from(t)) for name, t in tables.items()}
 
@@ -124,7 +125,13 @@ def test_a_new_epoch_clears_the_table_and_a_reconnect_resumes(
     welcome = apply_hello(session, restarted)
     assert (welcome.epoch, welcome.next_seq) == (engine_run.epoch + 1, 0)
     assert counts(session)["blocks"] == 0
-    assert session.scalar(select(Pin.state).where(Pin.pin_id == "system")) == "released"
+    target = session.get(PinTarget, ("system", engine_run.engine_id))
+    assert (target.state, target.reason, target.is_held) == (
+        "released",
+        f"engine restarted (epoch {engine_run.epoch + 1})",
+        False,
+    )
+    assert session.get(Pin, "system").released_at is not None  # an engine's pin follows it
     # the old epoch's connection is stale now
     with pytest.raises(WireError) as error:
         apply_batch(session, hello, parse(frames[0]))
@@ -145,8 +152,9 @@ def test_a_snapshot_replaces_the_table(session: Session, engine_run, events) -> 
     assert (applied.ack.seq, applied.is_duplicate) == (len(frames) + 5, False)
     assert store_rows(session, engine_run.engine_id) == engine_rows(engine_run)
     assert session.get(Engine, engine_run.engine_id).next_seq == len(frames) + 6
-    pin = session.get(Pin, "system")
-    assert (pin.state, pin.engine_id) == ("materialized", engine_run.engine_id)
+    target = session.get(PinTarget, ("system", engine_run.engine_id))
+    assert (target.state, target.is_held) == ("materialized", True)
+    assert session.get(Pin, "system").origin == "engine"
     # an older snapshot is acknowledged and dropped
     stale = factories.snapshot(engine_run, seq=2) | {"blocks": [], "pins": []}
     assert apply_snapshot(session, hello, parse(stale)).is_duplicate
@@ -156,7 +164,8 @@ def test_a_snapshot_replaces_the_table(session: Session, engine_run, events) -> 
     apply_snapshot(session, hello, parse(empty))
     session.expire_all()
     assert store_rows(session, engine_run.engine_id) == {}
-    assert session.get(Pin, "system").state == "released"
+    target = session.get(PinTarget, ("system", engine_run.engine_id))
+    assert (target.state, target.reason) == ("released", f"not in snapshot {len(frames) + 6}")
 
 
 def test_finished_requests_become_rows_and_buckets(session: Session, engine_run, events) -> None:
@@ -204,18 +213,27 @@ def test_buckets_add_up_across_batches(session: Session, engine_run, events) -> 
     assert bucket.prompt_tokens == sum(e["num_prompt_tokens"] for e in finished)
 
 
-def test_pin_updates_upsert_the_pin(session: Session, engine_run, events) -> None:
+def test_an_engines_pin_is_recorded_as_made_elsewhere(session: Session, engine_run, events) -> None:
     ingest_all(session, engine_run, events)
     updates = [e for e in events if e["type"] == "PinUpdated"]
     assert [u["state"] for u in updates] == ["pending", "materialized"]
-    pin = session.get(Pin, "system")
     last = updates[-1]
-    assert (pin.engine_id, pin.state, pin.boundary) == (
-        engine_run.engine_id,
+    pin = session.get(Pin, "system")
+    assert (pin.origin, pin.label, pin.token_ids, pin.num_tokens, pin.target_mode) == (
+        "engine",
+        "system",
+        None,
+        last["num_tokens"],
+        "list",
+    )
+    assert pin.released_at is None
+    target = session.get(PinTarget, ("system", engine_run.engine_id))
+    assert (target.state, target.boundary, target.is_held) == (
         "materialized",
         last["boundary"],
+        True,
     )
-    assert (pin.keys, pin.block_ids) == (last["keys"], last["block_ids"])
+    assert (target.keys, target.block_ids) == (last["keys"], last["block_ids"])
 
 
 def test_a_value_the_store_cannot_hold_rolls_the_batch_back(
@@ -229,5 +247,5 @@ def test_a_value_the_store_cannot_hold_rolls_the_batch_back(
         apply_batch(session, hello, parse(frame))
     assert error.value.code == CLOSE_BAD_FRAME
     assert error.value.reason.startswith("the store cannot hold a value")
-    assert counts(session) == {"batches": 0, "blocks": 0, "requests": 0, "buckets": 0, "pins": 0}
+    assert set(counts(session).values()) == {0}
     assert session.get(Engine, engine_run.engine_id).next_seq == 0

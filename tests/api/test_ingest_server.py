@@ -4,45 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
-from collections.abc import Iterator
 
 import httpx
 import msgpack
 import pytest
-import uvicorn
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from api.main import create_app
-from api.settings import Settings
 from engine.wire import encode
 from tests.api import factories
 from tests.api.conftest import TOKEN
-
-
-@pytest.fixture
-def server(settings: Settings) -> Iterator[str]:
-    """`http://127.0.0.1:<port>` of a uvicorn serving the app in a thread."""
-    config = uvicorn.Config(
-        create_app(settings),
-        host="127.0.0.1",
-        port=0,
-        log_level="warning",
-        ws_max_size=settings.max_frame_bytes + 1024 * 1024,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
 
 
 def ingest(server: str, token: str = TOKEN):

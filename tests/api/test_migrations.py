@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from api import migrate
 from api.db import make_engine
 from api.models import Base
 from api.settings import Settings, get_settings
 
+NOW = datetime(2026, 11, 29, tzinfo=UTC)
 TABLES = {
     "engines",
     "event_batches",
@@ -22,6 +24,7 @@ TABLES = {
     "requests",
     "hit_rate_buckets",
     "pins",
+    "pin_targets",
     "benchmark_runs",
 }
 
@@ -96,3 +99,65 @@ def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_settings_reject_a_zero_bucket() -> None:
     with pytest.raises(ValueError, match="must be positive, got 0"):
         Settings(_env_file=None, hit_rate_bucket_s=0)
+
+
+def test_0002_keeps_the_pins_an_engine_reported(empty_database_url: str) -> None:
+    """Old pins rows become engine pins with one target each, and fold back on downgrade."""
+    migrate.upgrade(empty_database_url, "0001")
+    db = make_engine(empty_database_url)
+    try:
+        with db.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO engines (engine_id, epoch, next_seq, geometry, model, connected,"
+                    " first_seen, last_seen) VALUES ('e1', 1, 0, '{}', '{}', false, :now, :now)"
+                ),
+                {"now": NOW},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO pins (pin_id, engine_id, state, boundary, num_tokens, keys,"
+                    " block_ids, reason, updated_at) VALUES"
+                    " ('held', 'e1', 'materialized', 96, 100, :keys, :ids, NULL, :now),"
+                    " ('gone', 'e1', 'released', 32, 40, '{}', '{}', NULL, :now),"
+                    " ('orphan', NULL, 'failed', 0, NULL, '{}', '{}', 'too short', :now)"
+                ),
+                {"now": NOW, "keys": '{"attention": "ab", "mamba": "ab"}', "ids": '{"mamba": [3]}'},
+            )
+        migrate.upgrade(empty_database_url)
+        with db.connect() as connection:
+            pins = connection.execute(
+                text(
+                    "SELECT pin_id, label, origin, num_tokens, target_mode, released_at IS NULL"
+                    " FROM pins ORDER BY pin_id"
+                )
+            ).all()
+            targets = connection.execute(
+                text(
+                    "SELECT pin_id, engine_id, state, boundary, is_held, tokens_saved"
+                    " FROM pin_targets ORDER BY pin_id"
+                )
+            ).all()
+        assert [tuple(row) for row in pins] == [
+            ("gone", "gone", "engine", 40, "list", False),
+            ("held", "held", "engine", 100, "list", True),
+            ("orphan", "orphan", "engine", 0, "list", True),
+        ]
+        assert [tuple(row) for row in targets] == [
+            ("gone", "e1", "released", 32, False, 0),
+            ("held", "e1", "materialized", 96, True, 0),
+        ]
+        migrate.downgrade(empty_database_url, "0001")
+        assert table_names(empty_database_url) == TABLES - {"pin_targets"}
+        with db.connect() as connection:
+            old = connection.execute(
+                text("SELECT pin_id, engine_id, state, boundary FROM pins ORDER BY pin_id")
+            ).all()
+        assert [tuple(row) for row in old] == [
+            ("gone", "e1", "released", 32),
+            ("held", "e1", "materialized", 96),
+            ("orphan", None, "pending", None),
+        ]
+    finally:
+        db.dispose()
+    migrate.upgrade(empty_database_url)

@@ -217,11 +217,16 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/api/v1/engines/{engine_id}/requests/{request_id}",
         "/api/v1/engines/{engine_id}/hit-rate",
         "/api/v1/events",
+        "/api/v1/pins",
+        "/api/v1/pins/{pin_id}",
+        "/api/v1/junctions/suggested",
         "/healthz",
         "/metrics",
     }
     assert set(paths["/api/v1/engines/{engine_id}"]) == {"get", "delete"}
     assert paths["/api/v1/engines/{engine_id}"]["delete"]["security"] == [{"HTTPBearer": []}]
+    assert set(paths["/api/v1/pins/{pin_id}"]) == {"get", "delete"}
+    assert paths["/api/v1/pins"]["post"]["security"] == [{"HTTPBearer": []}]
 
 
 def test_a_starting_app_forgets_old_connections(settings, engine_run, ingested) -> None:

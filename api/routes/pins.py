@@ -1,0 +1,150 @@
+"""Pins: make one (its commands go to the target engines), list and show them, release one.
+
+The store keeps the operator's pin and each engine's state of it (`api.pins`); the engines
+answer the commands with `PinUpdated` events, which the ingest socket records. A command to
+an engine that is not connected (or whose socket breaks) is not lost: the engine is sent every
+active pin when it next says hello.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Literal
+
+import anyio.from_thread
+from fastapi import APIRouter, HTTPException, status
+from sqlalchemy import select
+
+from api import pins
+from api.deps import RequireToken, SessionDep, StateDep
+from api.models import Pin, PinTarget
+from api.schemas import PinCreate, PinDetail, PinOut, PinTargetOut
+from api.state import AppState
+from engine.wire import Command
+
+router = APIRouter(prefix="/pins", tags=["pins"])
+log = logging.getLogger(__name__)
+ERRORS = {404: {"description": "an engine or pin not found"}}
+
+
+@router.post(
+    "",
+    response_model=PinOut,
+    status_code=status.HTTP_201_CREATED,
+    responses=ERRORS | {422: {"description": "a prefix an engine cannot pin (why: `detail`)"}},
+)
+def create_pin(body: PinCreate, session: SessionDep, state: StateDep, _: RequireToken) -> PinOut:
+    """Pin a prefix on `engine_ids` (default: every engine, connected now or later). Refused
+    with a 422 when the prefix floors to a boundary of 0 on an engine's hit grid or exceeds its
+    `max_model_len`; a 404 for an engine the store has never seen."""
+    try:
+        pin, targets = pins.create_pin(
+            session, body.prefix.tokens(), body.label, body.priority, body.engine_ids
+        )
+    except pins.UnknownEngine as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    except pins.PinRejected as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    session.commit()
+    pending = [t.engine_id for t in targets if t.state == "pending"]
+    send(state, pending, pins.pin_command(pin))
+    return pin_out(pin, targets)
+
+
+@router.get("", response_model=list[PinOut])
+def list_pins(
+    session: SessionDep,
+    state: Literal["active", "released"] | None = None,
+    engine_id: str | None = None,
+) -> list[PinOut]:
+    """Newest first; `state` keeps active (not released) or released pins, `engine_id` the
+    pins that target that engine."""
+    stmt = select(Pin).order_by(Pin.created_at.desc(), Pin.pin_id)
+    if state == "active":
+        stmt = stmt.where(Pin.released_at.is_(None))
+    elif state == "released":
+        stmt = stmt.where(Pin.released_at.is_not(None))
+    if engine_id is not None:
+        stmt = stmt.where(
+            Pin.pin_id.in_(select(PinTarget.pin_id).where(PinTarget.engine_id == engine_id))
+        )
+    rows = list(session.scalars(stmt))
+    targets = _targets(session, [pin.pin_id for pin in rows])
+    return [pin_out(pin, targets.get(pin.pin_id, [])) for pin in rows]
+
+
+@router.get("/{pin_id}", response_model=PinDetail, responses=ERRORS)
+def get_pin(pin_id: str, session: SessionDep) -> PinDetail:
+    pin = _pin(session, pin_id)
+    out = pin_out(pin, _targets(session, [pin_id]).get(pin_id, []))
+    return PinDetail(**out.model_dump(), token_ids=pin.token_ids)
+
+
+@router.delete("/{pin_id}", response_model=PinOut, responses=ERRORS)
+def release_pin(pin_id: str, session: SessionDep, state: StateDep, _: RequireToken) -> PinOut:
+    """Release the pin: its engines are sent an unpin (one that is not connected gets it when
+    it next says hello). Releasing a released pin changes nothing."""
+    pin = _pin(session, pin_id)
+    targets = _targets(session, [pin_id]).get(pin_id, [])
+    engine_ids = pins.release_pin(session, pin, targets)
+    session.commit()
+    send(state, engine_ids, pins.unpin_command(pin_id))
+    return pin_out(pin, targets)
+
+
+def send(state: AppState, engine_ids: Iterable[str], command: Command) -> None:
+    """Send `command` to those of `engine_ids` that are connected here, from a route's worker
+    thread; a socket that fails is left to its next hello."""
+    for engine_id in engine_ids:
+        if engine_id not in state.registry:
+            continue
+        try:
+            anyio.from_thread.run(state.registry.send_command, engine_id, command)
+        except Exception as exc:  # the socket is going away; its next hello resends
+            log.warning("could not send %s to engine %s: %s", command.command, engine_id, exc)
+
+
+def pin_out(pin: Pin, targets: list[PinTarget]) -> PinOut:
+    engines = [PinTargetOut.model_validate(t) for t in sorted(targets, key=lambda t: t.engine_id)]
+    return PinOut(
+        pin_id=pin.pin_id,
+        label=pin.label,
+        origin=pin.origin,
+        num_tokens=pin.num_tokens,
+        priority=pin.priority,
+        targets="all" if pin.target_mode == "all" else [t.engine_id for t in engines],
+        state=_state(pin, targets),
+        boundary={t.engine_id: t.boundary for t in engines},
+        engines=engines,
+        num_hits=sum(t.num_hits for t in engines),
+        tokens_saved=sum(t.tokens_saved for t in engines),
+        created_at=pin.created_at,
+        released_at=pin.released_at,
+    )
+
+
+def _state(pin: Pin, targets: list[PinTarget]) -> str:
+    states = {target.state for target in targets}
+    if pin.released_at is not None:
+        return "released"
+    if not states or "pending" in states:
+        return "pending"
+    if states == {"failed"}:
+        return "failed"
+    return "materialized" if "materialized" in states else "released"
+
+
+def _pin(session, pin_id: str) -> Pin:
+    pin = session.get(Pin, pin_id)
+    if pin is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"pin {pin_id!r} not found")
+    return pin
+
+
+def _targets(session, pin_ids: list[str]) -> dict[str, list[PinTarget]]:
+    by_pin: dict[str, list[PinTarget]] = {}
+    if pin_ids:
+        for target in session.scalars(select(PinTarget).where(PinTarget.pin_id.in_(pin_ids))):
+            by_pin.setdefault(target.pin_id, []).append(target)
+    return by_pin

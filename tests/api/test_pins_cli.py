@@ -1,0 +1,214 @@
+"""`junction pin` / `unpin` / `pins` against a live uvicorn app, with a ledger engine on a real
+websocket applying the pin commands it is sent."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.sync.client import ClientConnection, connect
+
+from api.pins_cli import add_pin_parsers, call
+from engine.config import CacheConfig
+from engine.engine import Engine
+from engine.server.commands import apply_command
+from engine.wire import Command, encode
+from tests.api import factories
+from tests.api.conftest import TOKEN
+
+SYSTEM = "You are the Junction test assistant. Answer in one short sentence. " * 2
+
+
+def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="junction")
+    add_pin_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code = args.func(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+class SocketEngine:
+    """A ledger engine on the ingest socket of a real server (the `websockets` client)."""
+
+    def __init__(self, server: str, engine_id: str, **cache) -> None:
+        config = {"block_size": 16, "mamba_block_size": 512, "num_blocks": 256} | cache
+        self.engine = Engine(CacheConfig(**config), runner="ledger", engine_id=engine_id)
+        url = server.replace("http://", "ws://") + "/api/v1/ingest"
+        self.ws: ClientConnection = connect(
+            url, additional_headers={"Authorization": f"Bearer {TOKEN}"}
+        ).__enter__()  # closed by the test
+        self.ws.send(encode(factories.hello(self.engine)))
+        self.seq = json.loads(self.ws.recv(timeout=10))["next_seq"]
+        self.num_sent = 0
+
+    def answer(self) -> dict:
+        """Take the next command, apply it, and stream the events it made (up to the ack)."""
+        command = json.loads(self.ws.recv(timeout=10))
+        assert command["type"] == "command", command
+        apply_command(self.engine, Command.model_validate(command))
+        self.engine.run_until_done()
+        events = [e.to_dict() for e in self.engine.sink.events[self.num_sent :]]
+        self.num_sent += len(events)
+        batch = {
+            "type": "batch",
+            "engine_id": self.engine.engine_id,
+            "epoch": self.engine.epoch,
+            "seq": self.seq,
+            "ts": time.time(),
+            "events": events,
+        }
+        self.ws.send(encode(batch))
+        assert json.loads(self.ws.recv(timeout=10)) == {"type": "ack", "seq": self.seq}
+        self.seq += 1
+        return command
+
+
+def test_pin_pins_unpin(server: str, capsys, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", server)
+    monkeypatch.setenv("JUNCTION_API_TOKEN", TOKEN)
+    good = SocketEngine(server, "cli-good")
+    bare = SocketEngine(server, "cli-bare", enable_prefix_caching=False)
+    try:
+        code, out, err = run(capsys, "pin", "--text", SYSTEM, "--label", "system prompt")
+        assert (code, err) == (0, "")
+        pin_id = out.split()[1]
+        assert out == (
+            f"pinned {pin_id} (system prompt): {len(SYSTEM)} tokens, "
+            f"boundary cli-bare 128, cli-good 128; pending\n"
+        )
+        assert good.answer()["payload"]["pin_id"] == pin_id
+        assert bare.answer()["payload"]["pin_id"] == pin_id
+
+        prompt = tmp_path / "prompt.txt"
+        prompt.write_text(SYSTEM[:50])
+        code, out, _ = run(
+            capsys, "pin", "--file", str(prompt), "--label", "from a file",
+            "--engine", "cli-good", "--priority", "3", "--json",
+        )  # fmt: skip
+        second = json.loads(out)
+        assert (code, second["num_tokens"], second["targets"], second["priority"]) == (
+            0,
+            50,
+            ["cli-good"],
+            3,
+        )
+        assert good.answer()["payload"]["token_ids"] == list(SYSTEM[:50].encode())
+
+        code, out, _ = run(capsys, "pins")
+        lines = out.splitlines()
+        assert code == 0 and lines[0].split() == [
+            "PIN", "LABEL", "TOKENS", "PRIORITY", "STATE", "HITS", "SAVED", "REASON",
+        ]  # fmt: skip
+        assert lines[1].split()[:5] == [second["pin_id"], "from", "a", "file", "50"]
+        assert lines[2].split() == ["cli-good", "boundary", "48", "materialized", "0", "0"]
+        assert lines[3].split()[:4] == [pin_id, "system", "prompt", str(len(SYSTEM))]
+        assert lines[4].split() == [
+            "cli-bare", "boundary", "128", "failed", "0", "0",
+            "prefix", "caching", "is", "off", "on", "this", "engine",
+        ]  # fmt: skip
+        assert lines[5].split() == ["cli-good", "boundary", "128", "materialized", "0", "0"]
+
+        code, out, _ = run(capsys, "unpin", pin_id)
+        assert (code, out) == (0, f"released {pin_id} (system prompt)\n")
+        assert good.answer() == {
+            "type": "command",
+            "command": "unpin",
+            "payload": {"pin_id": pin_id},
+        }
+        code, out, _ = run(capsys, "pins", "--state", "released", "--json")
+        assert [pin["pin_id"] for pin in json.loads(out)] == [pin_id]
+    finally:
+        good.ws.close()
+        bare.ws.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (
+            ["pin", "--text", "tiny", "--label", "x", "--engine", "cli-e1"],
+            2,
+            "junction pin: POST /pins: HTTP 422: the prefix's 4 tokens floor to a boundary of 0 "
+            "on engine 'cli-e1''s 16-token hit grid",
+        ),
+        (
+            ["pin", "--text", SYSTEM, "--label", "x", "--engine", "ghost"],
+            2,
+            "junction pin: POST /pins: HTTP 404: engine 'ghost' not found",
+        ),
+        (
+            ["pin", "--text", "", "--label", "x"],
+            2,
+            "HTTP 422: prefix: Value error, the prefix is empty (text has no tokens)",
+        ),
+        (
+            ["pin", "--segments", '[{"seed": 1, "len": -3}]', "--label", "x"],
+            2,
+            "HTTP 422: prefix.segments.0.len: Input should be greater than 0",
+        ),
+        (["pin", "--token-ids", "1,two", "--label", "x"], 2, "comma-separated integers"),
+        (["pin", "--segments", "[{", "--label", "x"], 2, "--segments is not valid JSON"),
+        (["unpin", "pin-nope"], 2, "junction unpin: DELETE /pins/pin-nope: HTTP 404: pin "),
+        (
+            ["unpin", "pin-nope", "--token", "wrong"],
+            2,
+            "junction unpin: DELETE /pins/pin-nope: HTTP 401: wrong bearer token",
+        ),
+    ],
+    ids=[
+        "boundary 0",
+        "unknown engine",
+        "empty",
+        "bad segment",
+        "bad token ids",
+        "bad json",
+        "unknown pin",
+        "wrong token",
+    ],
+)
+def test_refusals_print_the_apis_message(
+    server: str, capsys, monkeypatch, argv: list[str], code: int, message: str
+) -> None:
+    monkeypatch.setenv("JUNCTION_API_TOKEN", TOKEN)
+    engine = SocketEngine(server, "cli-e1")
+    try:
+        got, out, err = run(capsys, *argv, "--control-plane", server)
+    finally:
+        engine.ws.close()
+    assert (got, out) == (code, "")
+    assert message in err, err
+
+
+def test_an_unreachable_control_plane_is_named(capsys, monkeypatch) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there
+    monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", url)
+    code, out, err = run(capsys, "pins")
+    assert (code, out) == (1, "")
+    assert err.startswith(f"junction pins: cannot reach the control plane at {url}: ")
+
+
+def test_the_token_and_url_default_from_the_environment(capsys, monkeypatch) -> None:
+    monkeypatch.delenv("JUNCTION_CONTROL_PLANE_URL", raising=False)
+    parser = argparse.ArgumentParser(prog="junction")
+    add_pin_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["pin", "--token-ids", "1,2,3", "--label", "x", "--engine", "a"])
+    assert (args.token_ids, args.engine_ids, args.priority) == ("1,2,3", ["a"], 0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["pin", "--text", "a", "--token-ids", "1", "--label", "x"])
+    seen = []
+    monkeypatch.setattr(
+        "httpx.request",
+        lambda method, url, **kw: seen.append((url, kw)) or httpx.Response(200, json=[]),
+    )
+    monkeypatch.setenv("JUNCTION_API_TOKEN", "from-env")
+    call(parser.parse_args(["pins"]), "GET", "/pins")
+    assert seen[0][0] == "http://127.0.0.1:8080/api/v1/pins"
+    assert seen[0][1]["headers"] == {"Authorization": "Bearer from-env"}
