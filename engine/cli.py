@@ -47,6 +47,12 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
         help="Mamba state slots, when they should differ from --num-blocks",
     )
     group.add_argument(
+        "--pin-max-share",
+        type=float,
+        default=0.25,
+        help="the share of each group's blocks that pins may hold (default 0.25)",
+    )
+    group.add_argument(
         "--no-prefix-caching", action="store_true", help="cache off: the reference for outputs"
     )
 
@@ -74,6 +80,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[CacheConfig, SchedulerC
         dcp_size=args.dcp_size,
         num_blocks=args.num_blocks,
         num_mamba_blocks=args.num_mamba_blocks,
+        pin_max_share=args.pin_max_share,
         enable_prefix_caching=not args.no_prefix_caching,
         partial_hits=not args.no_partial_hits,
         junction_checkpoints=args.junction_checkpoints,
