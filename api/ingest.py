@@ -9,7 +9,8 @@ store as it was. The seq bookkeeping is `Engine.next_seq`, per engine and epoch:
   resends from there.
 - `apply_batch`: `seq < next_seq` was committed before: acknowledged, not applied again.
   `seq == next_seq`: stored and applied, `next_seq += 1`. `seq > next_seq` is a gap the
-  engine must fill (resend or snapshot): `CLOSE_FUTURE_SEQ`.
+  engine must fill (resend or snapshot): `CLOSE_FUTURE_SEQ`. `apply_batches` takes
+  consecutive batches in one transaction, as `apply_batch` would one after another.
 - `apply_snapshot`: any `seq >= next_seq` replaces the engine's block rows and pin states and
   sets `next_seq = seq + 1`; an older snapshot is acknowledged and dropped.
 
@@ -113,46 +114,84 @@ def apply_hello(session: Session, hello: Hello) -> Welcome:
 
 
 def apply_batch(session: Session, hello: Hello, batch: Batch, bucket_s: int = 60) -> Applied:
+    return apply_batches(session, hello, [batch], bucket_s)[0]
+
+
+def apply_batches(
+    session: Session, hello: Hello, batches: list[Batch], bucket_s: int = 60
+) -> list[Applied]:
+    """Consecutive batches of one connection in one transaction, each taken as `apply_batch`
+    takes it alone, with one statement per table for all of them (the last row of a block
+    wins); the pins' reports and hits are applied batch by batch, in order. A batch that
+    cannot be applied rolls back all of them."""
     with transaction(session):
-        engine = _locked_engine(session, hello, batch)
-        if batch.seq < engine.next_seq:
-            return Applied(Ack(seq=batch.seq), True, 0)
-        if batch.seq > engine.next_seq:
-            raise WireError(CLOSE_FUTURE_SEQ, f"expected seq {engine.next_seq}, got {batch.seq}")
-        session.execute(
-            insert(BATCHES).values(events=bulk.raw_json(session, "events_json")),
+        for batch in batches:
+            _check_frame(hello, batch)
+        engine = _locked_engine(session, hello)
+        next_seq, is_new = engine.next_seq, []  # a seq below next_seq was committed before
+        for batch in batches:
+            if batch.seq > next_seq:
+                raise WireError(CLOSE_FUTURE_SEQ, f"expected seq {next_seq}, got {batch.seq}")
+            is_new.append(batch.seq == next_seq)
+            next_seq += is_new[-1]
+        new = [batch for batch, fresh in zip(batches, is_new, strict=True) if fresh]
+        commands = _store_batches(session, hello, new, bucket_s) if new else {}
+        if new:
+            engine.next_seq = next_seq
+            engine.last_seen = utcnow()
+        return [
+            Applied(Ack(seq=b.seq), False, len(b.events), commands[b.seq])
+            if fresh
+            else Applied(Ack(seq=b.seq), True, 0)
+            for b, fresh in zip(batches, is_new, strict=True)
+        ]
+
+
+def _store_batches(
+    session: Session, hello: Hello, new: list[Batch], bucket_s: int
+) -> dict[int, tuple[Command, ...]]:
+    """Store new batches, in seq order; returns the commands each calls for, by seq."""
+    engine_id, epoch = hello.engine_id, hello.epoch  # the batches' own (`_check_frame`)
+    session.execute(
+        insert(BATCHES).values(events=bulk.raw_json(session, "events_json")),
+        [
             {
-                "engine_id": batch.engine_id,
-                "epoch": batch.epoch,
+                "engine_id": engine_id,
+                "epoch": epoch,
                 "seq": batch.seq,
                 "ts": batch.ts,
                 "received_at": utcnow(),
                 "num_events": len(batch.events),
                 "events_json": EVENT_LIST.dump_json(batch.events).decode(),
-            },
-        )
-        rows: dict[tuple[str, int], BlockRow] = {}  # the last row of each block wins
-        finished: list[RequestFinished] = []
-        reports: list[PinUpdated] = []
+            }
+            for batch in new
+        ],
+    )
+    rows: dict[tuple[str, int], BlockRow] = {}  # the last row of each block wins
+    finished: list[list[RequestFinished]] = [[] for _ in new]
+    reports: list[list[PinUpdated]] = [[] for _ in new]
+    for index, batch in enumerate(new):
         for event in batch.events:
             if isinstance(event, BlockStateChanged):
                 rows.update(((row.group, row.block_id), row) for row in event.blocks)
             elif isinstance(event, RequestFinished):
-                finished.append(event)
+                finished[index].append(event)
             elif isinstance(event, PinUpdated):
-                reports.append(event)
-        bulk.upsert(session, BLOCKS, [_block_values(batch.engine_id, r) for r in rows.values()])
-        commands = pins.apply_reports(session, batch.engine_id, reports) if reports else []
-        _insert_requests(session, batch.engine_id, batch.epoch, finished, bucket_s)
-        pins.record_hits(session, batch.engine_id, finished)
-        engine.next_seq = batch.seq + 1
-        engine.last_seen = utcnow()
-        return Applied(Ack(seq=batch.seq), False, len(batch.events), tuple(commands))
+                reports[index].append(event)
+    bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in rows.values()])
+    _insert_requests(session, engine_id, epoch, [e for f in finished for e in f], bucket_s)
+    commands = {}
+    for batch, its_reports, its_finished in zip(new, reports, finished, strict=True):
+        sent = pins.apply_reports(session, engine_id, its_reports) if its_reports else []
+        pins.record_hits(session, engine_id, its_finished)
+        commands[batch.seq] = tuple(sent)
+    return commands
 
 
 def apply_snapshot(session: Session, hello: Hello, snapshot: Snapshot) -> Applied:
     with transaction(session):
-        engine = _locked_engine(session, hello, snapshot)
+        _check_frame(hello, snapshot)
+        engine = _locked_engine(session, hello)
         if snapshot.seq < engine.next_seq:
             return Applied(Ack(seq=snapshot.seq), True, 0)
         rows = {(row.group, row.block_id): row for row in snapshot.blocks}
@@ -178,9 +217,8 @@ def mark_disconnected(session: Session, engine_id: str, epoch: int) -> None:
 
 
 # ---------------------------------------------------------------------------- helpers
-def _locked_engine(session: Session, hello: Hello, frame: Batch | Snapshot) -> Engine:
-    """The connection's engine row, locked (PostgreSQL) so two sockets of one engine cannot
-    both take the same seq; raises when the frame or the connection is not this engine's."""
+def _check_frame(hello: Hello, frame: Batch | Snapshot) -> None:
+    """Raises unless the frame is for the connection's engine and epoch."""
     if frame.engine_id != hello.engine_id:
         raise WireError(
             CLOSE_WRONG_ENGINE,
@@ -192,6 +230,11 @@ def _locked_engine(session: Session, hello: Hello, frame: Batch | Snapshot) -> E
             CLOSE_WRONG_ENGINE,
             f"{frame.type} of epoch {frame.epoch} on a connection of epoch {hello.epoch}",
         )
+
+
+def _locked_engine(session: Session, hello: Hello) -> Engine:
+    """The connection's engine row, locked (PostgreSQL) so two sockets of one engine cannot
+    both take the same seq; raises when the connection's epoch is no longer the engine's."""
     engine = session.get(Engine, hello.engine_id, with_for_update=True, populate_existing=True)
     if engine is None:
         raise WireError(CLOSE_WRONG_ENGINE, f"engine {hello.engine_id!r} is not registered")

@@ -7,9 +7,12 @@ ack (and followed by any command its pin reports call for). Bad input closes the
 socket with the wire's close code and a reason, is logged, and leaves the store unchanged
 (the frame's transaction rolls back). Replies use the encoding of the engine's hello.
 
-Frames are committed one at a time, in order; the frames behind the one being committed are
-decoded meanwhile (in worker threads), so validation overlaps the database's work. A frame
-that fails to decode is answered when its turn comes, after the frames before it.
+Frames are committed in order; the frames behind the one being committed are decoded
+meanwhile (in worker threads), so validation overlaps the database's work. Batches that queued
+up decoded behind one another are committed in one transaction (`apply_batches`), then acked
+one by one; should that transaction fail, they are committed one at a time, so the frames
+before a bad one are stored and acked and it is refused as it would be alone. A frame that
+fails to decode is answered when its turn comes, after the frames before it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import StateDep, bearer_token, is_valid_token
-from api.ingest import Applied, apply_batch, apply_hello, apply_snapshot, mark_disconnected
+from api.ingest import (
+    Applied,
+    apply_batch,
+    apply_batches,
+    apply_hello,
+    apply_snapshot,
+    mark_disconnected,
+)
 from api.pins import hello_commands
 from api.registry import Connection
 from api.state import AppState
@@ -44,7 +54,7 @@ router = APIRouter(tags=["ingest"])
 log = logging.getLogger(__name__)
 CLOSE_INTERNAL = 1011
 MAX_REASON_BYTES = 123  # a close frame's reason must fit in 125 bytes with its code
-DECODE_AHEAD = 4  # frames decoded ahead of the one being committed
+DECODE_AHEAD = 16  # frames decoded ahead of the ones being committed
 
 
 class Pending(NamedTuple):
@@ -121,21 +131,35 @@ async def _stream(
 
     reader = asyncio.create_task(read())
     is_open = True
+    ahead: list[Pending | None] = []  # one taken from the queue that could not join a group
     try:
-        while (item := await pending.get()) is not None:
-            applied = await run_in_threadpool(_apply, state, hello, await item.frame)
-            if is_open:  # frames that arrived before the peer left are committed all the same
-                try:
-                    await connection.send(applied.ack)
-                    for command in applied.commands:
-                        await connection.send(command)
-                except (WebSocketDisconnect, RuntimeError):
-                    is_open = False
-            state.metrics.latency.observe(time.perf_counter() - item.received)
+        while (item := ahead.pop() if ahead else await pending.get()) is not None:
+            group, frames = [item], [await item.frame]
+            while isinstance(frames[0], Batch) and not pending.empty():
+                following = pending.get_nowait()
+                if following is None or not _is_decoded_batch(following.frame):
+                    ahead.append(following)
+                    break
+                group.append(following)
+                frames.append(following.frame.result())
+            results = await run_in_threadpool(_apply_group, state, hello, frames)
+            for done, applied in zip(group, results, strict=False):
+                if isinstance(applied, Exception):
+                    raise applied
+                if is_open:  # frames that arrived before the peer left are committed all the same
+                    try:
+                        await connection.send(applied.ack)
+                        for command in applied.commands:
+                            await connection.send(command)
+                    except (WebSocketDisconnect, RuntimeError):
+                        is_open = False
+                state.metrics.latency.observe(time.perf_counter() - done.received)
     finally:
         reader.cancel()
         while not pending.empty():  # frames behind a refused one: let them go quietly
-            if (item := pending.get_nowait()) is not None:
+            ahead.append(pending.get_nowait())
+        for item in ahead:
+            if item is not None:
                 item.frame.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
@@ -165,8 +189,32 @@ def _hello_commands(state: AppState, engine_id: str) -> list[Command]:
         return hello_commands(session, engine_id)
 
 
+def _is_decoded_batch(future: asyncio.Future) -> bool:
+    return future.done() and not future.cancelled() and isinstance(future.result(), Batch)
+
+
+def _apply_group(state: AppState, hello: Hello, frames: list) -> list[Applied | Exception]:
+    """The frames' results in order; the last may be the exception that refused a frame."""
+    if len(frames) > 1:
+        try:
+            with state.sessions() as session:
+                group = apply_batches(session, hello, frames, state.settings.hit_rate_bucket_s)
+        except Exception:
+            pass  # one at a time below: the frames before the bad one are committed
+        else:
+            for frame, applied in zip(frames, group, strict=True):
+                _count(state, frame, applied)
+            return group
+    results: list[Applied | Exception] = []
+    for frame in frames:
+        try:
+            results.append(_apply(state, hello, frame))
+        except Exception as exc:
+            return [*results, exc]
+    return results
+
+
 def _apply(state: AppState, hello: Hello, frame: object) -> Applied:
-    metrics = state.metrics
     with state.sessions() as session:
         if isinstance(frame, Batch):
             applied = apply_batch(session, hello, frame, state.settings.hit_rate_bucket_s)
@@ -176,6 +224,12 @@ def _apply(state: AppState, hello: Hello, frame: object) -> Applied:
             raise WireError(CLOSE_BAD_FRAME, "a second hello on one connection")
         else:
             raise WireError(CLOSE_BAD_FRAME, f"an engine does not send {frame.type} frames")
+    _count(state, frame, applied)
+    return applied
+
+
+def _count(state: AppState, frame: object, applied: Applied) -> None:
+    metrics = state.metrics
     if applied.is_duplicate:
         metrics.duplicate_batches.inc()
     elif isinstance(frame, Snapshot):
@@ -183,7 +237,6 @@ def _apply(state: AppState, hello: Hello, frame: object) -> Applied:
     else:
         metrics.batches.inc()
         metrics.events.inc(applied.num_events)
-    return applied
 
 
 def _disconnected(state: AppState, connection: Connection) -> None:

@@ -27,6 +27,7 @@ from api.main import create_app
 from api.settings import Settings
 from engine.engine import Engine
 from tests.api import factories
+from tests.api.processes import ApiProcess, free_port
 
 TOKEN = "test-token"
 POSTGRES_ADMIN_URL = os.environ.get(
@@ -169,3 +170,16 @@ def engine_run() -> Engine:
 @pytest.fixture(scope="session")
 def events(engine_run: Engine) -> list[dict]:
     return factories.event_dicts(engine_run)
+
+
+@pytest.fixture
+def api_process(postgres: Postgres) -> Iterator[ApiProcess]:
+    """`junction api` in a subprocess on a fresh PostgreSQL database, killed afterwards."""
+    name = postgres.create("junction_e2e")
+    process = ApiProcess(postgres.url(name), free_port())
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+        postgres.drop(name)

@@ -16,14 +16,12 @@ import string
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import openai
-import pytest
 
-from tests.api.conftest import Postgres
-from tests.api.test_stream_e2e import TOKEN, ApiProcess, free_port
+from tests.api.processes import TOKEN, ApiProcess, free_port
 
 SYSTEM = ("You are the Junction test assistant. Answer in one short sentence. " * 9)[:560]
 GEOMETRY = [
@@ -135,19 +133,8 @@ def pin_state(api: ApiProcess, pin_id: str, engine_id: str) -> str | None:
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
-def api(postgres: Postgres) -> Iterator[ApiProcess]:
-    name = postgres.create("junction_pins_e2e")
-    process = ApiProcess(postgres.url(name), free_port())
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
-        postgres.drop(name)
-
-
-def test_a_pinned_system_prompt_is_hit_through_a_flood_until_unpinned(api):
+def test_a_pinned_system_prompt_is_hit_through_a_flood_until_unpinned(api_process):
+    api = api_process
     serve = Serve(api, "e2e-pin")
     try:
         created = httpx.post(
@@ -184,7 +171,8 @@ def test_a_pinned_system_prompt_is_hit_through_a_flood_until_unpinned(api):
         serve.stop()
 
 
-def test_junction_checkpoints_hit_after_the_first_and_the_boundary_is_suggested(api):
+def test_junction_checkpoints_hit_after_the_first_and_the_boundary_is_suggested(api_process):
+    api = api_process
     serve = Serve(api, "e2e-junction", "--junction-checkpoints")
     try:
         hits = [

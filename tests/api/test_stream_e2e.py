@@ -5,15 +5,8 @@ overflows during a long disconnect."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -22,82 +15,7 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.server.publisher import EventPublisher
-from tests.api.conftest import Postgres
-
-TOKEN = "e2e-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class ApiProcess:
-    """`junction api` in its own process, restartable on the same database and port."""
-
-    database_url: str
-    port: int
-    process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "JUNCTION_DATABASE_URL": self.database_url,
-            "JUNCTION_API_TOKEN": TOKEN,
-            "JUNCTION_LOG_LEVEL": "warning",
-        }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "api", "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"junction api exited: {self.process.stderr.read().decode()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError("junction api did not become healthy in 30 s")
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-    def blocks(self, engine_id: str) -> list[dict]:
-        rows, offset = [], 0
-        while True:
-            page = httpx.get(
-                f"{self.url}/api/v1/engines/{engine_id}/blocks",
-                params={"offset": offset, "limit": 10000},
-                timeout=30,
-            ).json()
-            rows.extend(page["blocks"])
-            offset += len(page["blocks"])
-            if offset >= page["total"] or not page["blocks"]:
-                return rows
-
-
-@pytest.fixture
-def api(postgres: Postgres) -> Iterator[ApiProcess]:
-    name = postgres.create("junction_e2e")
-    process = ApiProcess(postgres.url(name), free_port())
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
-        postgres.drop(name)
+from tests.api.processes import TOKEN, ApiProcess
 
 
 def small_engine(engine_id: str) -> Engine:
@@ -151,12 +69,13 @@ def exercised(engine: Engine) -> set[str]:
 
 
 @pytest.fixture
-def publisher(api: ApiProcess) -> Iterator[EventPublisher]:
-    with EventPublisher(api.url, TOKEN) as publisher:
+def publisher(api_process: ApiProcess) -> Iterator[EventPublisher]:
+    with EventPublisher(api_process.url, TOKEN) as publisher:
         yield publisher
 
 
-def test_replay_streams_and_the_store_equals_the_engine(api, publisher):
+def test_replay_streams_and_the_store_equals_the_engine(api_process, publisher):
+    api = api_process
     engine = small_engine("e2e-plain")
     seen: set[str] = set()
     engine.step_listeners.append(lambda e: seen.update(ev.type for ev in e.sink.events))
@@ -170,7 +89,8 @@ def test_replay_streams_and_the_store_equals_the_engine(api, publisher):
     assert info["num_requests"] == 40
 
 
-def test_api_killed_and_restarted_mid_stream(api, publisher):
+def test_api_killed_and_restarted_mid_stream(api_process, publisher):
+    api = api_process
     engine = small_engine("e2e-restart")
     publisher.attach(engine)
 
@@ -186,7 +106,8 @@ def test_api_killed_and_restarted_mid_stream(api, publisher):
     assert_store_matches(api, engine)
 
 
-def test_buffer_overflow_during_a_long_disconnect_sends_a_snapshot(api):
+def test_buffer_overflow_during_a_long_disconnect_sends_a_snapshot(api_process):
+    api = api_process
     engine = small_engine("e2e-overflow")
     with EventPublisher(api.url, TOKEN, max_batches=8, binary=True) as publisher:
         publisher.attach(engine)
