@@ -66,6 +66,7 @@ BUCKET_COUNTERS = (
     "computed_tokens",
 )
 EVENT_LIST = TypeAdapter(list[Event])
+INT32, INT64 = 1 << 31, 1 << 63  # the limits of `Integer` and `BigInteger` columns
 
 
 class Applied(NamedTuple):
@@ -167,18 +168,18 @@ def _store_batches(
             for batch in new
         ],
     )
-    rows: dict[tuple[str, int], BlockRow] = {}  # the last row of each block wins
+    rows: list[dict[tuple[str, int], BlockRow]] = [{} for _ in new]  # the last of each block
     finished: list[list[RequestFinished]] = [[] for _ in new]
     reports: list[list[PinUpdated]] = [[] for _ in new]
     for index, batch in enumerate(new):
         for event in batch.events:
             if isinstance(event, BlockStateChanged):
-                rows.update(((row.group, row.block_id), row) for row in event.blocks)
+                rows[index].update(((row.group, row.block_id), row) for row in event.blocks)
             elif isinstance(event, RequestFinished):
                 finished[index].append(event)
             elif isinstance(event, PinUpdated):
                 reports[index].append(event)
-    bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in rows.values()])
+    _upsert_blocks(session, engine_id, rows)
     _insert_requests(session, engine_id, epoch, [e for f in finished for e in f], bucket_s)
     commands = {}
     for batch, its_reports, its_finished in zip(new, reports, finished, strict=True):
@@ -244,6 +245,39 @@ def _locked_engine(session: Session, hello: Hello) -> Engine:
             f"epoch {hello.epoch} of engine {hello.engine_id!r} was superseded by {engine.epoch}",
         )
     return engine
+
+
+def _upsert_blocks(
+    session: Session, engine_id: str, rows: list[dict[tuple[str, int], BlockRow]]
+) -> None:
+    """Each batch's block rows, in order: one statement with the last row of each block,
+    unless a row a later batch replaces holds an integer the table cannot (then a statement a
+    batch, so that the database refuses it just as it would that batch alone)."""
+    latest: dict[tuple[str, int], BlockRow] = {}
+    for batch_rows in rows:
+        latest.update(batch_rows)
+    if len(rows) > 1 and not all(
+        _storable(row)
+        for batch_rows in rows
+        for key, row in batch_rows.items()
+        if latest[key] is not row
+    ):
+        for batch_rows in rows:
+            bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in batch_rows.values()])
+        return
+    bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in latest.values()])
+
+
+def _storable(row: BlockRow) -> bool:
+    """Whether the blocks table can hold the row's integers (`block_id` and `ref_cnt` are
+    32-bit columns, the rest 64-bit); validation has checked everything else."""
+    start, end = row.token_range if row.token_range is not None else (0, 0)
+    return (
+        row.block_id < INT32
+        and row.ref_cnt < INT32
+        and row.last_change < INT64
+        and all(-INT64 <= value < INT64 for value in (start or 0, end))
+    )
 
 
 def _block_values(engine_id: str, row: BlockRow) -> dict:

@@ -8,7 +8,8 @@ layer batches them into `{"engine_id", "epoch", "seq", "ts", "events"}` envelope
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import ClassVar, Protocol
 
 
@@ -35,12 +36,19 @@ class NullSink:
         return None
 
 
+@cache
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
 @dataclass(frozen=True, slots=True)
 class CacheEvent:
     type: ClassVar[str] = "CacheEvent"
 
     def to_dict(self) -> dict:
-        return {"type": self.type, **asdict(self)}
+        """The event as a plain dict. Shallow: nested rows and lists are shared, not copied
+        (`dataclasses.asdict` deep-copies every block row, the publisher's hot path)."""
+        return {"type": self.type, **{name: getattr(self, name) for name in _names(type(self))}}
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,11 +54,15 @@ router = APIRouter(tags=["ingest"])
 log = logging.getLogger(__name__)
 CLOSE_INTERNAL = 1011
 MAX_REASON_BYTES = 123  # a close frame's reason must fit in 125 bytes with its code
-DECODE_AHEAD = 16  # frames decoded ahead of the ones being committed
+# Frames decoded ahead of the ones being committed: up to DECODE_AHEAD of them, while they
+# hold less than AHEAD_BYTES (so a few big frames, snapshots, do not pile up).
+DECODE_AHEAD = 32
+AHEAD_BYTES = 8 * 1024 * 1024
 
 
 class Pending(NamedTuple):
     received: float  # perf_counter() at arrival: the ingest latency runs from here to the ack
+    size: int  # bytes of the frame
     frame: asyncio.Future  # the decoded frame, or the WireError that decoding raised
 
 
@@ -117,26 +121,43 @@ async def _stream(
 ) -> None:
     """Commit and ack the connection's frames in order until it closes or one is refused."""
     pending: asyncio.Queue[Pending | None] = asyncio.Queue(DECODE_AHEAD)
+    queued = 0  # bytes of the frames in `pending`
+    has_room = asyncio.Event()  # set while they are fewer than AHEAD_BYTES
+    has_room.set()
 
     async def read() -> None:
+        nonlocal queued
         try:
             while (data := await _receive(websocket)) is not None:
+                await has_room.wait()
                 decoding = run_in_threadpool(decode, data, state.settings.max_frame_bytes)
-                await pending.put(Pending(time.perf_counter(), asyncio.ensure_future(decoding)))
+                queued += len(data)
+                if queued >= AHEAD_BYTES:
+                    has_room.clear()
+                item = Pending(time.perf_counter(), len(data), asyncio.ensure_future(decoding))
+                await pending.put(item)
         except Exception as exc:  # hand it over in its turn
             failed = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
-            await pending.put(Pending(time.perf_counter(), failed))
+            await pending.put(Pending(time.perf_counter(), 0, failed))
         await pending.put(None)
+
+    def taken(item: Pending | None) -> Pending | None:
+        nonlocal queued
+        if item is not None:
+            queued -= item.size
+            if queued < AHEAD_BYTES:
+                has_room.set()
+        return item
 
     reader = asyncio.create_task(read())
     is_open = True
     ahead: list[Pending | None] = []  # one taken from the queue that could not join a group
     try:
-        while (item := ahead.pop() if ahead else await pending.get()) is not None:
+        while (item := ahead.pop() if ahead else taken(await pending.get())) is not None:
             group, frames = [item], [await item.frame]
             while isinstance(frames[0], Batch) and not pending.empty():
-                following = pending.get_nowait()
+                following = taken(pending.get_nowait())
                 if following is None or not _is_decoded_batch(following.frame):
                     ahead.append(following)
                     break
@@ -190,7 +211,9 @@ def _hello_commands(state: AppState, engine_id: str) -> list[Command]:
 
 
 def _is_decoded_batch(future: asyncio.Future) -> bool:
-    return future.done() and not future.cancelled() and isinstance(future.result(), Batch)
+    if not future.done() or future.cancelled() or future.exception() is not None:
+        return False
+    return isinstance(future.result(), Batch)
 
 
 def _apply_group(state: AppState, hello: Hello, frames: list) -> list[Applied | Exception]:

@@ -6,6 +6,7 @@ overflows during a long disconnect."""
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -93,6 +94,9 @@ def test_api_killed_and_restarted_mid_stream(api_process, publisher):
     api = api_process
     engine = small_engine("e2e-restart")
     publisher.attach(engine)
+    deadline = time.monotonic() + 30  # connected before the kill, so the restart is a reconnect
+    while not publisher.stats().is_connected and time.monotonic() < deadline:
+        time.sleep(0.05)
 
     def chaos(step: int) -> None:
         if step == 40:

@@ -1,0 +1,315 @@
+"""Ingest end to end into PostgreSQL: engine -> `EventPublisher` -> websocket -> store, committed.
+
+`junction api` runs in its own process over a scratch database (dropped at the end); a
+null-runner engine serves requests on 16 shared prefixes, 8 in flight, on a cache small enough
+to evict, with a publisher attached (one batch frame per step).
+
+1. throughput, JSON and msgpack: `live`, the engine stepping flat out, first step to last ack
+   (`publisher.flush`); `backlog`, the frames held by the publisher while the engine runs (as
+   while the control plane is away), their release to the last ack: what ingest can take.
+   The store's `/api/v1/engines/{id}/blocks` must then equal the engine's table.
+2. lag, msgpack, engine paced to each `--rate`: a thread polls `/api/v1/events` every 5 ms;
+   a batch's lag is when it was first seen minus its `ts` (stamped as the engine made it).
+3. breakdown: each stage alone, in this process, frame by frame.
+
+    .venv/bin/python benchmarks/ingest.py [--events 100000] [--rate 1000 5000 10000]
+        [--duration 10] [--database-url postgresql://postgres@127.0.0.1:5432/db] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import nullcontext
+from pathlib import Path
+
+import httpx
+import psycopg
+from sqlalchemy import event
+from tqdm import tqdm
+
+from api.db import make_engine, make_sessionmaker
+from api.ingest import apply_batches, apply_hello
+from api.routes.ingest import DECODE_AHEAD
+from api.settings import Settings
+from engine.config import CacheConfig
+from engine.engine import Engine
+from engine.request import SamplingParams
+from engine.server.publisher import EventPublisher
+from engine.wire import decode, encode
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+TOKEN = "bench-token"
+TARGET_EVENTS_S, TARGET_P99_S, TARGET_RATE = 20_000, 1.0, 5_000
+IN_FLIGHT, NUM_BLOCKS = 8, 1024
+
+
+class Workload:
+    """An engine serving requests on shared prefixes; counts the events its steps emit."""
+
+    def __init__(self, engine_id: str, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        config = CacheConfig(num_blocks=NUM_BLOCKS, mamba_block_size=64)
+        self.engine = Engine(config, runner="null", engine_id=engine_id)
+        self.prefixes = [self.tokens(self.rng.choice((256, 512, 1024))) for _ in range(16)]
+        self.in_flight = self.num_events = self.num_rows = 0
+        self.engine.step_listeners.append(self.count)  # ahead of a publisher's: sees it all
+
+    def tokens(self, n: int) -> list[int]:
+        return [self.rng.randrange(256) for _ in range(n)]
+
+    def count(self, engine: Engine) -> None:
+        self.num_events += len(engine.sink.events)
+        self.num_rows += sum(len(e.blocks) for e in engine.sink.events if hasattr(e, "blocks"))
+
+    def step(self) -> int:
+        """One engine step, topping up the requests in flight; returns the events it made."""
+        for _ in range(IN_FLIGHT - self.in_flight):
+            prompt = self.rng.choice(self.prefixes) + self.tokens(self.rng.randrange(16, 256))
+            self.engine.add_request(prompt, SamplingParams(max_tokens=self.rng.randrange(1, 16)))
+            self.in_flight += 1
+        before = self.num_events
+        self.in_flight -= len(self.engine.step())
+        return self.num_events - before
+
+    def publish(self, base: str, binary: bool) -> EventPublisher:
+        publisher = EventPublisher(base, TOKEN, binary=binary, max_batches=1_000_000)
+        publisher.attach(self.engine)
+        deadline = time.monotonic() + 30
+        while not publisher.stats().is_connected:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"publisher never connected: {publisher.stats().last_error}")
+            time.sleep(0.01)
+        return publisher
+
+
+def verdict(ok: bool) -> str:
+    return "meets" if ok else "misses"
+
+
+def flush(publisher: EventPublisher) -> None:
+    if not publisher.flush(timeout_s=120):
+        raise RuntimeError(f"the store did not ack every frame in 120 s: {publisher.stats()}")
+
+
+def throughput(base: str, num_events: int, binary: bool, backlog: bool) -> None:
+    kind, mode = "msgpack" if binary else "JSON", "backlog" if backlog else "live"
+    work = Workload(f"bench-{mode}-{kind.lower()}")
+    publisher = work.publish(base, binary)
+    started = time.perf_counter()
+    # the sender takes frames under the publisher's lock (an RLock): holding it keeps them here
+    with publisher.cond if backlog else nullcontext():
+        with tqdm(total=num_events, desc=f"{mode} {kind}", unit="ev", leave=False) as bar:
+            while work.num_events < num_events:
+                bar.update(work.step())
+        started = time.perf_counter() if backlog else started
+    flush(publisher)
+    elapsed, frames = time.perf_counter() - started, publisher.stats().num_sent
+    publisher.close()
+    rate = work.num_events / elapsed
+    print(
+        f"throughput {kind:7} {mode:7}: {work.num_events:,} events ({work.num_rows:,} block rows, "
+        f"{frames:,} frames) in {elapsed:.2f} s: {rate:,.0f} events/s, "
+        f"{work.num_rows / elapsed:,.0f} rows/s "
+        f"[target >= {TARGET_EVENTS_S:,} events/s: {verdict(rate >= TARGET_EVENTS_S)}]"
+    )
+    if wrong := differences(base, work.engine):
+        print(f"  !! the store's block table differs from the engine's in {wrong} rows")
+
+
+def differences(base: str, engine: Engine) -> int:
+    """Rows where the store's block table differs from the engine's (untouched ones are free)."""
+    rows = json.loads(json.dumps(engine.snapshot()["blocks"]))  # tuples as lists, as stored
+    table = {(row["group"], row["block_id"]): row for row in rows}
+    page = httpx.get(f"{base}/api/v1/engines/{engine.engine_id}/blocks?limit=10000").json()
+    stored = {(row["group"], row["block_id"]): row for row in page["blocks"]}
+    wrong = sum(row != table[key] for key, row in stored.items())
+    return wrong + sum(row["state"] != "free" for k, row in table.items() if k not in stored)
+
+
+def lag(base: str, rate: int, duration: float) -> None:
+    work = Workload(f"bench-lag-{rate}", seed=rate)
+    publisher = work.publish(base, binary=True)
+    lags: list[float] = []
+    last_seq = [-1]  # set at the end: the poller stops once it has seen it
+
+    def poll() -> None:
+        params = {"engine_id": work.engine.engine_id, "after_seq": -1, "limit": 1000}
+        with httpx.Client(base_url=base, timeout=30) as client:
+            while last_seq[0] < 0 or params["after_seq"] < last_seq[0]:
+                page = client.get("/api/v1/events", params=params).json()
+                now = time.time()
+                lags.extend(now - batch["ts"] for batch in page["batches"])
+                params["after_seq"] = page["next_after_seq"]
+                if not page["batches"]:
+                    time.sleep(0.005)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    started = time.perf_counter()
+    with tqdm(total=int(rate * duration), desc=f"{rate:,} events/s", unit="ev", leave=False) as bar:
+        while (elapsed := time.perf_counter() - started) < duration:
+            bar.update(work.step())
+            time.sleep(max(0.0, work.num_events / rate - elapsed))  # paced to `rate`
+    achieved = work.num_events / (time.perf_counter() - started)
+    # what was still unacknowledged when the engine stopped, in seconds of events
+    behind_s = publisher.stats().num_buffered * work.num_events / publisher.next_seq / rate
+    flush(publisher)
+    last_seq[0] = publisher.next_seq - 1
+    poller.join(120)
+    publisher.close()
+    lags.sort()
+    p50, p99 = statistics.median(lags), lags[int(0.99 * (len(lags) - 1))]
+    target = f" [target p99 < {TARGET_P99_S:.0f} s: {verdict(p99 < TARGET_P99_S)}]"
+    print(
+        f"lag at {rate:>6,} events/s: achieved {achieved:,.0f} events/s, {len(lags):,} batches, "
+        f"{behind_s:.2f} s of events unacked as the engine stopped "
+        f"({'kept up' if achieved >= 0.95 * rate and behind_s < 1 else 'FELL BEHIND'}): "
+        f"median {p50 * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms{target if rate == TARGET_RATE else ''}"
+    )
+
+
+def breakdown(url: str, num_events: int) -> None:
+    """Each stage alone, frame by frame, nothing kept between frames (as in the server)."""
+    work = Workload("bench-breakdown", seed=1)
+    db = make_engine(Settings(database_url=url).database_url)
+    sessions, clock = make_sessionmaker(db), time.perf_counter
+    one, many = "apply_batch, 1 frame a commit", f"apply_batches, {DECODE_AHEAD} frames a commit"
+    stages = ["engine: step", "engine: event.to_dict", "publisher: encode JSON"]
+    stages += ["publisher: encode msgpack", "server: decode JSON", "server: decode msgpack"]
+    stages += [f"server: {one}", "  of which SQL statements", f"server: {many}"]
+    stages += ["  of which SQL statements, grouped"]
+    spent, sql = dict.fromkeys(stages, 0.0), [stages[7], 0.0]  # [stage, statement start]
+
+    def timed(stage: str, fn, *args):
+        start = clock()
+        out = fn(*args)
+        spent[stage] += clock() - start
+        return out
+
+    def apply(hello, batches: list) -> None:
+        with sessions() as session:
+            apply_batches(session, hello, batches)
+
+    def sql_done(*_) -> None:
+        spent[sql[0]] += clock() - sql[1]
+
+    event.listen(db, "before_cursor_execute", lambda *_: sql.__setitem__(1, clock()))
+    event.listen(db, "after_cursor_execute", sql_done)
+    epoch = time.time_ns()  # a new one, should the database be one of an earlier run
+    hellos = [decode(encode({"type": "hello", "engine_id": i, "epoch": epoch})) for i in "1n"]
+    for hello in hellos:
+        with sessions() as session:
+            apply_hello(session, hello)
+    later: list[bytes] = []  # the same frames again, for the other engine id
+    with tqdm(total=num_events, desc="breakdown", unit="ev", leave=False) as bar:
+        while work.num_events < num_events:
+            bar.update(timed(stages[0], work.step))
+            events = timed(stages[1], lambda: [e.to_dict() for e in work.engine.sink.drain()])
+            body = {"type": "batch", "engine_id": "1", "epoch": epoch, "seq": len(later)}
+            body |= {"ts": time.time(), "events": events}
+            text, blob = timed(stages[2], encode, body), timed(stages[3], encode, body, True)
+            later.append(encode(body | {"engine_id": "n"}, binary=True))
+            timed(stages[4], decode, text)
+            timed(stages[6], apply, hellos[0], [timed(stages[5], decode, blob)])
+        sql[0] = stages[9]
+        for start in range(0, len(later), DECODE_AHEAD):
+            frames = [decode(frame) for frame in later[start : start + DECODE_AHEAD]]
+            timed(stages[8], apply, hellos[1], frames)
+    db.dispose()
+    print(
+        f"breakdown over {work.num_events:,} events ({work.num_rows:,} block rows, {len(later):,} "
+        "frames), each stage alone: ms per 1000 events, and the rate it alone would allow"
+    )
+    ms = {stage: seconds * 1e6 / work.num_events for stage, seconds in spent.items()}
+    for stage, each in ms.items():
+        print(f"  {stage:48} {each:6.1f} ms {1e6 / each:>10,.0f} events/s")
+    server = ms[stages[5]] + ms[stages[8]]
+    engine = ms[stages[0]] + ms[stages[1]] + ms[stages[3]]
+    print(
+        f"  one core each: server (decode msgpack + grouped apply) {server:.1f} ms -> "
+        f"{1e6 / server:,.0f} events/s; engine process (step + to_dict + encode msgpack) "
+        f"{engine:.1f} ms -> {1e6 / engine:,.0f} events/s"
+    )
+
+
+def start_server(url: str, log: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = os.environ | {"JUNCTION_DATABASE_URL": url, "JUNCTION_API_TOKEN": TOKEN}
+    env["JUNCTION_LOG_LEVEL"] = "warning"
+    command = [str(Path(sys.executable).parent / "junction"), "api", "--port", str(port)]
+    with log.open("wb") as out:
+        server = subprocess.Popen(command, env=env, stdout=out, stderr=out)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return server, base
+        except httpx.TransportError:
+            time.sleep(0.1)
+    stop(server)
+    raise RuntimeError(f"junction api did not start:\n{log.read_text()[-3000:]}")
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=100_000, help="per throughput run")
+    parser.add_argument("--rate", type=int, nargs="+", default=[1_000, 5_000, 10_000])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per paced run")
+    parser.add_argument("--database-url", help="an existing database (default: a scratch one)")
+    parser.add_argument("--quick", action="store_true", help="20,000 events; 3 s at 5,000/s")
+    args = parser.parse_args()
+    if args.quick:
+        args.events, args.rate, args.duration = 20_000, [TARGET_RATE], 3.0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up below on a kill too
+    scratch = None if args.database_url else f"junction_bench_{uuid.uuid4().hex[:12]}"
+    if scratch:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{scratch}"')
+    url = args.database_url or f"{ADMIN_URL.rsplit('/', 1)[0]}/{scratch}"
+    server = None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            server, base = start_server(url, Path(tmp) / "api.log")
+            print(f"junction api (pid {server.pid}) at {base}, database {url.rsplit('/', 1)[1]}")
+            for binary in (False, True):
+                for backlog in (False, True):
+                    throughput(base, args.events, binary, backlog)
+            for rate in args.rate:
+                lag(base, rate, args.duration)
+            stop(server)  # the breakdown gets the machine to itself
+            server = None
+            breakdown(url, min(args.events, 50_000))
+    finally:
+        if server is not None:
+            stop(server)
+        if scratch:
+            with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
