@@ -57,6 +57,21 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_control_plane_options(parser: argparse.ArgumentParser) -> None:
+    """Where `replay` and `serve` stream their cache events, and as which engine."""
+    parser.add_argument("--engine-id", default="engine-0", help="this engine's id in events")
+    parser.add_argument(
+        "--control-plane",
+        default=os.environ.get("JUNCTION_CONTROL_PLANE_URL"),
+        help="control plane URL to stream cache events to (env JUNCTION_CONTROL_PLANE_URL)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("JUNCTION_API_TOKEN"),
+        help="bearer token for the control plane (env JUNCTION_API_TOKEN)",
+    )
+
+
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """The torch runner's model: weights from a seed or a safetensors file, device, dtype."""
     group = parser.add_argument_group("model (torch runner)")
@@ -224,17 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", help="write the per-request JSON lines here (default: stdout)")
     rep.add_argument("--snapshot-out", help="write the final block table here as JSON")
     rep.add_argument("--quiet", action="store_true", help="no progress bar or summary")
-    rep.add_argument("--engine-id", default="engine-0", help="this engine's id in events")
-    rep.add_argument(
-        "--control-plane",
-        default=os.environ.get("JUNCTION_CONTROL_PLANE_URL"),
-        help="control plane URL to stream cache events to (env JUNCTION_CONTROL_PLANE_URL)",
-    )
-    rep.add_argument(
-        "--token",
-        default=os.environ.get("JUNCTION_API_TOKEN"),
-        help="bearer token for the control plane (env JUNCTION_API_TOKEN)",
-    )
+    add_control_plane_options(rep)
     rep.add_argument(
         "--flush-timeout",
         type=float,

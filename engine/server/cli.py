@@ -7,12 +7,12 @@ only when the command runs, so the rest of the command line stays light.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from engine.cli import (
     EXIT_BAD_INPUT,
     add_cache_options,
+    add_control_plane_options,
     add_model_options,
     configs_from_args,
     make_publisher,
@@ -29,17 +29,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--model-name", default=DEFAULT_MODEL_NAME, help="the model name clients must send"
     )
-    serve.add_argument("--engine-id", default="engine-0", help="this engine's id in events")
-    serve.add_argument(
-        "--control-plane",
-        default=os.environ.get("JUNCTION_CONTROL_PLANE_URL"),
-        help="control plane URL to stream cache events to (env JUNCTION_CONTROL_PLANE_URL)",
-    )
-    serve.add_argument(
-        "--token",
-        default=os.environ.get("JUNCTION_API_TOKEN"),
-        help="bearer token for the control plane (env JUNCTION_API_TOKEN)",
-    )
+    add_control_plane_options(serve)
     serve.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
