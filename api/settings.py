@@ -19,6 +19,19 @@ class Settings(BaseSettings):
     hit_rate_bucket_s: int = 60
     log_level: str = "info"
 
+    # Where the dashboard and the benchmark jobs find the control plane's REST API (engines
+    # stream to the same address).
+    control_plane_url: str = "http://127.0.0.1:8080"
+    # Celery (jobs/): the embedded default is Celery's SQLAlchemy transport on SQLite files;
+    # compose and CI use Redis (`redis://127.0.0.1:6379/0`).
+    broker_url: str = "sqla+sqlite:///./junction-broker.db"
+    result_backend: str = "db+sqlite:///./junction-results.db"
+    # The beat schedule of the standard benchmark suite, as a crontab (minute hour day month
+    # weekday); nightly by default.
+    benchmark_schedule: str = "0 3 * * *"
+    # The dashboard's live refresh period, in seconds.
+    dashboard_refresh_s: float = 3.0
+
     @field_validator("database_url")
     @classmethod
     def _psycopg_driver(cls, url: str) -> str:
