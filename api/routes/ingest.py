@@ -27,6 +27,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import StateDep, bearer_token, is_valid_token
+from api.errors import is_store_unavailable, store_unavailable_message
 from api.ingest import (
     Applied,
     apply_batch,
@@ -40,6 +41,7 @@ from api.registry import Connection
 from api.state import AppState
 from engine.wire import (
     CLOSE_BAD_FRAME,
+    CLOSE_TRY_AGAIN,
     CLOSE_UNAUTHORIZED,
     Batch,
     Command,
@@ -104,8 +106,12 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
         await _reject(state, websocket, exc, hello.engine_id if hello else f"at {peer}")
     except WebSocketDisconnect:
         pass
-    except Exception:
+    except Exception as exc:
         who = hello.engine_id if hello else f"at {peer}"
+        if is_store_unavailable(exc):  # the frame rolled back, unacked: the engine resends it
+            log.warning("ingest: engine %s: %s", who, store_unavailable_message(exc))
+            await _close(websocket, CLOSE_TRY_AGAIN, "store unavailable, retry later")
+            return
         log.exception("ingest: internal error on the socket of engine %s", who)
         await _close(websocket, CLOSE_INTERNAL, "internal error")
     finally:
@@ -263,8 +269,18 @@ def _count(state: AppState, frame: object, applied: Applied) -> None:
 
 
 def _disconnected(state: AppState, connection: Connection) -> None:
-    with state.sessions() as session:
-        mark_disconnected(session, connection.engine_id, connection.epoch)
+    try:
+        with state.sessions() as session:
+            mark_disconnected(session, connection.engine_id, connection.epoch)
+    except Exception as exc:
+        if not is_store_unavailable(exc):
+            raise
+        # the flag stays set until the engine's next hello (or the app's next start) clears it
+        log.warning(
+            "ingest: could not mark engine %s disconnected: %s",
+            connection.engine_id,
+            store_unavailable_message(exc),
+        )
 
 
 async def _reject(state: AppState, websocket: WebSocket, error: WireError, who: str) -> None:

@@ -26,6 +26,7 @@ from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
     CLOSE_TOO_BIG,
+    CLOSE_TRY_AGAIN,
     CLOSE_UNAUTHORIZED,
     CLOSE_WRONG_ENGINE,
     Ack,
@@ -308,6 +309,11 @@ class PublisherLink:
             self._error(f"control plane rejected a frame ({where})", logging.ERROR)
         elif code == 1006:
             self._error("connection to the control plane lost", logging.WARNING)
+        elif code == CLOSE_TRY_AGAIN:
+            self._error(
+                f"the control plane's store is unavailable ({where}): buffering, retrying",
+                logging.WARNING,
+            )
         else:
             self._error(f"control plane closed the connection ({where})", logging.WARNING)
 

@@ -10,124 +10,17 @@ torch runner on the CPU streaming to it, the official `openai` client sending re
 
 from __future__ import annotations
 
-import os
-import random
-import string
-import subprocess
-import sys
-import time
-from collections.abc import Callable
-
 import httpx
-import openai
 
-from tests.api.processes import TOKEN, ApiProcess, free_port
+from tests.api.processes import (
+    TOKEN,
+    Serve,
+    api_engine,
+    pin_state,
+    wait_for,
+)
 
 SYSTEM = ("You are the Junction test assistant. Answer in one short sentence. " * 9)[:560]
-GEOMETRY = [
-    "--block-size",
-    "16",
-    "--mamba-block-size",
-    "512",
-    "--prefix-match-unit",
-    "16",
-    "--num-blocks",
-    "160",
-    "--num-mamba-blocks",
-    "32",
-]
-
-
-def text(seed: int, length: int) -> str:
-    rng = random.Random(seed)
-    return "".join(rng.choice(string.ascii_letters + " ") for _ in range(length))
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class Serve:
-    def __init__(self, api: ApiProcess, engine_id: str, *extra: str) -> None:
-        self.engine_id = engine_id
-        self.port = free_port()
-        env = {**os.environ, "JUNCTION_API_TOKEN": TOKEN}
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "engine.cli",
-                "serve",
-                "--port",
-                str(self.port),
-                "--runner",
-                "torch",
-                "--device",
-                "cpu",
-                "--engine-id",
-                engine_id,
-                "--control-plane",
-                api.url,
-                "--token",
-                TOKEN,
-                "--log-level",
-                "warning",
-                *GEOMETRY,
-                *extra,
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        base = f"http://127.0.0.1:{self.port}"
-
-        def healthy() -> bool:
-            if self.process.poll() is not None:
-                raise RuntimeError(self.process.stderr.read().decode())
-            try:
-                return httpx.get(f"{base}/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for("junction serve", healthy)
-        self.client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
-        wait_for("the engine to connect", lambda: api_engine(api, engine_id).get("connected"))
-
-    def ask(self, prompt: str) -> int:
-        """Sends one completion; returns its hit length (cached prompt tokens)."""
-        done = self.client.completions.create(
-            model="junction-hybrid-tiny", prompt=prompt, max_tokens=1, temperature=0
-        )
-        return done.usage.prompt_tokens_details.cached_tokens
-
-    def flood(self, seed: int, num: int = 12) -> None:
-        for i in range(num):
-            self.ask(text(seed * 100 + i, 700))
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-
-def api_engine(api: ApiProcess, engine_id: str) -> dict:
-    response = httpx.get(f"{api.url}/api/v1/engines/{engine_id}", timeout=5)
-    return response.json() if response.status_code == 200 else {}
-
-
-def pin_state(api: ApiProcess, pin_id: str, engine_id: str) -> str | None:
-    pin = httpx.get(f"{api.url}/api/v1/pins/{pin_id}", timeout=5).json()
-    for target in pin["engines"]:
-        if target["engine_id"] == engine_id:
-            return target["state"]
-    return None
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

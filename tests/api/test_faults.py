@@ -1,0 +1,175 @@
+"""Faults over real processes: the store's database unreachable for a while, and an engine
+restarted. (The API killed mid-stream is `test_stream_e2e.py`; a Celery worker killed mid-run
+is `tests/jobs`.)
+
+1. PostgreSQL cut off behind a TCP proxy: REST reads and writes answer 503 with the reason,
+   the ingest socket closes with 1013 and rolls back, the engine keeps serving and buffers its
+   events, and once the database is back the store catches up to the engine's table, each
+   batch applied once.
+2. The engine killed and started again under the same id: a new epoch, the old epoch's blocks
+   cleared from the store, and the pin made for it materialized again in the new engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.api.processes import (
+    TOKEN,
+    ApiProcess,
+    Serve,
+    api_engine,
+    free_port,
+    pin_state,
+    text,
+    wait_for,
+)
+from tests.api.tcp_proxy import TcpProxy
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+LEDGER = (
+    *("--block-size", "16", "--mamba-block-size", "64", "--prefix-match-unit", "16"),
+    *("--num-blocks", "400", "--num-mamba-blocks", "64", "--junction-checkpoints"),
+)
+SYSTEM = text(7, 300)
+
+
+def store_requests(api: ApiProcess, engine_id: str) -> int:
+    response = httpx.get(f"{api.url}/api/v1/engines/{engine_id}/requests", timeout=5)
+    return response.json()["total"] if response.status_code == 200 else -1
+
+
+def engine_blocks(serve: Serve) -> list[dict]:
+    return httpx.get(f"{serve.url}/debug/blocks", timeout=10).json()["blocks"]
+
+
+def touched(rows: list[dict]) -> list[dict]:
+    """The rows of blocks some event has touched: a block never used is not in the store until
+    a snapshot lists it, and is free either way."""
+    return [row for row in rows if row["last_change"] or row["state"] != "free"]
+
+
+def store_matches_engine(api: ApiProcess, serve: Serve) -> bool:
+    try:
+        return touched(api.blocks(serve.engine_id)) == touched(engine_blocks(serve))
+    except (httpx.HTTPError, KeyError, ValueError):
+        return False
+
+
+def batch_seqs(api: ApiProcess, engine_id: str) -> list[tuple[int, int]]:
+    seqs, after = [], -1
+    while True:
+        page = httpx.get(
+            f"{api.url}/api/v1/events",
+            params={"engine_id": engine_id, "after_seq": after, "limit": 500},
+            timeout=10,
+        ).json()
+        seqs += [(b["epoch"], b["seq"]) for b in page["batches"]]
+        if not page["batches"]:
+            return seqs
+        after = page["next_after_seq"]
+
+
+@pytest.fixture
+def proxied_api(postgres) -> Iterator[tuple[ApiProcess, TcpProxy]]:
+    """`junction api` on a fresh PostgreSQL database reached through a proxy the test can cut."""
+    name = postgres.create("junction_fault")
+    proxy = TcpProxy("127.0.0.1", 5432)
+    url = postgres.url(name).replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    assert str(proxy.port) in url, url
+    api = ApiProcess(url, free_port())
+    api.start()
+    try:
+        yield api, proxy
+    finally:
+        api.kill()
+        proxy.close()
+        postgres.drop(name)
+
+
+def test_the_database_unreachable_for_a_while(proxied_api):
+    api, proxy = proxied_api
+    serve = Serve(api, "fault-db", runner="ledger", geometry=LEDGER)
+    try:
+        for i in range(3):
+            serve.ask(SYSTEM + text(100 + i, 80))
+        wait_for("the first requests in the store", lambda: store_requests(api, "fault-db") == 3)
+
+        proxy.cut()
+        hits = [serve.ask(SYSTEM + text(200 + i, 80)) for i in range(6)]  # the engine serves on
+        assert all(hit >= 288 for hit in hits), hits  # and hits the shared prompt as usual
+        pin = httpx.post(
+            f"{api.url}/api/v1/pins",
+            headers=AUTH,
+            json={"prefix": {"text": SYSTEM}, "label": "during the outage"},
+            timeout=30,
+        )
+        assert pin.status_code == 503, pin.text
+        assert "database is unreachable" in pin.json()["detail"]
+        engines = httpx.get(f"{api.url}/api/v1/engines", timeout=30)
+        assert engines.status_code == 503 and "retry later" in engines.json()["detail"]
+        assert httpx.get(f"{api.url}/healthz", timeout=30).status_code == 503
+        assert httpx.get(f"{api.url}/api/v1/pins", timeout=30).status_code == 503
+
+        proxy.restore()
+        wait_for("the store to catch up", lambda: store_requests(api, "fault-db") == 9, 90)
+        wait_for("the store to equal the engine", lambda: store_matches_engine(api, serve))
+        seqs = batch_seqs(api, "fault-db")
+        assert len(seqs) == len(set(seqs)) and seqs == sorted(seqs)  # none applied twice
+        assert httpx.get(f"{api.url}/api/v1/pins", timeout=10).json() == []  # no half-written pin
+        pin = httpx.post(
+            f"{api.url}/api/v1/pins",
+            headers=AUTH,
+            json={"prefix": {"text": SYSTEM}, "label": "after the outage"},
+            timeout=10,
+        )
+        assert pin.status_code == 201, pin.text
+    finally:
+        serve.stop()
+
+
+def test_an_engine_restarted_gets_a_new_epoch_and_its_pins_again(api_process):
+    api = api_process
+    serve = Serve(api, "fault-restart", runner="ledger", geometry=LEDGER)
+    port = serve.port
+    try:
+        for i in range(4):
+            serve.ask(SYSTEM + text(300 + i, 120))
+        created = httpx.post(
+            f"{api.url}/api/v1/pins",
+            headers=AUTH,
+            json={"prefix": {"text": SYSTEM}, "label": "system", "engine_ids": ["fault-restart"]},
+            timeout=10,
+        )
+        assert created.status_code == 201, created.text
+        pin_id = created.json()["pin_id"]
+        wait_for("the pin", lambda: pin_state(api, pin_id, "fault-restart") == "materialized")
+        wait_for("the store to mirror the engine", lambda: store_matches_engine(api, serve))
+        before = api_engine(api, "fault-restart")
+        assert before["cache"]["attention"]["num_cached"] > 0
+
+        serve.kill()
+        serve = Serve(api, "fault-restart", runner="ledger", geometry=LEDGER, port=port)
+        wait_for(
+            "the new epoch's pin",
+            lambda: pin_state(api, pin_id, "fault-restart") == "materialized"
+            and api_engine(api, "fault-restart")["epoch"] > before["epoch"],
+            90,
+        )
+        wait_for("the store to mirror the new engine", lambda: store_matches_engine(api, serve))
+        after = api_engine(api, "fault-restart")
+        assert after["connected"] and after["epoch"] > before["epoch"]
+        # the old epoch's cached blocks are gone: only the re-materialized pin holds blocks
+        assert after["cache"]["attention"]["num_cached"] == 0
+        assert after["cache"]["attention"]["num_pinned"] > 0
+        held = [b for b in api.blocks("fault-restart") if b["state"] != "free"]
+        assert {b["group"] for b in held} == {"attention", "mamba"}
+        # only the pin's prefill (300 tokens) holds blocks; the old requests' (420) are gone
+        assert all(b["token_range"][1] <= 300 for b in held), held
+        assert all(b["state"] == "pinned" for b in held if b["group"] == "attention")
+        assert serve.ask(SYSTEM + text(999, 50)) >= 288  # and the pin is hit
+    finally:
+        serve.stop()
