@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint bench-lookup bench-ttft venv demo
+.PHONY: test lint bench-lookup bench-ttft venv demo run
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -9,6 +9,9 @@ $(PY):
 
 venv: $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
+
+run: venv
+	$(VENV)/bin/junction up
 
 test: venv
 	$(VENV)/bin/ruff check .

@@ -6,7 +6,7 @@ import secrets
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, status
+from fastapi import Depends, HTTPException, Query, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.requests import HTTPConnection
@@ -78,3 +78,8 @@ def get_engine(engine_id: str, session: SessionDep) -> Engine:
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
+
+# The store's integers are signed 64-bit: a larger offset, seq or id cannot name a row, and
+# would fail in the driver (a 500) rather than find nothing.
+MAX_INT64 = 2**63 - 1
+Offset = Annotated[int, Query(ge=0, le=MAX_INT64, description="rows to skip")]

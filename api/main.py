@@ -10,8 +10,21 @@ from fastapi import FastAPI
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 
+from api.errors import install_error_handlers
 from api.models import Engine
-from api.routes import blocks, engines, events, health, hit_rate, ingest, junctions, pins, requests
+from api.routes import benchmarks as benchmark_routes
+from api.routes import (
+    block_grid,
+    blocks,
+    engines,
+    events,
+    health,
+    hit_rate,
+    ingest,
+    junctions,
+    pins,
+    requests,
+)
 from api.settings import Settings, get_settings
 from api.state import AppState
 
@@ -48,8 +61,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.junction = state
-    for module in (engines, blocks, requests, hit_rate, events, pins, junctions, ingest):
+    install_error_handlers(app)
+    routers = (engines, blocks, block_grid, requests, hit_rate, events, pins, junctions, ingest)
+    for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(benchmark_routes.router, prefix=API_PREFIX)
     app.include_router(health.router)
     return app
 

@@ -140,6 +140,8 @@ class Request(Base):
     pin_hits: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'"))
     attention_match_key: Mapped[str | None] = mapped_column(String(128))
     junction_token_ids: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+    # each group's block table when the request finished (the dashboard outlines these)
+    block_ids: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'"))
 
 
 class HitRateBucket(Base):
@@ -209,10 +211,28 @@ class PinTarget(Base):
 
 
 class BenchmarkRun(Base):
+    """A benchmark run (`engine.bench.BenchmarkSpec` in `spec`), queued by `POST /benchmarks`
+    or the nightly suite and run by a Celery worker (`jobs.runs`).
+
+    `status` goes queued -> running -> finished | failed; a failed run says why in `error`.
+    `heartbeat_at` is the worker's last sign of life (start or progress): a running run whose
+    heartbeat is too old is swept to failed ("worker lost"). `attempts` counts the starts."""
+
     __tablename__ = "benchmark_runs"
+    __table_args__ = (Index("ix_benchmark_runs_status_created", "status", "created_at"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     status: Mapped[str] = mapped_column(String(16), default="queued")
-    params: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
     results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    name: Mapped[str] = mapped_column(Text, default="", server_default="")
+    progress: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    progress_message: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column()
+    finished_at: Mapped[datetime | None] = mapped_column()
+    heartbeat_at: Mapped[datetime | None] = mapped_column()
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    task_id: Mapped[str | None] = mapped_column(String(64))
+    worker: Mapped[str | None] = mapped_column(Text)

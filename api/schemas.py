@@ -92,6 +92,7 @@ class RequestOut(_Out):
     pin_hits: dict[str, int]
     attention_match_key: str | None
     junction_token_ids: list[int] | None
+    block_ids: dict[str, list[int | None]]
 
 
 class RequestPage(BaseModel):
@@ -279,3 +280,33 @@ class JunctionPage(BaseModel):
     engine_id: str | None
     limit: int
     junctions: list[JunctionOut]
+
+
+# ---------------------------------------------------------------------------- benchmarks
+class BenchmarkRunOut(_Out):
+    """A benchmark run. `spec` is the `BenchmarkSpec` it replays (defaults filled in);
+    `progress` 0..1 with the worker's last `progress_message`; `error` says why a failed run
+    failed; `attempts` counts its starts; `results` (once finished) are `run_benchmark`'s:
+    `{"modes": [...], "oracle": {...}, "workload": {...}}`."""
+
+    id: int
+    name: str
+    status: Literal["queued", "running", "finished", "failed"]
+    spec: dict[str, Any]
+    progress: float
+    progress_message: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    attempts: int
+    task_id: str | None
+    worker: str | None
+    results: dict[str, Any] | None
+
+
+class BenchmarkRunPage(BaseModel):
+    total: int
+    offset: int
+    limit: int
+    runs: list[BenchmarkRunOut]

@@ -256,6 +256,18 @@ def build_parser() -> argparse.ArgumentParser:
     from api.pins_cli import add_pin_parsers
 
     add_pin_parsers(commands)
+    from engine.bench.cli import add_bench_parser
+
+    add_bench_parser(commands)
+    from jobs.cli import add_jobs_parsers
+
+    add_jobs_parsers(commands)
+    from dashboard.cli import add_dashboard_parser
+
+    add_dashboard_parser(commands)
+    from stack.cli import add_up_parser
+
+    add_up_parser(commands)
     return parser
 
 

@@ -146,6 +146,8 @@ class RequestFinished(CacheEvent):
     pin_hits: dict[str, int] = field(default_factory=dict)
     attention_match_key: str | None = None
     junction_token_ids: list[int] | None = None
+    # each group's block table when the request finished (`None`: a Mamba slot kept no state)
+    block_ids: dict[str, list[int | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

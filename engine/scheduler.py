@@ -371,6 +371,7 @@ class Scheduler:
         finished.append(request)
 
     def _finish(self, request: Request, reason: str) -> None:
+        block_ids = self.coordinator.block_tables(request.request_id)  # before they are freed
         self.coordinator.free_request(request.request_id)
         self.requests.pop(request.request_id, None)
         request.status = RequestStatus.FINISHED
@@ -398,6 +399,7 @@ class Scheduler:
                 first_token_ts=request.first_token_ts,
                 finished_ts=request.finished_ts,
                 ttft_s=request.ttft_s,
+                block_ids=block_ids,
                 **self._match_record(request),
             )
         )

@@ -37,6 +37,7 @@ CLOSE_BAD_FRAME = 4400
 CLOSE_WRONG_ENGINE = 4409
 CLOSE_FUTURE_SEQ = 4422
 CLOSE_TOO_BIG = 1009
+CLOSE_TRY_AGAIN = 1013  # the control plane's store is unavailable: reconnect later
 
 EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
 Hex = Annotated[str, Field(pattern=r"^[0-9a-f]+$", max_length=128)]
@@ -150,6 +151,7 @@ class RequestFinished(_Model):
     pin_hits: dict[str, int] = {}
     attention_match_key: Hex | None = None
     junction_token_ids: list[int] | None = None
+    block_ids: dict[str, list[int | None]] = {}
 
 
 class PinUpdated(_Model):

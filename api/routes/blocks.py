@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from sqlalchemy import func, select
 
-from api.deps import EngineDep, SessionDep
+from api.deps import EngineDep, Offset, SessionDep
 from api.models import Block
 from api.schemas import BlockOut, BlockPage
 
@@ -21,7 +21,7 @@ def list_blocks(
     session: SessionDep,
     group: Literal["attention", "mamba"] | None = None,
     state: Literal["free", "cached", "in_use", "pinned"] | None = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
 ) -> BlockPage:
     """Rows ordered by group, then block id; `group` and `state` filter them."""

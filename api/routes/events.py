@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from sqlalchemy import select
 
-from api.deps import SessionDep
+from api.deps import MAX_INT64, SessionDep
 from api.models import Engine, EventBatch
 from api.schemas import BatchOut, EventPage
 
@@ -18,8 +18,10 @@ router = APIRouter(prefix="/events", tags=["events"])
 def list_events(
     session: SessionDep,
     engine_id: str | None = None,
-    epoch: Annotated[int | None, Query(ge=0, description="default: the current epoch")] = None,
-    after_seq: Annotated[int, Query(ge=-1)] = -1,
+    epoch: Annotated[
+        int | None, Query(ge=0, le=MAX_INT64, description="default: the current epoch")
+    ] = None,
+    after_seq: Annotated[int, Query(ge=-1, le=MAX_INT64)] = -1,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventPage:
     """Batches with `seq > after_seq` in seq order; without `engine_id`, of every engine (in

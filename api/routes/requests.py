@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from sqlalchemy import func, select
 
-from api.deps import EngineDep, SessionDep
+from api.deps import EngineDep, Offset, SessionDep
 from api.models import Request
 from api.schemas import RequestOut, RequestPage
 
@@ -18,7 +18,7 @@ router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"])
 def list_requests(
     engine: EngineDep,
     session: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> RequestPage:
     where = Request.engine_id == engine.engine_id

@@ -178,6 +178,10 @@ class HybridCoordinator:
             return []
         return self.mamba.register(writes, hashes, self.unit, reasons)
 
+    def block_tables(self, request_id: str) -> dict[str, list[int | None]]:
+        """The request's block ids per group, in table order (`None`: no Mamba state kept)."""
+        return {m.group: list(m.tables.get(request_id, [])) for m in self.managers}
+
     def free_request(self, request_id: str) -> None:
         for manager in self.managers:
             manager.free_request(request_id)

@@ -213,6 +213,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/api/v1/engines",
         "/api/v1/engines/{engine_id}",
         "/api/v1/engines/{engine_id}/blocks",
+        "/api/v1/engines/{engine_id}/blocks/grid",
         "/api/v1/engines/{engine_id}/requests",
         "/api/v1/engines/{engine_id}/requests/{request_id}",
         "/api/v1/engines/{engine_id}/hit-rate",
@@ -220,6 +221,8 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/api/v1/pins",
         "/api/v1/pins/{pin_id}",
         "/api/v1/junctions/suggested",
+        "/api/v1/benchmarks",
+        "/api/v1/benchmarks/{run_id}",
         "/healthz",
         "/metrics",
     }
@@ -227,6 +230,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
     assert paths["/api/v1/engines/{engine_id}"]["delete"]["security"] == [{"HTTPBearer": []}]
     assert set(paths["/api/v1/pins/{pin_id}"]) == {"get", "delete"}
     assert paths["/api/v1/pins"]["post"]["security"] == [{"HTTPBearer": []}]
+    assert paths["/api/v1/benchmarks"]["post"]["security"] == [{"HTTPBearer": []}]
 
 
 def test_a_starting_app_forgets_old_connections(settings, engine_run, ingested) -> None:

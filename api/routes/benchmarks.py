@@ -1,0 +1,103 @@
+"""Benchmark runs: queue one for the Celery workers (`jobs`), list them, show one.
+
+A run is a row of the store (`api.benchmarks`) that a worker takes, reports progress on, and
+ends finished (with its results) or failed (with the reason)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, HTTPException, Path, Query, status
+from pydantic import ValidationError
+
+from api import benchmarks
+from api.deps import MAX_INT64, Offset, RequireToken, SessionDep, StateDep
+from api.models import BenchmarkRun
+from api.schemas import BenchmarkRunOut, BenchmarkRunPage
+
+router = APIRouter(prefix="/benchmarks", tags=["benchmarks"])
+MAX_LIMIT = 1000
+EXAMPLE_SPEC = {
+    "name": "gsp-small",
+    "workload": {"kind": "generated_shared_prefix", "seed": 0},
+    "runner": "ledger",
+    "modes": ["off", "aligned", "partial", "junction"],
+    "geometry": {"block_size": 16, "mamba_block_size": 512},
+    "concurrency": 8,
+}
+
+
+@router.post(
+    "",
+    response_model=BenchmarkRunOut,
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        422: {"description": "not a valid benchmark spec (what is wrong: `detail`)"},
+        503: {"description": "the Celery broker is unreachable; nothing was queued"},
+    },
+)
+def create_benchmark(
+    spec: Annotated[dict[str, Any], Body(examples=[EXAMPLE_SPEC])],
+    session: SessionDep,
+    state: StateDep,
+    _: RequireToken,
+) -> BenchmarkRunOut:
+    """Queue a run of `spec` (an `engine.bench.BenchmarkSpec`: workload, geometry, runner,
+    modes); a worker picks it up (`junction worker`). The stored spec has its defaults filled."""
+    from jobs.app import send_run  # the Celery client loads on the first run queued
+    from jobs.specs import validate_spec
+
+    try:
+        valid = validate_spec(spec)
+    except ValidationError as exc:
+        detail = [
+            {**error, "loc": ["body", *error["loc"]]}
+            for error in exc.errors(include_url=False, include_context=False, include_input=False)
+        ]
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from exc
+    broker_url = state.settings.broker_url
+    try:
+        run = benchmarks.submit_run(
+            session,
+            valid,
+            valid["name"],
+            lambda run_id, task_id: send_run(broker_url, run_id, task_id),
+        )
+    except benchmarks.BrokerUnavailable as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, f"{exc}; the run was not queued"
+        ) from exc
+    return BenchmarkRunOut.model_validate(run)
+
+
+@router.get("", response_model=BenchmarkRunPage)
+def list_benchmarks(
+    session: SessionDep,
+    run_status: Annotated[
+        Literal["queued", "running", "finished", "failed"] | None, Query(alias="status")
+    ] = None,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+) -> BenchmarkRunPage:
+    """Newest first; `status` keeps the runs in that state."""
+    total, rows = benchmarks.list_runs(session, run_status, limit, offset)
+    return BenchmarkRunPage(
+        total=total,
+        offset=offset,
+        limit=limit,
+        runs=[BenchmarkRunOut.model_validate(row) for row in rows],
+    )
+
+
+@router.get(
+    "/{run_id}",
+    response_model=BenchmarkRunOut,
+    responses={404: {"description": "no benchmark run of that id"}},
+)
+def get_benchmark(
+    run_id: Annotated[int, Path(ge=1, le=MAX_INT64)], session: SessionDep
+) -> BenchmarkRunOut:
+    run = session.get(BenchmarkRun, run_id)
+    if run is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"benchmark run {run_id} not found")
+    return BenchmarkRunOut.model_validate(run)

@@ -1,0 +1,57 @@
+"""`junction dashboard`: Streamlit on `dashboard/app.py`, headless, against the control plane
+at `--api-url` (default `JUNCTION_CONTROL_PLANE_URL`); writes use `JUNCTION_API_TOKEN`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+APP = Path(__file__).with_name("app.py")
+
+
+def add_dashboard_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("dashboard", help="the Streamlit dashboard over the REST API")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument(
+        "--api-url",
+        default=None,
+        help="the control plane's URL (default: JUNCTION_CONTROL_PLANE_URL, else "
+        "http://127.0.0.1:8080)",
+    )
+    parser.set_defaults(func=cmd_dashboard)
+
+
+def streamlit_command(host: str, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.headless=true",
+        f"--server.address={host}",
+        f"--server.port={port}",
+        "--server.fileWatcherType=none",
+        "--browser.gatherUsageStats=false",
+        "--client.toolbarMode=minimal",
+    ]
+
+
+def streamlit_env(api_url: str | None) -> dict[str, str]:
+    """The environment: the API URL, and the repository root importable (Streamlit puts only
+    the script's folder on the path)."""
+    env = dict(os.environ)
+    if api_url:
+        env["JUNCTION_CONTROL_PLANE_URL"] = api_url
+    root = str(APP.parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    command = streamlit_command(args.host, args.port)
+    os.execve(command[0], command, streamlit_env(args.api_url))  # Streamlit takes the process
+    return 0  # not reached

@@ -1,0 +1,1 @@
+"""Pure figure builders: data frames in, Plotly figures out (no Streamlit, no HTTP)."""

@@ -1,0 +1,96 @@
+"""A benchmark run's results by mode: token hit rate against the oracle, and TTFT."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+COLUMNS = [
+    "mode",
+    "num_requests",
+    "hit_rate",
+    "oracle_hit_rate",
+    "computed_tokens",
+    "forward_passes",
+    "cow_copies",
+    "ttft_median_ms",
+    "ttft_p99_ms",
+    "throughput_tok_s",
+    "wall_s",
+]
+
+
+def modes_frame(run: dict) -> pd.DataFrame:
+    """One row per mode of a finished run, TTFTs in milliseconds."""
+    rows = []
+    for mode in (run.get("results") or {}).get("modes", []):
+        rows.append(
+            {
+                **{name: mode.get(name) for name in COLUMNS},
+                "ttft_median_ms": _ms(mode.get("ttft_median_s")),
+                "ttft_p99_ms": _ms(mode.get("ttft_p99_s")),
+            }
+        )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def hit_rate_by_mode_figure(frame: pd.DataFrame) -> go.Figure:
+    """A bar per mode, and the oracle's hit rate (every token truly shared) beside it."""
+    fig = go.Figure(
+        [
+            go.Bar(
+                x=frame["mode"],
+                y=frame["hit_rate"],
+                name="hit rate",
+                marker={"color": "#4c9be8"},
+                hovertemplate="%{x}: %{y:.1%}<extra>hit rate</extra>",
+            ),
+            go.Scatter(
+                x=frame["mode"],
+                y=frame["oracle_hit_rate"],
+                name="oracle",
+                mode="markers+lines",
+                marker={"symbol": "line-ew-open", "size": 28, "color": "#d1495b"},
+                line={"dash": "dot", "color": "#d1495b"},
+                hovertemplate="%{x}: %{y:.1%}<extra>oracle</extra>",
+            ),
+        ]
+    )
+    fig.update_layout(
+        height=320,
+        margin={"l": 60, "r": 20, "t": 30, "b": 40},
+        xaxis={"title": {"text": "mode"}},
+        yaxis={"title": {"text": "token hit rate (%)"}, "tickformat": ".0%", "rangemode": "tozero"},
+        legend={"orientation": "h", "y": 1.15},
+    )
+    return fig
+
+
+def ttft_by_mode_figure(frame: pd.DataFrame) -> go.Figure:
+    """Median and p99 time to first token per mode, grouped bars in milliseconds."""
+    fig = go.Figure(
+        [
+            go.Bar(
+                x=frame["mode"],
+                y=frame["ttft_median_ms"],
+                name="median",
+                marker={"color": "#2a9d5c"},
+            ),
+            go.Bar(
+                x=frame["mode"], y=frame["ttft_p99_ms"], name="p99", marker={"color": "#f0a202"}
+            ),
+        ]
+    )
+    fig.update_layout(
+        barmode="group",
+        height=320,
+        margin={"l": 60, "r": 20, "t": 30, "b": 40},
+        xaxis={"title": {"text": "mode"}},
+        yaxis={"title": {"text": "TTFT (ms)"}, "rangemode": "tozero"},
+        legend={"orientation": "h", "y": 1.15},
+    )
+    return fig

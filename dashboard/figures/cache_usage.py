@@ -1,0 +1,57 @@
+"""Cache usage per group: blocks free, cached, in use and pinned, from `GET /engines/{id}`."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+STATE_COLORS = {"free": "#e9ecef", "cached": "#4c9be8", "in use": "#f0a202", "pinned": "#2a9d5c"}
+FIELDS = {
+    "free": "num_free",
+    "cached": "num_cached",
+    "in use": "num_in_use",
+    "pinned": "num_pinned",
+}
+
+
+def cache_usage_frame(engine: dict) -> pd.DataFrame:
+    """One row per group and state: `blocks`, and `share` of the group's pool."""
+    rows = []
+    for group, usage in sorted(engine.get("cache", {}).items()):
+        for state, field in FIELDS.items():
+            total = usage["num_blocks"] or 1
+            rows.append(
+                {
+                    "group": group,
+                    "state": state,
+                    "blocks": usage[field],
+                    "share": usage[field] / total,
+                }
+            )
+    return pd.DataFrame(rows, columns=["group", "state", "blocks", "share"])
+
+
+def cache_usage_figure(frame: pd.DataFrame) -> go.Figure:
+    """A horizontal bar per group, stacked by state; x in blocks."""
+    fig = go.Figure()
+    for state, color in STATE_COLORS.items():
+        part = frame[frame["state"] == state]
+        fig.add_trace(
+            go.Bar(
+                y=part["group"],
+                x=part["blocks"],
+                name=state,
+                orientation="h",
+                marker={"color": color, "line": {"color": "#999", "width": 0.5}},
+                customdata=part["share"],
+                hovertemplate="%{y}: %{x} blocks " + state + " (%{customdata:.1%})<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=120 + 50 * max(1, frame["group"].nunique()),
+        margin={"l": 80, "r": 20, "t": 30, "b": 40},
+        xaxis={"title": {"text": "blocks"}},
+        legend={"orientation": "h", "y": 1.25},
+    )
+    return fig

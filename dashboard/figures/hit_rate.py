@@ -1,0 +1,91 @@
+"""An engine's token hit rate over time (overall and per group) and its requests per second,
+from the hit-rate buckets of `GET /engines/{id}/hit-rate`."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+SERIES_COLORS = {"overall": "#1b1b1b", "attention": "#4c9be8", "mamba": "#2a9d5c"}
+COLUMNS = [
+    "time",
+    "bucket_s",
+    "series",
+    "hit_rate",
+    "requests_per_s",
+    "prompt_tokens",
+    "cached_tokens",
+]
+
+
+def hit_rate_frame(hit_rate: dict) -> pd.DataFrame:
+    """Long form: one row per bucket and series (overall, then each group)."""
+    rows = []
+    for bucket in hit_rate["buckets"]:
+        time = pd.Timestamp(bucket["bucket_start"], unit="s", tz="UTC")
+        common = {
+            "time": time,
+            "bucket_s": bucket["bucket_s"],
+            "requests_per_s": bucket["num_requests"] / bucket["bucket_s"],
+            "prompt_tokens": bucket["prompt_tokens"],
+            "cached_tokens": bucket["cached_tokens"],
+        }
+        rows.append({**common, "series": "overall", "hit_rate": bucket["hit_rate"]})
+        for group, rate in sorted(bucket["hit_rate_by_group"].items()):
+            rows.append({**common, "series": group, "hit_rate": rate})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _time_axis(frame: pd.DataFrame) -> dict:
+    """Minutes on the axis, and at least a bucket of room on each side of the buckets."""
+    axis = {"title": {"text": "time (UTC, bucket start)"}, "tickformat": "%H:%M:%S"}
+    if len(frame):
+        pad = pd.Timedelta(seconds=int(frame["bucket_s"].max()))
+        axis["range"] = [frame["time"].min() - pad, frame["time"].max() + 2 * pad]
+    return axis
+
+
+def hit_rate_figure(frame: pd.DataFrame) -> go.Figure:
+    """A line per series; y in percent of prompt tokens."""
+    fig = go.Figure()
+    for series, group in frame.groupby("series", sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=group["time"],
+                y=group["hit_rate"],
+                mode="lines+markers",
+                name=str(series),
+                line={"color": SERIES_COLORS.get(str(series), "#888")},
+                hovertemplate="%{x}<br>%{y:.1%} of prompt tokens<extra>" + str(series) + "</extra>",
+            )
+        )
+    fig.update_layout(
+        height=300,
+        margin={"l": 60, "r": 20, "t": 30, "b": 40},
+        xaxis=_time_axis(frame),
+        yaxis={"title": {"text": "token hit rate (%)"}, "tickformat": ".0%", "range": [0, 1.05]},
+        legend={"orientation": "h", "y": 1.12},
+    )
+    return fig
+
+
+def requests_rate_figure(frame: pd.DataFrame) -> go.Figure:
+    """Requests per second in each bucket."""
+    overall = frame[frame["series"] == "overall"]
+    fig = go.Figure(
+        go.Bar(
+            x=overall["time"] + pd.to_timedelta(overall["bucket_s"] / 2, unit="s"),
+            y=overall["requests_per_s"],
+            width=overall["bucket_s"] * 1000 * 0.9,  # a bucket wide (ms on a date axis)
+            name="requests/s",
+            marker={"color": "#f0a202"},
+            hovertemplate="%{x}<br>%{y:.2f} requests/s<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=240,
+        margin={"l": 60, "r": 20, "t": 20, "b": 40},
+        xaxis=_time_axis(overall),
+        yaxis={"title": {"text": "requests/s"}},
+    )
+    return fig

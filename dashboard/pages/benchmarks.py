@@ -1,0 +1,124 @@
+"""Benchmarks: past runs and, for a finished one, hit rate and TTFT by mode against the
+oracle; a form that enqueues a run through `POST /benchmarks`."""
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from dashboard.client import ApiError
+from dashboard.connection import api_client, api_errors
+from dashboard.figures.benchmarks import hit_rate_by_mode_figure, modes_frame, ttft_by_mode_figure
+from dashboard.live import live
+
+try:  # the form's defaults; the data always comes from the REST API
+    from engine.bench import MODES, STANDARD_SUITE
+
+    PRESETS = {
+        spec.name: spec.model_dump(mode="json", exclude_none=True) for spec in STANDARD_SUITE
+    }
+except ImportError:  # pragma: no cover - a checkout without the benchmark package
+    MODES = ("off", "aligned", "partial", "junction", "junction_inline", "pins")
+    PRESETS = {}
+CUSTOM = {
+    "name": "shared-prefix",
+    "workload": {"kind": "generated_shared_prefix", "seed": 0},
+    "runner": "ledger",
+    "modes": list(MODES),
+    "geometry": {"block_size": 16, "mamba_block_size": 512},
+    "concurrency": 8,
+}
+NOTICE = "benchmarks_notice"
+
+st.title("Benchmarks")
+api = api_client()
+
+
+def runs_frame(runs: list[dict]) -> pd.DataFrame:
+    rows = [
+        {
+            "id": run["id"],
+            "name": run["name"],
+            "status": run["status"],
+            "progress": run.get("progress") or 0.0,
+            "message": run.get("progress_message") or run.get("error") or "",
+            "modes": ", ".join((run.get("spec") or {}).get("modes", [])),
+            "created": run["created_at"],
+            "finished": run.get("finished_at"),
+        }
+        for run in runs
+    ]
+    return pd.DataFrame(
+        rows,
+        columns=["id", "name", "status", "progress", "message", "modes", "created", "finished"],
+    )
+
+
+with st.expander("Start a benchmark run", expanded=False):
+    preset_name = st.selectbox("Preset", ["custom", *PRESETS], key="bench_preset")
+    preset = PRESETS.get(preset_name, CUSTOM)
+    with st.form("bench_form"):
+        name = st.text_input("Name", value=preset["name"])
+        workload = st.text_area("Workload (JSON)", value=json.dumps(preset["workload"], indent=1))
+        modes = st.multiselect("Modes", list(MODES), default=preset.get("modes", list(MODES)))
+        runner = st.selectbox("Runner", ["ledger", "null", "torch"])
+        concurrency = st.number_input("Concurrency", 1, 4096, int(preset.get("concurrency", 8)))
+        if st.form_submit_button("Enqueue", type="primary"):
+            try:
+                spec = {
+                    "name": name,
+                    "workload": json.loads(workload),
+                    "runner": runner,
+                    "modes": modes,
+                    "concurrency": int(concurrency),
+                }
+                if "geometry" in preset:
+                    spec["geometry"] = preset["geometry"]
+                run = api.create_benchmark(spec)
+                st.session_state[NOTICE] = ("success", f"Run {run['id']} ({run['name']}) queued.")
+            except json.JSONDecodeError as exc:
+                st.session_state[NOTICE] = ("error", f"The workload is not JSON: {exc}")
+            except ApiError as exc:
+                st.session_state[NOTICE] = ("error", f"Could not enqueue the run: {exc}")
+
+
+def body() -> None:
+    notice = st.session_state.pop(NOTICE, None)
+    if notice is not None:
+        (st.error if notice[0] == "error" else st.success)(notice[1])
+    with api_errors(api):
+        page = api.benchmarks()
+        runs = page["runs"]
+        if not runs:
+            st.info(
+                "No benchmark run yet: start one with the form above, or `junction bench`; "
+                "a Celery worker (`junction worker`) runs queued runs."
+            )
+            return
+        st.caption(f"The {len(runs)} newest of {page['total']} runs.")
+        st.dataframe(
+            runs_frame(runs),
+            hide_index=True,
+            column_config={
+                "progress": st.column_config.ProgressColumn("progress", min_value=0, max_value=1)
+            },
+        )
+        finished = [run for run in runs if run["status"] == "finished" and run.get("results")]
+        if not finished:
+            st.info("No run has finished yet; results appear here when one does.")
+            return
+        labels = {run["id"]: f"#{run['id']} {run['name']}" for run in finished}
+        chosen = st.selectbox(
+            "Results of run", list(labels), format_func=labels.get, key="bench_run"
+        )
+        run = next(r for r in finished if r["id"] == chosen)
+        frame = modes_frame(run)
+        left, right = st.columns(2)
+        left.markdown("**Token hit rate by mode, against the oracle**")
+        left.plotly_chart(hit_rate_by_mode_figure(frame), key="bench_hit_rate")
+        right.markdown("**Time to first token by mode**")
+        right.plotly_chart(ttft_by_mode_figure(frame), key="bench_ttft")
+        st.dataframe(frame, hide_index=True)
+
+
+live(body)

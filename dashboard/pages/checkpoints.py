@@ -1,0 +1,143 @@
+"""Checkpoints: active pins with their state on each engine and the tokens they saved, a form
+to pin a prefix, unpin buttons, and the suggested junctions, each with a pin button."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard.client import ApiError
+from dashboard.connection import api_client, api_errors
+from dashboard.live import live
+
+st.title("Checkpoints")
+api = api_client()
+NOTICE = "checkpoints_notice"
+
+
+def pins_frame(pins: list[dict]) -> pd.DataFrame:
+    rows = []
+    for pin in pins:
+        engines = "; ".join(
+            f"{t['engine_id']}: {t['state']}"
+            + (f" at {t['boundary']}" if t["boundary"] is not None else "")
+            + (f" ({t['reason']})" if t["reason"] else "")
+            for t in pin["engines"]
+        )
+        rows.append(
+            {
+                "label": pin["label"],
+                "pin": pin["pin_id"],
+                "state": pin["state"],
+                "tokens": pin["num_tokens"],
+                "engines": engines or "none yet",
+                "hits": pin["num_hits"],
+                "tokens saved": pin["tokens_saved"],
+                "origin": pin["origin"],
+            }
+        )
+    columns = ["label", "pin", "state", "tokens", "engines", "hits", "tokens saved", "origin"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def pin_card(pin: dict) -> None:
+    """An active pin: its state on each engine, the tokens it saved, an unpin button."""
+    with st.container(border=True):
+        left, right = st.columns([5, 1])
+        left.markdown(
+            f"**{pin['label']}** · `{pin['pin_id']}` · {pin['num_tokens']:,} tokens · "
+            f"**{pin['state']}** · {pin['num_hits']} hits · "
+            f"**{pin['tokens_saved']:,} tokens saved**"
+            + (" · reported by an engine" if pin["origin"] == "engine" else "")
+        )
+        for target in pin["engines"] or []:
+            boundary = target["boundary"]
+            left.markdown(
+                f"- {target['engine_id']}: **{target['state']}**"
+                + (f" at token {boundary:,}" if boundary is not None else "")
+                + (f" ({target['reason']})" if target["reason"] else "")
+                + f" · {target['tokens_saved']:,} tokens saved"
+            )
+        if not pin["engines"]:
+            left.caption("No engine has taken it yet: every engine gets it when it connects.")
+        if pin["origin"] == "api":
+            right.button(
+                "Unpin",
+                key=f"unpin_{pin['pin_id']}",
+                on_click=act,
+                args=("Unpin", api.release_pin, pin["pin_id"]),
+            )
+
+
+def act(what: str, call, *args) -> None:
+    """Run an API write from a button; its outcome shows on the next run."""
+    try:
+        result = call(*args)
+    except ApiError as exc:
+        st.session_state[NOTICE] = ("error", f"{what} failed: {exc}")
+    else:
+        st.session_state[NOTICE] = ("success", f"{what}: done ({_pin_line(result)})")
+
+
+def _pin_line(pin: dict | None) -> str:
+    if not pin:
+        return ""
+    return f"pin {pin['pin_id']} · {pin['label']} · {pin['num_tokens']} tokens · {pin['state']}"
+
+
+with st.form("pin_form", clear_on_submit=True):
+    st.markdown("**Pin a prefix** (its UTF-8 bytes are the tokens, as the engines read prompts)")
+    text = st.text_area("Prefix text", placeholder="Paste a system prompt", key="pin_text")
+    label = st.text_input("Label", placeholder="support bot", key="pin_label")
+    if st.form_submit_button("Pin", type="primary"):
+        if not text:
+            st.session_state[NOTICE] = ("error", "Paste the prefix to pin first.")
+        else:
+            act(
+                "Pin",
+                api.create_pin,
+                {"prefix": {"text": text}, "label": label.strip() or text[:40]},
+            )
+
+
+def body() -> None:
+    notice = st.session_state.pop(NOTICE, None)
+    if notice is not None:
+        (st.error if notice[0] == "error" else st.success)(notice[1])
+    with api_errors(api):
+        pins = api.pins()
+        active = [p for p in pins if p["state"] != "released"]
+        st.subheader("Pins")
+        if not pins:
+            st.info(
+                "No pin yet: paste a system prompt above and press Pin, or run "
+                "`junction pin --text ...`. Every connected engine materializes it."
+            )
+        for pin in active:
+            pin_card(pin)
+        released = [p for p in pins if p not in active]
+        if released:
+            with st.expander(f"{len(released)} released pins"):
+                st.dataframe(pins_frame(released), hide_index=True)
+        st.subheader("Suggested junctions")
+        junctions = api.suggested_junctions()["junctions"]
+        if not junctions:
+            st.info(
+                "No suggestion: no boundary that requests share is left without a checkpoint "
+                "(engines with --junction-checkpoints, or pins, cover them)."
+            )
+        for junction in junctions:
+            cols = st.columns([4, 1])
+            cols[0].markdown(
+                f"Boundary **{junction['boundary']:,}** tokens · {junction['num_requests']} "
+                f"requests ({junction['num_short_requests']} fell short) · a pin would have "
+                f"saved **{junction['tokens_saved']:,}** tokens · "
+                f"engines {', '.join(junction['engine_ids'])}"
+            )
+            cols[1].button(
+                "Pin it",
+                key=f"pin_junction_{junction['key']}",
+                on_click=act,
+                args=("Pin", api.create_pin, junction["pin_request"]),
+            )
+
+
+live(body)

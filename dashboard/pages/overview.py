@@ -1,0 +1,84 @@
+"""Overview: per engine, the token hit rate over time, tokens saved, requests per second,
+cache usage per group and the cache geometry."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard.connection import START_ENGINE, api_client, api_errors
+from dashboard.figures.cache_usage import cache_usage_figure, cache_usage_frame
+from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame, requests_rate_figure
+from dashboard.live import live
+
+GEOMETRY = {
+    "attention_block_size": "attention block (tokens)",
+    "mamba_block_size": "Mamba block (tokens)",
+    "prefix_match_unit": "match unit U (tokens)",
+    "hit_alignment": "hit alignment (tokens)",
+    "partial_hits": "partial hits",
+    "eagle": "EAGLE",
+    "dcp_size": "DCP size",
+    "checkpoint_mode": "checkpoint mode",
+    "junction_checkpoints": "junction checkpoints",
+    "enable_prefix_caching": "prefix caching",
+    "max_model_len": "max model length",
+}
+
+st.title("Overview")
+api = api_client()
+
+
+def geometry_frame(geometry: dict) -> pd.DataFrame:
+    rows = [(label, str(geometry[key])) for key, label in GEOMETRY.items() if key in geometry]
+    for group, pool in sorted(geometry.get("groups", {}).items()):
+        rows.append((f"{group} pool (blocks)", str(pool.get("num_blocks"))))
+    return pd.DataFrame(rows, columns=["setting", "value"])
+
+
+def engine_section(summary: dict) -> None:
+    engine_id = summary["engine_id"]
+    engine = api.engine(engine_id)
+    hit_rate = api.hit_rate(engine_id)
+    total = hit_rate["total"]
+    frame = hit_rate_frame(hit_rate)
+    state = "connected" if engine["connected"] else "disconnected"
+    st.subheader(f"{engine_id} · {state}")
+    st.caption(
+        f"epoch {engine['epoch']} · first seen {engine['first_seen'][:19]}Z · "
+        f"last seen {engine['last_seen'][:19]}Z · {engine['num_requests']:,} requests stored"
+    )
+    last = frame[frame["series"] == "overall"].tail(1)
+    cols = st.columns(5)
+    cols[0].metric("token hit rate", f"{total['hit_rate']:.1%}")
+    cols[1].metric("tokens saved", f"{total['cached_tokens']:,}")
+    cols[2].metric("requests", f"{total['num_requests']:,}")
+    cols[3].metric("prompt tokens", f"{total['prompt_tokens']:,}")
+    rate = float(last["requests_per_s"].iloc[0]) if len(last) else 0.0
+    cols[4].metric("requests/s (last bucket)", f"{rate:.2f}", help="finished requests per second")
+    left, right = st.columns([3, 2])
+    with left:
+        if len(frame):
+            st.plotly_chart(hit_rate_figure(frame), key=f"hit_rate_{engine_id}")
+            st.plotly_chart(requests_rate_figure(frame), key=f"rps_{engine_id}")
+        else:
+            st.info("No request has finished on this engine yet: send it some requests.")
+    with right:
+        st.markdown("**Cache usage per group**")
+        st.plotly_chart(cache_usage_figure(cache_usage_frame(engine)), key=f"usage_{engine_id}")
+        st.markdown("**Geometry**")
+        st.table(geometry_frame(engine["geometry"]).set_index("setting"))
+
+
+def body() -> None:
+    with api_errors(api):
+        engines = api.engines()
+        if not engines:
+            st.info(START_ENGINE.format(url=api.base_url))
+            return
+        wanted = st.query_params.get("engine")  # `?engine=ID` shows that engine alone
+        shown = [e for e in engines if wanted in (None, e["engine_id"])] or engines
+        for summary in sorted(shown, key=lambda e: (not e["connected"], e["engine_id"])):
+            engine_section(summary)
+            st.divider()
+
+
+live(body)

@@ -1,0 +1,64 @@
+"""Requests: recent finished requests with their hit per group, computed tokens and TTFT;
+for one of them, its prefill chunks and why each stopped where it did."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
+from dashboard.figures.chunks import chunk_frame, chunk_timeline_figure
+from dashboard.live import live
+
+st.title("Requests")
+api = api_client()
+
+
+def requests_frame(page: dict) -> pd.DataFrame:
+    rows = [
+        {
+            "request": r["request_id"],
+            "prompt tokens": r["num_prompt_tokens"],
+            "hit": r["num_cached_tokens"],
+            "hit attention": r["hit_tokens_by_group"].get("attention", 0),
+            "hit mamba": r["hit_tokens_by_group"].get("mamba", 0),
+            "computed": r["num_computed_tokens"],
+            "chunks": len(r["chunks"]),
+            "TTFT (ms)": None if r["ttft_s"] is None else round(r["ttft_s"] * 1000, 2),
+            "preemptions": r["num_preemptions"],
+            "finish": r["finish_reason"],
+        }
+        for r in page["requests"]
+    ]
+    return pd.DataFrame(rows)
+
+
+with api_errors(api):
+    engine = pick_engine(api.engines(), key="requests_engine")
+    if engine is None:
+        st.info(START_ENGINE.format(url=api.base_url))
+    else:
+        engine_id = engine["engine_id"]
+        limit = st.sidebar.number_input("Requests shown", 10, 1000, 100, step=10)
+
+        def body() -> None:
+            with api_errors(api):
+                page = api.requests(engine_id, limit=int(limit))
+                if not page["requests"]:
+                    st.info(
+                        f"No request has finished on {engine_id} yet: send one to its "
+                        "OpenAI-compatible server, or replay a trace with --control-plane."
+                    )
+                    return
+                st.caption(f"The {len(page['requests'])} newest of {page['total']:,} requests.")
+                st.dataframe(requests_frame(page), hide_index=True)
+                ids = [r["request_id"] for r in page["requests"]]
+                chosen = st.selectbox("Prefill timeline of request", ids, key="requests_one")
+                request = next(r for r in page["requests"] if r["request_id"] == chosen)
+                st.markdown(
+                    f"**{chosen}**: {request['num_prompt_tokens']:,} prompt tokens, hit "
+                    f"{request['num_cached_tokens']:,}, computed {request['num_computed_tokens']:,}"
+                    f" in {len(request['chunks'])} chunks; checkpoints at "
+                    f"{', '.join(map(str, request['checkpoints'])) or 'none'}."
+                )
+                st.plotly_chart(chunk_timeline_figure(chunk_frame(request)), key="chunks")
+
+        live(body)

@@ -1,0 +1,158 @@
+"""A benchmark run's spec: a workload, an engine geometry, a runner and the modes to replay.
+
+    {"name": "gsp-small",
+     "workload": {"kind": "generated_shared_prefix", "seed": 0, "num_groups": 8},
+     "runner": "ledger",
+     "modes": ["off", "aligned", "partial", "junction", "junction_inline", "pins"],
+     "geometry": {"block_size": 16, "mamba_block_size": 512, "num_blocks": 4096},
+     "concurrency": 8}
+
+A spec that omits `geometry` or `concurrency` takes the workload's suggestion (the seed cases
+carry the geometry of their seed). Bad input raises pydantic's `ValidationError`, naming the
+field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.workloads import WorkloadParams, WorkloadSpec, parse_workload
+
+MODES: tuple[str, ...] = ("off", "aligned", "partial", "junction", "junction_inline", "pins")
+
+#: what each mode sets on top of the geometry; `pins` also replays the workload's pin lines
+MODE_CACHE_OPTIONS: dict[str, dict] = {
+    "off": {"enable_prefix_caching": False},
+    "aligned": {"partial_hits": False},
+    "partial": {},
+    "junction": {"junction_checkpoints": True, "checkpoint_mode": "stops"},
+    "junction_inline": {"junction_checkpoints": True, "checkpoint_mode": "inline"},
+    "pins": {"junction_checkpoints": True, "checkpoint_mode": "stops"},
+}
+
+Mode = Literal["off", "aligned", "partial", "junction", "junction_inline", "pins"]
+Runner = Literal["null", "ledger", "torch"]
+
+
+class Geometry(BaseModel):
+    """The engine's cache and scheduler geometry, as `junction replay`'s options set it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    block_size: int = 16
+    mamba_block_size: int = 512
+    prefix_match_unit: int | None = None
+    dcp_size: int = 1
+    eagle: bool = False
+    num_blocks: int = 4096
+    num_mamba_blocks: int | None = None
+    max_num_batched_tokens: int = 8192
+    long_prefill_threshold: int = 0
+    pin_max_share: float = 0.25
+
+    @model_validator(mode="after")
+    def _valid(self) -> Geometry:
+        self.cache_config()  # raises ValueError naming the numbers
+        self.scheduler_config()
+        return self
+
+    def cache_config(self, **options) -> CacheConfig:
+        return CacheConfig(
+            block_size=self.block_size,
+            mamba_block_size=self.mamba_block_size,
+            prefix_match_unit=self.prefix_match_unit,
+            dcp_size=self.dcp_size,
+            eagle=self.eagle,
+            num_blocks=self.num_blocks,
+            num_mamba_blocks=self.num_mamba_blocks,
+            pin_max_share=self.pin_max_share,
+            **options,
+        )
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            long_prefill_threshold=self.long_prefill_threshold,
+        )
+
+    @property
+    def match_unit(self) -> int:
+        return self.cache_config().match_unit
+
+
+class ModelOptions(BaseModel):
+    """The torch runner's model; the other runners read none of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    device: str | None = None
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    weights_path: str | None = None
+
+    def to_model_config(self) -> ModelConfig:
+        return ModelConfig(
+            seed=self.seed, device=self.device, dtype=self.dtype, weights_path=self.weights_path
+        )
+
+
+class BenchmarkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    workload: WorkloadSpec
+    runner: Runner = "ledger"
+    modes: Annotated[list[Mode], Field(min_length=1)] = list(MODES)
+    geometry: Geometry = Geometry()
+    concurrency: Annotated[int, Field(ge=1, le=4096)] = 8
+    model: ModelOptions = ModelOptions()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _workload_suggestions(cls, data: object) -> object:
+        """A spec without geometry or concurrency takes the workload's suggestion."""
+        if not isinstance(data, dict) or not isinstance(
+            data.get("workload"), dict | WorkloadParams
+        ):
+            return data
+        try:
+            params = parse_workload(data["workload"])
+        except ValueError:
+            return data  # the field's own validation reports it
+        data = dict(data)
+        if "geometry" not in data:
+            data["geometry"] = dict(params.suggested_geometry)
+        if "concurrency" not in data:
+            data["concurrency"] = params.suggested_concurrency
+        return data
+
+    @field_validator("modes")
+    @classmethod
+    def _unique_modes(cls, modes: list[str]) -> list[str]:
+        repeated = sorted({m for m in modes if modes.count(m) > 1})
+        if repeated:
+            raise ValueError(f"modes repeat: {', '.join(repeated)}")
+        return modes
+
+    @model_validator(mode="after")
+    def _requests_fit(self) -> BenchmarkSpec:
+        """Every request must fit the pools: say so now, not half-way through a run."""
+        cache = self.geometry.cache_config()
+        longest = self.workload.max_sequence_len()
+        needs = {
+            "num_blocks": (-(-longest // cache.attention_block_size) + 1, cache.num_blocks),
+            "num_mamba_blocks": (
+                -(-longest // cache.mamba_block_size) + 5,
+                cache.mamba_num_blocks,
+            ),
+        }
+        for name, (need, have) in needs.items():
+            if need > have:
+                raise ValueError(
+                    f"the workload's longest request ({longest} prompt + output tokens) needs "
+                    f"{need} blocks but geometry.{name} gives {have}: raise geometry.{name}"
+                )
+        return self

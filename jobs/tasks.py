@@ -1,0 +1,58 @@
+"""The Celery tasks: thin wrappers of `jobs.runs`, named as `jobs.app` sends and schedules them.
+
+`run_benchmark` is acked late and rejected (so redelivered) when its worker process dies; it
+retries the store's transient errors a few times; a run whose task gives up is marked failed
+with the reason (`on_failure`), and one whose worker vanished is failed by the sweep.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task
+
+from api.benchmarks import Busy
+from jobs import runs
+from jobs.app import TASK_RUN, TASK_SUITE, TASK_SWEEP, app
+
+#: Looks at a run another worker holds before leaving it to that worker.
+BUSY_MAX_RETRIES = 5
+
+
+class RunTask(Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        run_id = args[0] if args else kwargs.get("run_id")
+        if run_id is not None:
+            runs.record_failure(int(run_id), exc)
+
+
+@app.task(
+    name=TASK_RUN,
+    bind=True,
+    base=RunTask,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=runs.TRANSIENT_ERRORS,
+    max_retries=2,
+    retry_backoff=5,
+    retry_backoff_max=60,
+)
+def run_benchmark(self: Task, run_id: int) -> dict[str, Any]:
+    outcome = runs.run_benchmark_run(run_id, worker=self.request.hostname)
+    if isinstance(outcome, Busy):  # another worker's attempt is alive: look again later
+        if self.request.retries < BUSY_MAX_RETRIES:
+            raise self.retry(countdown=outcome.retry_in_s, max_retries=BUSY_MAX_RETRIES)
+        return {"run_id": run_id, "status": "busy"}  # that attempt keeps it; the sweep watches
+    return outcome._asdict()
+
+
+@app.task(name=TASK_SUITE)
+def enqueue_suite() -> list[int]:
+    return runs.enqueue_suite(
+        lambda run_id, task_id: run_benchmark.apply_async(args=[run_id], task_id=task_id)
+    )
+
+
+@app.task(name=TASK_SWEEP)
+def sweep_stale_runs(stale_after_s: float = runs.STALE_AFTER_S) -> list[int]:
+    return runs.sweep_stale_runs(stale_after_s)

@@ -1,0 +1,106 @@
+"""`junction up`: migrate the embedded store, start the control plane, one engine (torch
+runner, CUDA when present), the dashboard, a Celery worker and beat; print the URLs; stream
+every part's log with its name; stop everything on Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+EXIT_BAD_INPUT = 2
+
+
+def add_up_parser(commands: argparse._SubParsersAction) -> None:
+    from engine.runners import RUNNER_NAMES
+
+    parser = commands.add_parser(
+        "up",
+        help="run the whole stack: control plane, engine, dashboard, worker and beat",
+        description="Migrate JUNCTION_DATABASE_URL (default: the SQLite file ./junction.db), "
+        "then start `junction api`, `junction serve` streaming to it, `junction dashboard`, "
+        "`junction worker` and `junction beat` (Celery on JUNCTION_BROKER_URL, by default its "
+        "SQLAlchemy transport on ./junction-broker.db). Ctrl-C stops them all.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address every part listens on")
+    parser.add_argument("--api-port", type=int, default=8080)
+    parser.add_argument("--engine-port", type=int, default=8000)
+    parser.add_argument("--dashboard-port", type=int, default=8501)
+    parser.add_argument("--runner", choices=RUNNER_NAMES, default="torch")
+    parser.add_argument("--engine-id", default="engine-0")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
+    parser.add_argument("--no-jobs", action="store_true", help="no Celery worker or beat")
+    parser.add_argument(
+        "--ready-timeout", type=float, default=180, help="seconds each part may take to start"
+    )
+    parser.set_defaults(func=cmd_up)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from api import migrate
+    from api.settings import get_settings
+    from stack.parts import Ports, plan
+    from stack.supervisor import PartFailed, PortTaken, Supervisor, check_ports
+
+    ports = Ports(args.api_port, args.engine_port, args.dashboard_port)
+    parts = plan(
+        args.host,
+        ports,
+        runner=args.runner,
+        engine_id=args.engine_id,
+        device=args.device,
+        with_jobs=not args.no_jobs,
+    )
+    try:
+        check_ports(args.host, parts)
+    except PortTaken as exc:
+        print(f"junction up: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    settings = get_settings()
+    print(f"junction up: migrating the store at {settings.database_url}", flush=True)
+    try:
+        migrate.upgrade(settings.database_url)
+    except Exception as exc:
+        print(f"junction up: could not migrate {settings.database_url}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    # every part talks to the same control plane with the same token
+    env = {
+        "JUNCTION_API_TOKEN": settings.api_token,
+        "JUNCTION_CONTROL_PLANE_URL": f"http://{args.host}:{args.api_port}",
+    }
+    supervisor = Supervisor(parts, env)
+
+    def on_signal(signum: int, _frame) -> None:
+        supervisor.stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        supervisor.start(args.ready_timeout)
+        if not supervisor.stopping.is_set():
+            print_urls(parts, settings.api_token)
+            died = supervisor.watch()
+            if died:
+                print(f"junction up: {died}; stopping the rest", file=sys.stderr, flush=True)
+                code = 1
+    except PartFailed as exc:
+        print(f"junction up: {exc}; stopping the rest", file=sys.stderr, flush=True)
+        code = 1
+    finally:
+        supervisor.stop()
+    print("junction up: every part stopped", flush=True)
+    return code
+
+
+def print_urls(parts, token: str) -> None:
+    lines = ["", "Junction is up:"]
+    for part in parts:
+        if part.url:
+            lines.append(f"  {part.name:<10} {part.url}")
+    if any(part.name == "worker" for part in parts):
+        lines.append(f"  {'worker':<10} Celery worker and beat (benchmark jobs)")
+    lines.append(f"  API token  {token} (JUNCTION_API_TOKEN)")
+    lines.append("Ctrl-C stops everything.")
+    print("\n".join(lines) + "\n", flush=True)

@@ -1,0 +1,73 @@
+"""The parts `junction up` starts, each a `junction` subcommand in its own process, and where
+each answers when it is ready."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Ports:
+    api: int = 8080
+    engine: int = 8000
+    dashboard: int = 8501
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    argv: list[str]
+    port: int | None = None  # the port it listens on (checked free before anything starts)
+    url: str | None = None  # what an operator opens
+    ready_url: str | None = None  # 200 once it serves
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def junction(*args: str) -> list[str]:
+    """`junction ARGS` with this interpreter (the venv `make run` made)."""
+    return [sys.executable, "-m", "engine.cli", *args]
+
+
+def plan(
+    host: str,
+    ports: Ports,
+    runner: str = "torch",
+    engine_id: str = "engine-0",
+    device: str | None = None,
+    beat_schedule_file: str = "celerybeat-schedule",
+    with_jobs: bool = True,
+) -> list[Part]:
+    """The parts in start order: the API first (the engine streams to it, the dashboard reads
+    it), the engine, the dashboard, then the worker and beat."""
+    api_url = f"http://{host}:{ports.api}"
+    engine_url = f"http://{host}:{ports.engine}"
+    dashboard_url = f"http://{host}:{ports.dashboard}"
+    serve = ["serve", "--host", host, "--port", str(ports.engine), "--runner", runner]
+    serve += ["--engine-id", engine_id, "--control-plane", api_url]
+    if device:
+        serve += ["--device", device]
+    parts = [
+        Part(
+            "api",
+            junction("api", "--host", host, "--port", str(ports.api)),
+            ports.api,
+            f"{api_url}/docs",
+            f"{api_url}/healthz",
+        ),
+        Part("engine", junction(*serve), ports.engine, f"{engine_url}/v1", f"{engine_url}/health"),
+        Part(
+            "dashboard",
+            junction("dashboard", "--host", host, "--port", str(ports.dashboard)),
+            ports.dashboard,
+            dashboard_url,
+            f"{dashboard_url}/_stcore/health",
+            env={"JUNCTION_CONTROL_PLANE_URL": api_url},
+        ),
+    ]
+    if with_jobs:
+        parts += [
+            Part("worker", junction("worker", "--concurrency", "1", "--loglevel", "info")),
+            Part("beat", junction("beat", "--schedule", beat_schedule_file)),
+        ]
+    return parts

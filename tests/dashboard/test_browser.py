@@ -1,0 +1,174 @@
+"""The whole stack in a real browser: `junction api` seeded by a replay, a live `junction serve
+--runner ledger` connected to it, `junction dashboard` on a free port, and headless Chromium
+(Debian's package, driven by Playwright). Every page renders and is saved under
+`docs/screenshots/`; a prefix pinned through the form becomes materialized on the live engine;
+the block table of a 100,000-block engine renders in under 3 seconds."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.processes import TOKEN, Serve, free_port, text, wait_for
+from tests.dashboard.conftest import Stack, chromium_or_skip
+from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
+
+SCREENSHOTS = Path(__file__).parents[2] / "docs" / "screenshots"
+LIVE_ENGINE = "live-0"
+PROMPT = ("You are the Junction support bot. Answer in one short, friendly sentence. " * 8)[:560]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RENDER_BUDGET_S = 3.0
+
+
+@pytest.fixture
+def dashboard_url(stack: Stack) -> Iterator[str]:
+    """`junction dashboard` against the stack, refreshing every second."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "JUNCTION_API_TOKEN": TOKEN,
+        "JUNCTION_DASHBOARD_REFRESH_S": "1",
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "dashboard",
+            "--port",
+            str(port),
+            "--api-url",
+            stack.url,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"junction dashboard exited: {process.stderr.read().decode()}")
+        try:
+            return httpx.get(f"{url}/_stcore/health", timeout=1).text == "ok"
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for("junction dashboard", healthy, timeout_s=60)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture
+def live_engine(stack: Stack) -> Iterator[Serve]:
+    """A ledger engine serving requests and taking pin commands, with a few requests done."""
+    serve = Serve(stack.api, LIVE_ENGINE, runner="ledger")
+    try:
+        for seed in range(4):
+            serve.ask(PROMPT + text(seed, 200))
+        yield serve
+    finally:
+        serve.stop()
+
+
+def shoot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture
+def chromium() -> str:
+    return chromium_or_skip()
+
+
+def test_the_dashboard_in_a_browser(
+    chromium: str, stack: Stack, live_engine: Serve, dashboard_url: str
+):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1300})
+            page.goto(f"{dashboard_url}/")
+            page.get_by_text("token hit rate").first.wait_for(timeout=60_000)
+            page.locator(".js-plotly-plot").nth(2).wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            shoot(page, "overview")
+
+            page.goto(f"{dashboard_url}/block_tables?engine=replay-0&request=q3")
+            page.get_by_text("Request q3").first.wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            shoot(page, "block_tables")
+
+            page.goto(f"{dashboard_url}/block_tables?engine=replay-0&group=mamba&request=q3")
+            page.get_by_text("Recent copies and moves").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            shoot(page, "block_tables_mamba")
+
+            page.goto(f"{dashboard_url}/requests?engine=replay-0")
+            page.get_by_text("newest of").first.wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            shoot(page, "requests")
+
+            page.goto(f"{dashboard_url}/checkpoints")
+            page.get_by_text("Suggested junctions").first.wait_for(timeout=30_000)
+            page.get_by_label("Prefix text").fill(PROMPT)
+            page.get_by_label("Label").fill("support bot")
+            page.get_by_role("button", name="Pin", exact=True).click()
+            materialized = re.compile(rf"{LIVE_ENGINE}: materialized at token 560")
+            page.get_by_text(materialized).first.wait_for(timeout=60_000)
+            pins = httpx.get(f"{stack.url}/api/v1/pins", timeout=10).json()
+            (pin,) = [p for p in pins if p["label"] == "support bot"]
+            assert {t["engine_id"]: t["state"] for t in pin["engines"]}[LIVE_ENGINE] == (
+                "materialized"
+            )
+            page.wait_for_timeout(1000)
+            shoot(page, "checkpoints")
+
+            page.goto(f"{dashboard_url}/benchmarks")
+            page.get_by_text("Token hit rate by mode").first.wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            shoot(page, "benchmarks")
+
+            ensure_big_engine(stack)
+            page.goto(f"{dashboard_url}/checkpoints")  # the app's code is loaded and warm
+            page.get_by_text("Suggested junctions").first.wait_for(timeout=30_000)
+            started = time.perf_counter()
+            page.goto(f"{dashboard_url}/block_tables?engine={BIG_ENGINE}")
+            page.locator(".js-plotly-plot .heatmaplayer image").first.wait_for(
+                state="attached", timeout=30_000
+            )
+            page.get_by_text("100,000 attention blocks").first.wait_for(timeout=30_000)
+            elapsed = time.perf_counter() - started
+            print(f"\nblock tables page at 100,000 blocks rendered in {elapsed:.2f} s")
+            page.wait_for_timeout(1000)
+            shoot(page, "block_tables_100k")
+            assert elapsed < RENDER_BUDGET_S, f"{elapsed:.2f} s at 100,000 blocks"
+        finally:
+            browser.close()

@@ -1,0 +1,238 @@
+"""An AppTest per page against the live API seeded by a real replay: each page renders with
+no exception and shows the numbers REST gives for the seeded engine."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.dashboard.big_table import seed_big_engine
+from tests.dashboard.conftest import REPLAY_ENGINE, Stack
+
+APP = Path(__file__).parents[2] / "dashboard" / "app.py"
+BIG_ENGINE = "big-100k"
+
+
+def open_page(page: str, **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.query_params.update(query)
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest) -> str:
+    parts = []
+    for kind in ("markdown", "caption", "info", "warning", "error", "success", "subheader"):
+        parts += [str(element.value) for element in at.get(kind)]
+    return "\n".join(parts)
+
+
+def figures(at: AppTest) -> list[dict]:
+    """The charts' figures, Plotly's typed arrays (`{"dtype", "bdata"}`) decoded to lists."""
+    return [decode(json.loads(chart.proto.spec)) for chart in at.get("plotly_chart")]
+
+
+def decode(value):
+    if isinstance(value, dict):
+        if "bdata" in value and "dtype" in value:
+            array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+            if "shape" in value:
+                shape = [int(n) for n in str(value["shape"]).split(",")]
+                array = array.reshape(shape)
+            return (
+                [None if isinstance(v, float) and np.isnan(v) else v for v in array.tolist()]
+                if array.ndim == 1
+                else [decode_row(row) for row in array.tolist()]
+            )
+        return {key: decode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [decode(item) for item in value]
+    return value
+
+
+def decode_row(row: list) -> list:
+    return [None if isinstance(v, float) and np.isnan(v) else v for v in row]
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_overview_shows_the_replayed_engine(dashboard_env: Stack):
+    total = dashboard_env.get(f"/engines/{REPLAY_ENGINE}/hit-rate")["total"]
+    engine = dashboard_env.get(f"/engines/{REPLAY_ENGINE}")
+    at = open_page("overview", engine=REPLAY_ENGINE)
+    assert [s.value for s in at.subheader] == [f"{REPLAY_ENGINE} · disconnected"]
+    assert f"epoch {engine['epoch']}" in texts(at)
+    assert metric(at, "token hit rate") == f"{total['hit_rate']:.1%}"
+    assert metric(at, "tokens saved") == f"{total['cached_tokens']:,}"
+    assert metric(at, "requests") == f"{total['num_requests']:,}" == "12"
+    names = {trace.get("name") for fig in figures(at) for trace in fig["data"]}
+    assert {"overall", "attention", "mamba", "free", "cached", "in use", "pinned"} <= names
+    usage = next(f for f in figures(at) if any(t.get("name") == "pinned" for t in f["data"]))
+    pinned = next(t for t in usage["data"] if t["name"] == "pinned")
+    by_group = dict(zip(pinned["y"], pinned["x"], strict=True))
+    assert by_group["attention"] == engine["cache"]["attention"]["num_pinned"] == 35
+    geometry = at.table[0].value
+    assert geometry.loc["Mamba block (tokens)", "value"] == "64"
+    assert geometry.loc["attention pool (blocks)", "value"] == "320"
+
+
+def test_block_tables_outline_a_request_and_its_hit_boundary(dashboard_env: Stack):
+    request = dashboard_env.get(f"/engines/{REPLAY_ENGINE}/requests/q1")
+    at = open_page("block_tables", engine=REPLAY_ENGINE, request="q1")
+    assert "Blocks 0-319 of 320 attention blocks, one cell each" in texts(at)
+    assert f"hit **{request['num_cached_tokens']:,}**" in texts(at)
+    (fig,) = figures(at)
+    heatmap = fig["data"][0]
+    cells = [v for row in heatmap["z"] for v in row if v is not None]
+    assert len(cells) == 320
+    assert cells.count(5) == 35  # the pinned system prompt's attention blocks
+    outline = next(t for t in fig["data"] if t["name"] == "request's blocks")
+    num_blocks = len([b for b in request["block_ids"]["attention"] if b is not None])
+    assert outline["x"].count(None) == num_blocks  # one closed rectangle per block
+    boundary = next(t for t in fig["data"] if t["name"].startswith("hit boundary"))
+    assert boundary["name"] == "hit boundary (token 560)"
+    summary = at.dataframe[0].value
+    assert list(summary["hit (tokens)"]) == [560, 560]
+
+
+def test_block_tables_draw_copies_in_the_mamba_group(dashboard_env: Stack):
+    at = open_page("block_tables", engine=REPLAY_ENGINE, group="mamba")
+    (fig,) = figures(at)
+    copy = next(t for t in fig["data"] if t["name"] == "copy (src → dst)")
+    outputs = dashboard_env.outputs.values()
+    copies = [c for line in outputs for c in line.get("cow_copies", []) if c["group"] == "mamba"]
+    assert copy["x"].count(None) == len(copies) > 0
+    assert "Recent copies and moves" in texts(at)
+
+
+def test_block_tables_aggregate_100k_blocks_and_say_so(dashboard_env: Stack):
+    ensure_big_engine(dashboard_env)
+    at = open_page("block_tables", engine=BIG_ENGINE)
+    warning = texts(at)
+    assert "100,000 attention blocks" in warning and "each cell aggregates 10" in warning
+    (fig,) = figures(at)
+    heatmap = fig["data"][0]
+    cells = [v for row in heatmap["z"] for v in row if v is not None]
+    assert len(cells) == 10_000
+    assert cells[:200] == [5] * 200  # the first 2,000 blocks are pinned
+    text = [t for row in heatmap["text"] for t in row if t]
+    assert text[0] == "blocks 0-9<br>10 pinned"
+
+
+def ensure_big_engine(stack: Stack) -> None:
+    if not any(e["engine_id"] == BIG_ENGINE for e in stack.get("/engines")):
+        seed_big_engine(stack.database_url, BIG_ENGINE, 100_000)
+
+
+def test_requests_list_and_chunk_timeline(dashboard_env: Stack):
+    page = dashboard_env.get(f"/engines/{REPLAY_ENGINE}/requests")
+    at = open_page("requests", engine=REPLAY_ENGINE)
+    table = at.dataframe[0].value
+    assert sorted(table["request"]) == sorted(r["request_id"] for r in page["requests"])
+    assert "The 12 newest of 12 requests." in texts(at)
+    at.selectbox(key="requests_one").select("q1").run()
+    q1 = next(r for r in page["requests"] if r["request_id"] == "q1")
+    assert f"hit {q1['num_cached_tokens']:,}, computed {q1['num_computed_tokens']:,}" in texts(at)
+    (fig,) = figures(at)
+    reasons = {trace["name"] for trace in fig["data"]}
+    assert reasons == {"cached (hit)", *q1["chunk_stop_reasons"]}
+    assert fig["layout"]["xaxis"]["title"]["text"] == "prompt position (tokens)"
+
+
+def test_checkpoints_pins_junctions_and_the_form(dashboard_env: Stack):
+    (system,) = [p for p in dashboard_env.get("/pins") if p["label"] == "system"]
+    junction = dashboard_env.get("/junctions/suggested")["junctions"][0]
+    at = open_page("checkpoints")
+    shown = texts(at)
+    assert f"**{system['tokens_saved']:,} tokens saved**" in shown
+    assert system["tokens_saved"] == 6 * 560
+    assert f"{REPLAY_ENGINE}: **materialized** at token 560" in shown
+    assert f"Boundary **{junction['boundary']:,}** tokens" in shown
+    assert f"saved **{junction['tokens_saved']:,}** tokens" in shown
+
+    at.text_area(key="pin_text").input("You are a helpful assistant. " * 4)
+    at.text_input(key="pin_label").input("apptest prompt")
+    at.button[0].click().run()  # the form's submit button comes first
+    assert not at.exception
+    assert "Pin: done" in texts(at)
+    (made,) = [p for p in dashboard_env.get("/pins") if p["label"] == "apptest prompt"]
+    assert made["num_tokens"] == len("You are a helpful assistant. " * 4)
+    at.button(key=f"unpin_{made['pin_id']}").click().run()
+    assert "Unpin: done" in texts(at)
+    assert dashboard_env.get(f"/pins/{made['pin_id']}")["state"] == "released"
+
+    at.button(key=f"pin_junction_{junction['key']}").click().run()
+    assert "Pin: done" in texts(at)
+    (pinned,) = [
+        p for p in dashboard_env.get("/pins") if p["label"] == f"junction@{junction['boundary']}"
+    ]
+    assert pinned["num_tokens"] == junction["boundary"] == 288
+    at.button(key=f"unpin_{pinned['pin_id']}").click().run()
+    assert dashboard_env.get(f"/pins/{pinned['pin_id']}")["state"] == "released"
+
+
+def test_benchmarks_show_a_finished_run(dashboard_env: Stack):
+    run = dashboard_env.get(f"/benchmarks/{dashboard_env.benchmark_id}")
+    at = open_page("benchmarks")
+    assert not at.error
+    hit_rate, ttft = figures(at)
+    bars = next(t for t in hit_rate["data"] if t["name"] == "hit rate")
+    modes = {m["mode"]: m for m in run["results"]["modes"]}
+    assert dict(zip(bars["x"], bars["y"], strict=True)) == {
+        mode: m["hit_rate"] for mode, m in modes.items()
+    }
+    oracle = next(t for t in hit_rate["data"] if t["name"] == "oracle")
+    assert oracle["y"][0] == modes["off"]["oracle_hit_rate"]
+    median = next(t for t in ttft["data"] if t["name"] == "median")
+    assert median["y"][0] == pytest.approx(modes[median["x"][0]]["ttft_median_s"] * 1000)
+    assert ttft["layout"]["yaxis"]["title"]["text"] == "TTFT (ms)"
+
+
+def test_benchmark_form_enqueues_a_run(dashboard_env: Stack):
+    before = dashboard_env.get("/benchmarks")["total"]
+    at = open_page("benchmarks")
+    at.button[0].click().run()  # the form's Enqueue, with the custom preset
+    assert "queued." in texts(at), texts(at)
+    runs = dashboard_env.get("/benchmarks")
+    assert runs["total"] == before + 1
+    assert runs["runs"][0]["status"] == "queued"
+
+
+def test_unreachable_api_names_the_url(monkeypatch: pytest.MonkeyPatch):
+    from tests.api.processes import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", url)
+    for page in ("overview", "block_tables", "requests", "checkpoints", "benchmarks"):
+        at = open_page(page)
+        assert at.error, page
+        assert f"{url}/api/v1/" in at.error[0].value
+        assert "Cannot reach the control plane" in at.error[0].value
+
+
+def test_empty_store_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from tests.api.processes import ApiProcess, free_port
+
+    api = ApiProcess(f"sqlite:///{tmp_path / 'empty.db'}", free_port())
+    api.start()
+    try:
+        monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", api.url)
+        for page, hint in {
+            "overview": "No engine has connected",
+            "block_tables": "junction serve --control-plane",
+            "requests": "junction replay",
+            "checkpoints": "No pin yet",
+            "benchmarks": "No benchmark run yet",
+        }.items():
+            assert hint in texts(open_page(page)), page
+    finally:
+        api.kill()

@@ -1,0 +1,168 @@
+"""The plain functions behind the tasks, called without a worker, on both store backends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api import benchmarks as store
+from api.db import make_engine, make_sessionmaker
+from api.models import BenchmarkRun, utcnow
+from engine.bench import STANDARD_SUITE
+from jobs import runs
+from tests.jobs.specs import MISSING_WEIGHTS, missing_weights_spec, tiny_spec
+
+
+@pytest.fixture
+def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
+    db = make_engine(database_url)
+    yield make_sessionmaker(db)
+    db.dispose()
+
+
+def queue(sessions: sessionmaker[Session], spec: dict[str, Any] | None = None) -> int:
+    spec = spec or tiny_spec()
+    with sessions() as session:
+        return store.submit_run(session, spec, spec["name"], lambda run_id, task_id: None).id
+
+
+def load(sessions: sessionmaker[Session], run_id: int) -> BenchmarkRun:
+    with sessions() as session:
+        return session.get(BenchmarkRun, run_id)
+
+
+def test_a_run_writes_progress_then_its_results(sessions: sessionmaker[Session]) -> None:
+    run_id = queue(sessions)
+    seen: list[tuple[str, float]] = []
+
+    def runner(spec, progress):  # the real benchmark, watched from the store as it goes
+        from engine.bench import run_benchmark
+
+        def watched(fraction: float, message: str) -> None:
+            progress(fraction, message)
+            run = load(sessions, run_id)
+            seen.append((run.status, run.progress))
+
+        return run_benchmark(spec, progress=watched)
+
+    outcome = runs.run_benchmark_run(
+        run_id, sessions=sessions, worker="w1", runner=runner, progress_every_s=0.0
+    )
+    assert outcome == runs.Done(run_id, "finished")
+    assert {status for status, _ in seen} == {"running"}
+    assert any(0 < fraction < 1 for _, fraction in seen)  # progress reached the store
+    run = load(sessions, run_id)
+    assert (run.status, run.progress, run.attempts, run.worker) == ("finished", 1.0, 1, "w1")
+    assert run.started_at <= run.finished_at and run.error is None
+    modes = [row["mode"] for row in run.results["modes"]]
+    assert modes == ["off", "partial", "junction_inline", "pins"]
+    assert run.results["modes"][0]["hit_rate"] == 0.0  # cache off
+    # a second delivery of the message finds it finished and leaves it alone
+    again = runs.run_benchmark_run(run_id, sessions=sessions, worker="w2")
+    assert again == store.Skipped(run_id, "finished")
+
+
+def test_progress_is_throttled_and_the_heartbeat_beats(sessions: sessionmaker[Session]) -> None:
+    run_id = queue(sessions)
+    with sessions() as session:
+        started = store.start_run(session, run_id, "w1")
+    reporter = runs.Reporter(sessions, run_id, started.attempt, every_s=60.0, heartbeat_s=0.05)
+    with reporter:
+        for step in range(1000):
+            reporter(step / 1000, f"step {step}")
+        before = load(sessions, run_id).heartbeat_at
+        deadline = utcnow() + timedelta(seconds=10)
+        while load(sessions, run_id).heartbeat_at == before and utcnow() < deadline:
+            pass
+    assert 2 <= reporter.num_writes < 1000
+    run = load(sessions, run_id)
+    assert run.heartbeat_at > before
+    # the heartbeat also flushes the last progress the throttle held back
+    assert (run.progress, run.progress_message) == (0.999, "step 999")
+
+
+def test_a_run_that_raises_is_failed_with_the_reason(sessions: sessionmaker[Session]) -> None:
+    run_id = queue(sessions, missing_weights_spec())
+    with pytest.raises(FileNotFoundError):
+        runs.run_benchmark_run(run_id, sessions=sessions, worker="w1")
+    run = load(sessions, run_id)
+    assert run.status == "failed" and run.finished_at is not None and run.results is None
+    assert run.error.startswith("FileNotFoundError: ") and MISSING_WEIGHTS in run.error
+    # the task's on_failure records again: a no-op, the first reason stays
+    assert not runs.record_failure(run_id, RuntimeError("later"), sessions=sessions)
+    assert load(sessions, run_id).error.startswith("FileNotFoundError")
+
+
+def test_a_task_that_gives_up_fails_its_run(sessions: sessionmaker[Session]) -> None:
+    run_id = queue(sessions)
+    assert runs.record_failure(run_id, ConnectionError("store gone"), sessions=sessions)
+    run = load(sessions, run_id)
+    assert (run.status, run.error) == ("failed", "ConnectionError: store gone")
+
+
+def test_a_lost_worker_is_swept_and_its_late_results_dropped(
+    sessions: sessionmaker[Session],
+) -> None:
+    lost, live = queue(sessions), queue(sessions)
+    long_ago = utcnow() - timedelta(minutes=30)
+    with sessions() as session:
+        dead = store.start_run(session, lost, "w-dead", now=long_ago)
+        store.start_run(session, live, "w-live")
+    assert runs.sweep_stale_runs(stale_after_s=600, sessions=sessions) == [lost]
+    run = load(sessions, lost)
+    assert run.status == "failed" and run.error.startswith("worker lost: no heartbeat for 600 s")
+    assert load(sessions, live).status == "running"
+    with sessions() as session:  # the lost attempt comes back: its writes are fenced out
+        assert not store.finish_run(session, lost, dead.attempt, {"modes": []})
+        assert not store.record_progress(session, lost, dead.attempt, 0.5, "late")
+    assert load(sessions, lost).status == "failed"
+    reporter = runs.Reporter(sessions, lost, dead.attempt, every_s=0.0)
+    with pytest.raises(runs.RunTakenOver):
+        reporter(0.5, "late")
+
+
+def test_a_redelivered_run_waits_for_a_live_worker_and_retakes_a_dead_one(
+    sessions: sessionmaker[Session],
+) -> None:
+    run_id = queue(sessions)
+    with sessions() as session:
+        first = store.start_run(session, run_id, "w1")
+        assert isinstance(store.start_run(session, run_id, "w2"), store.Busy)
+        # the same worker's earlier attempt is over (its process died): taken at once
+        second = store.start_run(session, run_id, "w1")
+        assert second.attempt == first.attempt + 1
+        later = utcnow() + timedelta(seconds=store.LIVE_HEARTBEAT_S + 1)
+        third = store.start_run(session, run_id, "w2", now=later)
+        assert third.attempt == 3
+        assert not store.record_progress(session, run_id, second.attempt, 0.2, "stale")
+        # every start was lost: the next one gives up and fails the run
+        much_later = later + timedelta(seconds=store.LIVE_HEARTBEAT_S + 1)
+        gave_up = store.start_run(session, run_id, "w3", now=much_later)
+    assert gave_up == store.Skipped(run_id, "failed")
+    assert "gave up after 3 attempts" in load(sessions, run_id).error
+
+
+def test_a_message_that_cannot_be_sent_leaves_no_run(sessions: sessionmaker[Session]) -> None:
+    def unreachable(run_id: int, task_id: str) -> None:
+        raise store.BrokerUnavailable("broker down")
+
+    with sessions() as session, pytest.raises(store.BrokerUnavailable):
+        store.submit_run(session, tiny_spec(), "tiny", unreachable)
+    with sessions() as session:
+        assert session.scalar(select(func.count()).select_from(BenchmarkRun)) == 0
+
+
+def test_the_suite_queues_a_run_per_standard_spec(sessions: sessionmaker[Session]) -> None:
+    sent: list[tuple[int, str]] = []
+    run_ids = runs.enqueue_suite(lambda run_id, task_id: sent.append((run_id, task_id)), sessions)
+    assert [run_id for run_id, _ in sent] == run_ids and len(run_ids) == len(STANDARD_SUITE)
+    with sessions() as session:
+        rows = session.scalars(select(BenchmarkRun).order_by(BenchmarkRun.id)).all()
+    assert [row.name for row in rows] == [spec.name for spec in STANDARD_SUITE]
+    assert {row.status for row in rows} == {"queued"}
+    assert [row.task_id for row in rows] == [task_id for _, task_id in sent]
