@@ -15,6 +15,24 @@ def add_api_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.set_defaults(func=run_api)
+    migrate_parser = commands.add_parser(
+        "migrate",
+        help="migrate the store to the latest schema and exit",
+        description="Run `alembic upgrade head` on JUNCTION_DATABASE_URL (what `junction api` "
+        "does first; compose runs it once before the API and the workers start).",
+    )
+    migrate_parser.set_defaults(func=run_migrate)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from api import migrate
+    from api.settings import get_settings
+
+    url = get_settings().database_url
+    print(f"junction migrate: upgrading {url} to the latest schema", flush=True)
+    migrate.upgrade(url)
+    print("junction migrate: done", flush=True)
+    return 0
 
 
 def run_api(args: argparse.Namespace) -> int:

@@ -21,7 +21,10 @@ from tests.api.processes import TOKEN, Serve, free_port, text, wait_for
 from tests.dashboard.conftest import Stack, chromium_or_skip
 from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
 
-SCREENSHOTS = Path(__file__).parents[2] / "docs" / "screenshots"
+# the README's screenshots; JUNCTION_SCREENSHOTS_DIR keeps a run from rewriting them
+SCREENSHOTS = Path(
+    os.environ.get("JUNCTION_SCREENSHOTS_DIR") or Path(__file__).parents[2] / "docs" / "screenshots"
+)
 LIVE_ENGINE = "live-0"
 PROMPT = ("You are the Junction support bot. Answer in one short, friendly sentence. " * 8)[:560]
 CHROMIUM_ARGS = [

@@ -1,0 +1,113 @@
+"""docker-compose.yml, its GPU override, the Dockerfile and .env.example against the code:
+every service's command is a real `junction` subcommand whose options parse, every
+`JUNCTION_*` setting passed is one the settings know, and .env.example names every setting.
+(No Docker engine runs here: the files are checked, not started.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from api.settings import Settings
+from engine.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = {f"JUNCTION_{name.upper()}" for name in Settings.model_fields}
+PROJECT_SERVICES = {"migrate", "api", "engine", "dashboard", "worker", "beat"}
+
+
+def compose(name: str) -> dict:
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+def parses(argv: list[str]) -> str:
+    """The subcommand `junction ARGV` runs; fails the test with argparse's message if not."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 after printing what is wrong
+        pytest.fail(f"`junction {' '.join(argv)}` does not parse (exit {exc.code})")
+    assert callable(args.func)
+    return args.command
+
+
+def test_compose_runs_every_part_from_one_image() -> None:
+    services = compose("docker-compose.yml")["services"]
+    assert set(services) == PROJECT_SERVICES | {"postgres", "redis"}
+    for name in PROJECT_SERVICES:
+        service = services[name]
+        assert service["image"] == "junction:latest" and service["build"] == "."
+    for name in ("postgres", "redis"):
+        assert services[name]["healthcheck"]["test"], name
+    for name in ("api", "worker", "beat"):
+        assert services[name]["depends_on"]["migrate"] == {
+            "condition": "service_completed_successfully"
+        }
+
+
+@pytest.mark.parametrize("file", ["docker-compose.yml", "docker-compose.gpu.yml"])
+def test_every_command_is_a_junction_subcommand(file: str) -> None:
+    services = compose(file)["services"]
+    assert services
+    for name, service in services.items():
+        if name in ("postgres", "redis"):
+            continue
+        command = service["command"]
+        expected = {"engine": "serve"}.get(name, name)
+        assert parses(command) == expected, (file, name, command)
+
+
+def test_every_setting_passed_is_one_the_settings_know() -> None:
+    services = compose("docker-compose.yml")["services"]
+    for name in PROJECT_SERVICES:
+        passed = {key for key in services[name]["environment"] if key.startswith("JUNCTION_")}
+        assert passed, name
+        assert passed <= SETTINGS, (name, passed - SETTINGS)
+        # and each value is one the settings accept (compose's ${VAR:-default} resolved)
+        values = {
+            key[len("JUNCTION_") :].lower(): re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+            for key, value in services[name]["environment"].items()
+        }
+        Settings(_env_file=None, **values)
+    assert compose("docker-compose.yml")["services"]["api"]["environment"][
+        "JUNCTION_DATABASE_URL"
+    ].startswith("postgresql://")
+
+
+def test_the_gpu_override_asks_for_a_gpu() -> None:
+    engine = compose("docker-compose.gpu.yml")["services"]["engine"]
+    (device,) = engine["deploy"]["resources"]["reservations"]["devices"]
+    assert device["capabilities"] == ["gpu"]
+    assert engine["command"][engine["command"].index("--device") + 1] == "cuda"
+
+
+def test_env_example_names_every_setting_and_only_settings() -> None:
+    names = {
+        line.split("=", 1)[0]
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    junction = {name for name in names if name.startswith("JUNCTION_")}
+    assert junction == SETTINGS, (SETTINGS - junction, junction - SETTINGS)
+    env = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line.startswith("JUNCTION_")
+    )
+    Settings(_env_file=None, **{k[len("JUNCTION_") :].lower(): v for k, v in env.items()})
+
+
+def test_the_image_runs_the_junction_entry_point() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["junction"] == "engine.cli:main"
+    entrypoint = re.search(r"^ENTRYPOINT (.+)$", dockerfile, re.M).group(1)
+    cmd = re.search(r"^CMD (.+)$", dockerfile, re.M).group(1)
+    assert json.loads(entrypoint) == ["junction"]
+    assert parses(json.loads(cmd)) == "up"
+    for folder in ("engine", "api", "dashboard", "jobs", "stack", "migrations"):
+        assert f"COPY {folder} {folder}" in dockerfile, folder

@@ -1,0 +1,154 @@
+"""`junction up` end to end: what `make run` starts, on free ports and the embedded defaults
+(SQLite store, Celery on its SQLAlchemy transport), used the way a newcomer would: requests
+through the official `openai` client, a pin and a benchmark through the REST API, all found
+again through the REST API; then SIGINT, and every process it started has exited."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import openai
+
+from tests.api.processes import free_port, text, wait_for
+from tests.jobs.specs import tiny_spec
+
+TOKEN = "up-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SYSTEM = text(11, 300)
+
+
+class Up:
+    def __init__(self, cwd: Path, *args: str) -> None:
+        self.lines: list[str] = []
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JUNCTION_")}
+        env |= {"JUNCTION_API_TOKEN": TOKEN, "JUNCTION_LOG_LEVEL": "warning"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "up", *args],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    def pids(self) -> dict[str, int]:
+        found = (re.search(r"^\s*(\w+) \| started \(pid (\d+)\)", line) for line in self.lines)
+        return {m.group(1): int(m.group(2)) for m in found if m}
+
+    def wait_for_line(self, what: str, check: Callable[[str], bool], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(check(line) for line in list(self.lines)):
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"junction up: no {what}; its output:\n{self.log[-6000:]}")
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+
+
+def test_junction_up_runs_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    ports = {"api": free_port(), "engine": free_port(), "dashboard": free_port()}
+    up = Up(
+        tmp_path,
+        *("--api-port", str(ports["api"]), "--engine-port", str(ports["engine"])),
+        *("--dashboard-port", str(ports["dashboard"]), "--device", "cpu"),
+    )
+    api = f"http://127.0.0.1:{ports['api']}"
+    try:
+        up.wait_for_line("URLs", lambda line: line == "Junction is up:", 240)
+        assert f"http://127.0.0.1:{ports['dashboard']}" in up.log
+        assert set(up.pids()) == {"api", "engine", "dashboard", "worker", "beat"}
+        assert (tmp_path / "junction.db").exists()  # the embedded store, migrated
+
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{ports['engine']}/v1", api_key="x")
+        for i in range(3):
+            client.completions.create(
+                model="junction-hybrid-tiny", prompt=SYSTEM + text(i, 40), max_tokens=2
+            )
+        wait_for(
+            "the requests in the store",
+            lambda: httpx.get(f"{api}/api/v1/engines/engine-0/requests").json()["total"] == 3,
+        )
+        pin = httpx.post(
+            f"{api}/api/v1/pins",
+            headers=AUTH,
+            json={"prefix": {"text": SYSTEM}, "label": "system"},
+            timeout=10,
+        )
+        assert pin.status_code == 201, pin.text
+
+        def pin_materialized() -> bool:
+            body = httpx.get(f"{api}/api/v1/pins/{pin.json()['pin_id']}").json()
+            return [e["state"] for e in body["engines"]] == ["materialized"]
+
+        wait_for("the pin to materialize", pin_materialized)
+        run = httpx.post(f"{api}/api/v1/benchmarks", headers=AUTH, json=tiny_spec(), timeout=10)
+        assert run.status_code == 201, run.text
+
+        def run_status() -> str:
+            return httpx.get(f"{api}/api/v1/benchmarks/{run.json()['id']}").json()["status"]
+
+        wait_for("the benchmark run to finish", lambda: run_status() in ("finished", "failed"), 180)
+        finished = httpx.get(f"{api}/api/v1/benchmarks/{run.json()['id']}").json()
+        assert finished["status"] == "finished", finished["error"]
+        assert [m["mode"] for m in finished["results"]["modes"]] == tiny_spec()["modes"]
+        dashboard = httpx.get(f"http://127.0.0.1:{ports['dashboard']}/_stcore/health")
+        assert dashboard.status_code == 200
+    finally:
+        pids = up.pids()
+        up.process.send_signal(signal.SIGINT)
+        try:
+            code = up.process.wait(90)
+        except subprocess.TimeoutExpired:
+            up.process.kill()
+            raise
+    assert code == 0, up.log[-4000:]
+    assert "every part stopped" in up.log
+    deadline = time.monotonic() + 10
+    while any(is_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [name for name, pid in pids.items() if is_alive(pid)], up.log[-4000:]
+
+
+def test_junction_up_refuses_a_taken_port(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "engine.cli", "up", "--api-port", str(taken)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2
+    assert f"port {taken} (api)" in done.stderr and "--api-port" in done.stderr
+    assert "started" not in done.stdout and not (tmp_path / "junction.db").exists()
