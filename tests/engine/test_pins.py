@@ -50,6 +50,21 @@ def test_requests_crossing_a_pinned_boundary_stop_there():
     assert other.num_cached_tokens == 544
 
 
+@pytest.mark.parametrize("eagle", [False, True])
+def test_an_exact_resend_of_a_pinned_prefix_hits_one_unit_short(eagle: bool):
+    """A hit never covers the whole prompt, so a request that is exactly the pinned prefix
+    hits the resend checkpoint the pin's prefill kept, not the last Mamba block boundary."""
+    e = make(eagle=eagle)
+    system = tokens(7, 560)
+    pin = e.pin("system", system)
+    e.run_until_done()
+    assert pin.state is PinState.MATERIALIZED
+    request = e.add_request(list(system), SamplingParams(max_tokens=1))
+    e.run_until_done()
+    assert request.num_cached_tokens == 544  # P - 1 floored to U; with EAGLE P - U, the same here
+    e.check_invariants()
+
+
 def test_pin_over_the_cap_fails_with_the_reason():
     e = make(pin_max_share=0.05)  # 20 of 400 attention blocks
     pin = e.pin("big", tokens(5, 560))  # needs 35 attention blocks
@@ -73,7 +88,9 @@ def test_release_returns_blocks_to_the_free_queue_as_ordinary_cached_blocks():
         for block_id in block_ids:
             block = pools[group].blocks[block_id]
             assert block.state == "cached" and block.keys
-            assert {pools[group].entries[k].reason.value for k in block.keys} <= {"block"}
+            # the pin's own reason is gone; the resend checkpoint its prefill kept (544) stays
+            reasons = {pools[group].entries[k].reason.value for k in block.keys}
+            assert reasons <= {"block", "resend"}
     e.check_invariants()
 
 
