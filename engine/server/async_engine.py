@@ -159,6 +159,9 @@ class AsyncEngine:
     # ------------------------------------------------------------------ engine thread
     def _run(self) -> None:
         try:
+            # what reached the step listeners before the loop ran: control-plane commands
+            # queued while it was starting, events to publish
+            self.engine.notify_listeners()
             while self._apply_commands(block=not self.engine.has_unfinished()):
                 if self.engine.has_unfinished():
                     self.engine.step()

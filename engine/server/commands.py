@@ -47,7 +47,7 @@ class CommandQueue:
     """Commands received on the publisher's thread, applied on the engine's thread.
 
     `on_command` is the publisher's callback; `drain` runs as a step listener, and `wake`
-    (if given) nudges an idle engine loop so a command does not wait for the next request.
+    (if given) runs it on an idle engine loop so a command does not wait for the next request.
     """
 
     def __init__(self, wake: Callable[[Callable[[Engine], None]], object] | None = None) -> None:
@@ -59,13 +59,16 @@ class CommandQueue:
         engine.step_listeners.insert(0, self.drain)
 
     def on_command(self, command: Command) -> None:
+        # Queued first, then drained on the engine thread: commands apply in arrival order,
+        # and one that comes before the loop runs (the publisher connects first, and an idle
+        # engine takes no step) is applied when the loop starts (`AsyncEngine` notifies the
+        # step listeners then).
+        self._commands.put(command)
         if self._wake is not None:
             try:
-                self._wake(lambda engine: apply_command(engine, command))
-                return
-            except Exception as exc:  # the engine loop is not running (yet): the next step
-                log.info("engine loop not reachable (%s); the command waits for a step", exc)
-        self._commands.put(command)
+                self._wake(self.drain)
+            except Exception as exc:
+                log.info("engine loop not running (%s); the command waits for it", exc)
 
     def drain(self, engine: Engine) -> None:
         while True:

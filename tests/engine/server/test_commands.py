@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from engine.config import CacheConfig
 from engine.engine import Engine
 from engine.events import PinUpdated
+from engine.server.async_engine import AsyncEngine
 from engine.server.commands import CommandQueue, apply_command
 from engine.wire import Command
 from tests.engine.conftest import tokens
@@ -54,3 +57,24 @@ def test_queued_commands_apply_on_the_engine_thread_at_the_next_step():
     engine.step()  # nothing to run; the listener applies the command
     engine.run_until_done()
     assert engine.pins["p"].state.value == "materialized"
+
+
+def test_a_command_that_arrives_before_the_engine_loop_runs_applies_when_it_starts():
+    """`junction serve` connects to the control plane before its engine loop starts, and the
+    control plane sends its pins at once: an idle engine must still materialize them."""
+    engine = make()
+    async_engine = AsyncEngine(engine)
+    commands = CommandQueue(wake=async_engine.submit)
+    commands.attach(engine)
+    commands.on_command(
+        Command(command="pin", payload={"pin_id": "early", "token_ids": tokens(3, 100)})
+    )
+    assert "early" not in engine.pins
+    async_engine.start()
+    try:
+        deadline = time.monotonic() + 10
+        while pin_states(engine, "early")[-1:] != ["materialized"]:
+            assert time.monotonic() < deadline, pin_states(engine, "early")
+            time.sleep(0.01)
+    finally:
+        async_engine.shutdown()
