@@ -13,13 +13,7 @@ from collections import deque
 from engine.cache.coordinator import ATTENTION, MAMBA, CacheHit, HybridCoordinator
 from engine.cache.entry import CheckpointReason
 from engine.cache.manager import BlockCopy
-from engine.chunking import (
-    Chunk,
-    checkpoint_targets,
-    plan_chunk,
-    resend_checkpoint,
-    state_positions,
-)
+from engine.chunking import Chunk, checkpoint_targets, plan_chunk, state_positions
 from engine.config import CacheConfig, SchedulerConfig
 from engine.events import BlockCopied, BlockStateChanged, EventSink, RequestFinished
 from engine.hashing import hash_prefix
@@ -194,24 +188,20 @@ class Scheduler:
         )
 
     def _targets(self, request: Request, junction: int | None) -> dict[int, CheckpointReason]:
-        if request.is_pin:
-            targets = {request.num_prompt_tokens: CheckpointReason.PIN}
-            # also the state an exact resend of the pinned prefix hits (one unit short of it,
-            # as every hit is capped): cached, not pinned, so it may be evicted like any other
-            cache = self.cache_config
-            if cache.partial_hits:
-                resend = resend_checkpoint(request.num_prompt_tokens, self.unit, cache.eagle)
-                if 0 < resend < request.num_prompt_tokens:
-                    targets[resend] = CheckpointReason.RESEND
-            return targets
         unit, hashes = self.unit, request.block_hashes
-        pins = [
-            pin.boundary
-            for pin in self.pins.values()
-            if pin.is_active
-            and pin.boundary <= request.num_prompt_tokens
-            and hashes[pin.boundary // unit - 1] == pin.key
-        ]
+        if request.is_pin:
+            # its own boundary; with partial hits also the resend checkpoint an exact resend of
+            # the pinned prefix hits (every hit stops short of the whole prompt), cached, not
+            # pinned, so it may be evicted like any other
+            pins, junction = [request.num_prompt_tokens], None
+        else:
+            pins = [
+                pin.boundary
+                for pin in self.pins.values()
+                if pin.is_active
+                and pin.boundary <= request.num_prompt_tokens
+                and hashes[pin.boundary // unit - 1] == pin.key
+            ]
         cache = self.cache_config
         return checkpoint_targets(
             request.num_prompt_tokens,
