@@ -22,7 +22,7 @@ msgpack or not a valid frame (unknown event type included), 4409 a batch for ano
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -43,6 +43,10 @@ EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z
 Hex = Annotated[str, Field(pattern=r"^[0-9a-f]+$", max_length=128)]
 Group = Literal["attention", "mamba"]
 Reason = Literal["block", "resend", "extension", "junction", "pin"]
+BlockState = Literal["free", "cached", "in_use", "pinned"]
+GROUPS: tuple[str, ...] = get_args(Group)
+REASONS: tuple[str, ...] = get_args(Reason)
+BLOCK_STATES: tuple[str, ...] = get_args(BlockState)
 
 
 class WireError(ValueError):
@@ -61,7 +65,7 @@ class _Model(BaseModel):
 class BlockRow(_Model):
     group: Group
     block_id: Annotated[int, Field(ge=0)]
-    state: Literal["free", "cached", "in_use", "pinned"]
+    state: BlockState
     keys: list[Hex]
     token_range: tuple[int | None, int] | None
     is_partial: bool

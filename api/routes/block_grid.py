@@ -23,10 +23,9 @@ from sqlalchemy import case, func, select
 
 from api.deps import EngineDep, SessionDep
 from api.models import Block, EventBatch
+from engine.wire import BLOCK_STATES, REASONS, Group
 
 router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"])
-STATES = ("free", "cached", "in_use", "pinned")
-REASONS = ("block", "resend", "extension", "junction", "pin")
 LINK_EVENTS = {"BlockCopied": "copy", "BlockHashesMoved": "move"}
 MAX_LINK_BATCHES = 1000
 
@@ -92,7 +91,7 @@ class BlockGrid(BaseModel):
 def block_grid(
     engine: EngineDep,
     session: SessionDep,
-    group: Literal["attention", "mamba"] = "attention",
+    group: Group = "attention",
     start: Annotated[int, Query(ge=0)] = 0,
     stop: Annotated[int | None, Query(ge=0, description="default: the pool's size")] = None,
     keys: bool = False,
@@ -113,7 +112,7 @@ def block_grid(
     per_cell = 1
     if max_cells is not None and stop - start > max_cells:
         per_cell = -(-(stop - start) // max_cells)
-    state_code = {state: i for i, state in enumerate(STATES)}
+    state_code = {state: i for i, state in enumerate(BLOCK_STATES)}
     body = {
         "engine_id": engine.engine_id,
         "group": group,
@@ -123,7 +122,7 @@ def block_grid(
         "stop": stop,
         "blocks_per_cell": per_cell,
         "cells": None,
-        "states": list(STATES),
+        "states": list(BLOCK_STATES),
         "reasons": list(REASONS),
         "keys": None,
         "links": _links(session, engine, group, link_batches),

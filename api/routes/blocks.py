@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from sqlalchemy import func, select
@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from api.deps import EngineDep, Offset, SessionDep
 from api.models import Block
 from api.schemas import BlockOut, BlockPage
+from engine.wire import BlockState, Group
 
 router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"])
 MAX_LIMIT = 10_000
@@ -19,8 +20,8 @@ MAX_LIMIT = 10_000
 def list_blocks(
     engine: EngineDep,
     session: SessionDep,
-    group: Literal["attention", "mamba"] | None = None,
-    state: Literal["free", "cached", "in_use", "pinned"] | None = None,
+    group: Group | None = None,
+    state: BlockState | None = None,
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
 ) -> BlockPage:

@@ -8,10 +8,9 @@ from sqlalchemy import delete, func, select
 from api.deps import EngineDep, RequireToken, SessionDep, StateDep
 from api.models import Block, Engine, EventBatch, HitRateBucket, Request
 from api.schemas import EngineDetail, EngineOut, GroupUsage
+from engine.wire import BLOCK_STATES, GROUPS
 
 router = APIRouter(prefix="/engines", tags=["engines"])
-GROUPS = ("attention", "mamba")
-STATES = ("free", "cached", "in_use", "pinned")
 
 
 @router.get("", response_model=list[EngineOut])
@@ -26,9 +25,9 @@ def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
         .where(Block.engine_id == engine.engine_id)
         .group_by(Block.group, Block.state)
     ).all()
-    by_group: dict[str, dict[str, int]] = {group: dict.fromkeys(STATES, 0) for group in GROUPS}
+    by_group = {group: dict.fromkeys(BLOCK_STATES, 0) for group in GROUPS}
     for group, state, count in counts:
-        by_group.setdefault(group, dict.fromkeys(STATES, 0))[state] = count
+        by_group.setdefault(group, dict.fromkeys(BLOCK_STATES, 0))[state] = count
     num_requests = session.scalar(
         select(func.count()).select_from(Request).where(Request.engine_id == engine.engine_id)
     )

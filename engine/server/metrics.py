@@ -20,12 +20,11 @@ from prometheus_client import (
     generate_latest,
 )
 
-from engine.cache.coordinator import ATTENTION, MAMBA
+from engine.cache.coordinator import GROUPS
 from engine.server.request_stream import FinishedRequest
 from engine.stats import CacheUsage
+from engine.wire import BLOCK_STATES
 
-GROUPS = (ATTENTION, MAMBA)
-BLOCK_STATES = ("free", "cached", "in_use", "pinned")
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 

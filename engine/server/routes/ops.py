@@ -12,10 +12,10 @@ from engine.engine import Engine
 from engine.server.deps import StateDep
 from engine.server.errors import OpenAIError, error_body
 from engine.server.request_stream import EngineDeadError
+from engine.wire import BLOCK_STATES
 
 router = APIRouter(tags=["ops"])
 
-BLOCK_STATES = ("free", "cached", "in_use", "pinned")  # a snapshot block's `state`
 
 
 @router.get("/health")
