@@ -144,12 +144,12 @@ def prompt_tokens(prompt: PromptForm) -> list[int]:
     return list(prompt)
 
 
-def _describe(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "line"
-        parts.append(f"{where}: {item['msg']}")
-    return "; ".join(parts)
+def field_errors(error: ValidationError, root: str) -> list[str]:
+    """Each problem pydantic found as `field.path: message` (`root` names the whole input)."""
+    return [
+        f"{'.'.join(str(part) for part in item['loc']) or root}: {item['msg']}"
+        for item in error.errors()
+    ]
 
 
 def parse_line(text: str, line: int) -> TraceItem:
@@ -165,7 +165,7 @@ def parse_line(text: str, line: int) -> TraceItem:
             return _pin_item(pin, line)
         request = RequestLine.model_validate(data)
     except ValidationError as exc:
-        raise TraceError(f"line {line}: {_describe(exc)}") from exc
+        raise TraceError(f"line {line}: {'; '.join(field_errors(exc, 'line'))}") from exc
     prompt = request.prompt if request.prompt is not None else request.prompt_token_ids
     tokens = prompt_tokens(prompt)
     if not tokens:

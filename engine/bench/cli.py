@@ -99,15 +99,6 @@ def _value(raw: str):
         return raw
 
 
-def describe(error) -> str:
-    """A pydantic `ValidationError` as one line per field."""
-    lines = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "spec"
-        lines.append(f"  {where}: {item['msg']}")
-    return "\n".join(lines)
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
     from rich.console import Console
@@ -117,11 +108,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from engine.bench.table import results_table
     from engine.replay import write_atomically
     from engine.runners.ledger import LedgerMismatch
+    from engine.trace import field_errors
 
     try:
         spec = BenchmarkSpec.model_validate(load_spec_object(args))
     except ValidationError as exc:
-        print(f"{BENCH}: bad spec:\n{describe(exc)}", file=sys.stderr)
+        problems = "".join(f"\n  {problem}" for problem in field_errors(exc, "spec"))
+        print(f"{BENCH}: bad spec:{problems}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except ValueError as exc:
         print(f"{BENCH}: {exc}", file=sys.stderr)
