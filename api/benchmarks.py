@@ -20,7 +20,6 @@ from sqlalchemy.orm import Session
 
 from api.models import BenchmarkRun, utcnow
 
-STATUSES = ("queued", "running", "finished", "failed")
 UNFINISHED = ("queued", "running")
 #: Starts of one run (first delivery, retries, redeliveries after a lost worker) before it fails.
 MAX_ATTEMPTS = 3

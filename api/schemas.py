@@ -283,6 +283,9 @@ class JunctionPage(BaseModel):
 
 
 # ---------------------------------------------------------------------------- benchmarks
+RunStatus = Literal["queued", "running", "finished", "failed"]
+
+
 class BenchmarkRunOut(_Out):
     """A benchmark run. `spec` is the `BenchmarkSpec` it replays (defaults filled in);
     `progress` 0..1 with the worker's last `progress_message`; `error` says why a failed run
@@ -291,7 +294,7 @@ class BenchmarkRunOut(_Out):
 
     id: int
     name: str
-    status: Literal["queued", "running", "finished", "failed"]
+    status: RunStatus
     spec: dict[str, Any]
     progress: float
     progress_message: str | None

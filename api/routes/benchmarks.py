@@ -5,7 +5,7 @@ ends finished (with its results) or failed (with the reason)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Path, Query, status
 from pydantic import ValidationError
@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from api import benchmarks
 from api.deps import MAX_INT64, Offset, RequireToken, SessionDep, StateDep
 from api.models import BenchmarkRun
-from api.schemas import BenchmarkRunOut, BenchmarkRunPage
+from api.schemas import BenchmarkRunOut, BenchmarkRunPage, RunStatus
 
 router = APIRouter(prefix="/benchmarks", tags=["benchmarks"])
 MAX_LIMIT = 1000
@@ -73,9 +73,7 @@ def create_benchmark(
 @router.get("", response_model=BenchmarkRunPage)
 def list_benchmarks(
     session: SessionDep,
-    run_status: Annotated[
-        Literal["queued", "running", "finished", "failed"] | None, Query(alias="status")
-    ] = None,
+    run_status: Annotated[RunStatus | None, Query(alias="status")] = None,
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
 ) -> BenchmarkRunPage:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.bench.run import BenchmarkError, percentile, workload_summary
+from engine.bench.run import BenchmarkError, timings, workload_summary
 from engine.bench.spec import BenchmarkSpec
 from engine.trace import TraceRequest
 from engine.workloads import oracle
@@ -53,7 +52,6 @@ def run_remote(
     num_prompt = sum(r.num_prompt_tokens for r in results)
     num_cached = sum(r.num_cached_tokens for r in results)
     num_output = sum(r.num_output_tokens for r in results)
-    ttfts = sorted(r.ttft_s for r in results)
     row = {
         "mode": "engine",
         "num_requests": len(results),
@@ -64,13 +62,8 @@ def run_remote(
         "computed_tokens": num_prompt - num_cached,  # what the hit left; recomputation unseen
         "forward_passes": None,
         "cow_copies": None,
-        "ttft_median_s": statistics.median(ttfts) if ttfts else 0.0,
-        "ttft_p99_s": percentile(ttfts, 0.99),
-        "throughput_tok_s": (num_prompt + num_output) / wall_s if wall_s else 0.0,
-        "output_tok_s": num_output / wall_s if wall_s else 0.0,
-        "num_output_tokens": num_output,
+        **timings([r.ttft_s for r in results], num_prompt, num_output, wall_s),
         "peak_blocks_used": None,
-        "wall_s": wall_s,
     }
     report(1.0, f"{spec.name}: done")
     return {

@@ -178,7 +178,7 @@ def run_mode(
     wall_s = time.perf_counter() - started
     requests = [r for r in records if r.get("type") == "request"]
     pins = [r for r in records if r.get("type") == "pin"]
-    ttfts = sorted(r["ttft_s"] for r in requests if r["ttft_s"] is not None)
+    ttfts = [r["ttft_s"] for r in requests if r["ttft_s"] is not None]
     num_output = sum(len(r["output_token_ids"]) for r in requests)
     row = {
         "mode": mode,
@@ -190,15 +190,10 @@ def run_mode(
         "computed_tokens": summary.num_computed_tokens,
         "forward_passes": meter.num_forward_passes,
         "cow_copies": sum(len(r["cow_copies"]) for r in requests),
-        "ttft_median_s": statistics.median(ttfts) if ttfts else 0.0,
-        "ttft_p99_s": percentile(ttfts, 0.99),
-        "throughput_tok_s": (summary.num_prompt_tokens + num_output) / wall_s if wall_s else 0.0,
-        "output_tok_s": num_output / wall_s if wall_s else 0.0,
-        "num_output_tokens": num_output,
+        **timings(ttfts, summary.num_prompt_tokens, num_output, wall_s),
         "num_steps": summary.num_steps,
         "num_preemptions": summary.num_preemptions,
         "peak_blocks_used": dict(meter.peak_blocks_used),
-        "wall_s": wall_s,
     }
     if pins:
         row["pins"] = {
@@ -207,6 +202,20 @@ def run_mode(
             "reasons": sorted({p["reason"] for p in pins if p["reason"]}),
         }
     return row
+
+
+def timings(ttfts: list[float], num_prompt: int, num_output: int, wall_s: float) -> dict:
+    """A row's TTFT median and p99, throughput (prompt + output tokens per second of wall
+    time, and output alone) and wall time."""
+    ttfts = sorted(ttfts)
+    return {
+        "ttft_median_s": statistics.median(ttfts) if ttfts else 0.0,
+        "ttft_p99_s": percentile(ttfts, 0.99),
+        "throughput_tok_s": (num_prompt + num_output) / wall_s if wall_s else 0.0,
+        "output_tok_s": num_output / wall_s if wall_s else 0.0,
+        "num_output_tokens": num_output,
+        "wall_s": wall_s,
+    }
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -14,14 +14,15 @@ field.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.workloads import WorkloadParams, WorkloadSpec, parse_workload
 
-MODES: tuple[str, ...] = ("off", "aligned", "partial", "junction", "junction_inline", "pins")
+Mode = Literal["off", "aligned", "partial", "junction", "junction_inline", "pins"]
+MODES: tuple[str, ...] = get_args(Mode)
 
 #: what each mode sets on top of the geometry; `pins` also replays the workload's pin lines
 MODE_CACHE_OPTIONS: dict[str, dict] = {
@@ -33,7 +34,6 @@ MODE_CACHE_OPTIONS: dict[str, dict] = {
     "pins": {"junction_checkpoints": True, "checkpoint_mode": "stops"},
 }
 
-Mode = Literal["off", "aligned", "partial", "junction", "junction_inline", "pins"]
 Runner = Literal["null", "ledger", "torch"]
 
 
