@@ -19,6 +19,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from api.models import BenchmarkRun, utcnow
+from api.paging import fetch_page
 
 UNFINISHED = ("queued", "running")
 #: Starts of one run (first delivery, retries, redeliveries after a lost worker) before it fails.
@@ -76,15 +77,8 @@ def list_runs(
 ) -> tuple[int, Sequence[BenchmarkRun]]:
     """(total, the page): newest first, `status` filters."""
     where = [] if status is None else [BenchmarkRun.status == status]
-    total = session.scalar(select(func.count()).select_from(BenchmarkRun).where(*where)) or 0
-    rows = session.scalars(
-        select(BenchmarkRun)
-        .where(*where)
-        .order_by(BenchmarkRun.created_at.desc(), BenchmarkRun.id.desc())
-        .offset(offset)
-        .limit(limit)
-    ).all()
-    return total, rows
+    order = (BenchmarkRun.created_at.desc(), BenchmarkRun.id.desc())
+    return fetch_page(session, BenchmarkRun, where, order, offset, limit)
 
 
 def start_run(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from sqlalchemy import func, select
 
 from api.deps import EngineDep, Offset, SessionDep
 from api.models import Block
+from api.paging import fetch_page
 from api.schemas import BlockOut, BlockPage
 from engine.wire import BlockState, Group
 
@@ -31,14 +31,7 @@ def list_blocks(
         where.append(Block.group == group)
     if state is not None:
         where.append(Block.state == state)
-    total = session.scalar(select(func.count()).select_from(Block).where(*where))
-    rows = session.scalars(
-        select(Block)
-        .where(*where)
-        .order_by(Block.group, Block.block_id)
-        .offset(offset)
-        .limit(limit)
-    )
+    total, rows = fetch_page(session, Block, where, (Block.group, Block.block_id), offset, limit)
     return BlockPage(
         engine_id=engine.engine_id,
         total=total,

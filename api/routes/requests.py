@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from api.deps import EngineDep, Offset, SessionDep
 from api.models import Request
+from api.paging import fetch_page
 from api.schemas import RequestOut, RequestPage
 
 router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"])
@@ -21,14 +22,13 @@ def list_requests(
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> RequestPage:
-    where = Request.engine_id == engine.engine_id
-    total = session.scalar(select(func.count()).select_from(Request).where(where))
-    rows = session.scalars(
-        select(Request)
-        .where(where)
-        .order_by(Request.finished_ts.desc(), Request.id.desc())
-        .offset(offset)
-        .limit(limit)
+    total, rows = fetch_page(
+        session,
+        Request,
+        [Request.engine_id == engine.engine_id],
+        (Request.finished_ts.desc(), Request.id.desc()),
+        offset,
+        limit,
     )
     return RequestPage(
         engine_id=engine.engine_id,
