@@ -39,7 +39,7 @@ def add_up_parser(commands: argparse._SubParsersAction) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     from api import migrate
     from api.settings import get_settings
-    from stack.parts import Ports, plan
+    from stack.parts import Ports, api_url, plan
     from stack.supervisor import PartFailed, PortTaken, Supervisor, check_ports
 
     ports = Ports(args.api_port, args.engine_port, args.dashboard_port)
@@ -67,7 +67,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     # every part talks to the same control plane with the same token
     env = {
         "JUNCTION_API_TOKEN": settings.api_token,
-        "JUNCTION_CONTROL_PLANE_URL": f"http://{args.host}:{args.api_port}",
+        "JUNCTION_CONTROL_PLANE_URL": api_url(args.host, ports),
     }
     supervisor = Supervisor(parts, env)
 

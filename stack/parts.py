@@ -4,7 +4,7 @@ each answers when it is ready."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,12 @@ class Part:
     port: int | None = None  # the port it listens on (checked free before anything starts)
     url: str | None = None  # what an operator opens
     ready_url: str | None = None  # 200 once it serves
-    env: dict[str, str] = field(default_factory=dict)
+
+
+def api_url(host: str, ports: Ports) -> str:
+    """The control plane every part talks to (`JUNCTION_CONTROL_PLANE_URL` in their
+    environment)."""
+    return f"http://{host}:{ports.api}"
 
 
 def junction(*args: str) -> list[str]:
@@ -35,16 +40,15 @@ def plan(
     runner: str = "torch",
     engine_id: str = "engine-0",
     device: str | None = None,
-    beat_schedule_file: str = "celerybeat-schedule",
     with_jobs: bool = True,
 ) -> list[Part]:
     """The parts in start order: the API first (the engine streams to it, the dashboard reads
     it), the engine, the dashboard, then the worker and beat."""
-    api_url = f"http://{host}:{ports.api}"
+    control_plane = api_url(host, ports)
     engine_url = f"http://{host}:{ports.engine}"
     dashboard_url = f"http://{host}:{ports.dashboard}"
     serve = ["serve", "--host", host, "--port", str(ports.engine), "--runner", runner]
-    serve += ["--engine-id", engine_id, "--control-plane", api_url]
+    serve += ["--engine-id", engine_id, "--control-plane", control_plane]
     if device:
         serve += ["--device", device]
     parts = [
@@ -52,8 +56,8 @@ def plan(
             "api",
             junction("api", "--host", host, "--port", str(ports.api)),
             ports.api,
-            f"{api_url}/docs",
-            f"{api_url}/healthz",
+            f"{control_plane}/docs",
+            f"{control_plane}/healthz",
         ),
         Part("engine", junction(*serve), ports.engine, f"{engine_url}/v1", f"{engine_url}/health"),
         Part(
@@ -62,12 +66,11 @@ def plan(
             ports.dashboard,
             dashboard_url,
             f"{dashboard_url}/_stcore/health",
-            env={"JUNCTION_CONTROL_PLANE_URL": api_url},
         ),
     ]
     if with_jobs:
         parts += [
             Part("worker", junction("worker", "--concurrency", "1", "--loglevel", "info")),
-            Part("beat", junction("beat", "--schedule", beat_schedule_file)),
+            Part("beat", junction("beat")),  # its schedule file in the working directory
         ]
     return parts

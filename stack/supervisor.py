@@ -95,7 +95,7 @@ class Supervisor:
                 return
             process = subprocess.Popen(
                 part.argv,
-                env={**self.env, **part.env},
+                env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
