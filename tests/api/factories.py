@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 from engine.engine import Engine
 from engine.wire import Batch, Hello, Snapshot, decode, encode
@@ -98,14 +97,3 @@ def ingest(session, engine: Engine, size: int = 16) -> list[dict]:
     for frame in frames:
         apply_batch(session, hello_frame, parse(frame))
     return frames
-
-
-def eventually(check, timeout: float = 5.0) -> bool:
-    """Whether `check()` comes true within `timeout` (the server's side of a close runs after
-    the client's)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True

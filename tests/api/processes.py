@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import socket
-import string
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 import openai
+
+from tests.engine.server.conftest import text_prompt
+from tests.polling import wait_for
 
 TOKEN = "e2e-token"
 
@@ -94,20 +94,6 @@ GEOMETRY = (
 )
 
 
-def text(seed: int, length: int) -> str:
-    rng = random.Random(seed)
-    return "".join(rng.choice(string.ascii_letters + " ") for _ in range(length))
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 class Serve:
     """`junction serve` in its own process, streaming to `api` (`port`: restart on the same one)."""
 
@@ -174,7 +160,7 @@ class Serve:
 
     def flood(self, seed: int, num: int = 12) -> None:
         for i in range(num):
-            self.ask(text(seed * 100 + i, 700))
+            self.ask(text_prompt(seed * 100 + i, 700))
 
     def kill(self) -> None:
         self.process.kill()

@@ -17,24 +17,17 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.api.processes import (
-    TOKEN,
-    ApiProcess,
-    Serve,
-    api_engine,
-    free_port,
-    pin_state,
-    text,
-    wait_for,
-)
+from tests.api.processes import TOKEN, ApiProcess, Serve, api_engine, free_port, pin_state
 from tests.api.tcp_proxy import TcpProxy
+from tests.engine.server.conftest import text_prompt
+from tests.polling import wait_for
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 LEDGER = (
     *("--block-size", "16", "--mamba-block-size", "64", "--prefix-match-unit", "16"),
     *("--num-blocks", "400", "--num-mamba-blocks", "64", "--junction-checkpoints"),
 )
-SYSTEM = text(7, 300)
+SYSTEM = text_prompt(7, 300)
 
 
 def store_requests(api: ApiProcess, engine_id: str) -> int:
@@ -95,11 +88,12 @@ def test_the_database_unreachable_for_a_while(proxied_api):
     serve = Serve(api, "fault-db", runner="ledger", geometry=LEDGER)
     try:
         for i in range(3):
-            serve.ask(SYSTEM + text(100 + i, 80))
+            serve.ask(SYSTEM + text_prompt(100 + i, 80))
         wait_for("the first requests in the store", lambda: store_requests(api, "fault-db") == 3)
 
         proxy.cut()
-        hits = [serve.ask(SYSTEM + text(200 + i, 80)) for i in range(6)]  # the engine serves on
+        # the engine serves on
+        hits = [serve.ask(SYSTEM + text_prompt(200 + i, 80)) for i in range(6)]
         assert all(hit >= 288 for hit in hits), hits  # and hits the shared prompt as usual
         pin = httpx.post(
             f"{api.url}/api/v1/pins",
@@ -137,7 +131,7 @@ def test_an_engine_restarted_gets_a_new_epoch_and_its_pins_again(api_process):
     port = serve.port
     try:
         for i in range(4):
-            serve.ask(SYSTEM + text(300 + i, 120))
+            serve.ask(SYSTEM + text_prompt(300 + i, 120))
         created = httpx.post(
             f"{api.url}/api/v1/pins",
             headers=AUTH,
@@ -155,8 +149,10 @@ def test_an_engine_restarted_gets_a_new_epoch_and_its_pins_again(api_process):
         serve = Serve(api, "fault-restart", runner="ledger", geometry=LEDGER, port=port)
         wait_for(
             "the new epoch's pin",
-            lambda: pin_state(api, pin_id, "fault-restart") == "materialized"
-            and api_engine(api, "fault-restart")["epoch"] > before["epoch"],
+            lambda: (
+                pin_state(api, pin_id, "fault-restart") == "materialized"
+                and api_engine(api, "fault-restart")["epoch"] > before["epoch"]
+            ),
             90,
         )
         wait_for("the store to mirror the new engine", lambda: store_matches_engine(api, serve))
@@ -170,6 +166,6 @@ def test_an_engine_restarted_gets_a_new_epoch_and_its_pins_again(api_process):
         # only the pin's prefill (300 tokens) holds blocks; the old requests' (420) are gone
         assert all(b["token_range"][1] <= 300 for b in held), held
         assert all(b["state"] == "pinned" for b in held if b["group"] == "attention")
-        assert serve.ask(SYSTEM + text(999, 50)) >= 288  # and the pin is hit
+        assert serve.ask(SYSTEM + text_prompt(999, 50)) >= 288  # and the pin is hit
     finally:
         serve.stop()

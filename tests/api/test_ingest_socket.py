@@ -16,7 +16,7 @@ from api.registry import EngineNotConnected
 from engine.wire import Command, encode
 from tests.api import factories
 from tests.api.conftest import TOKEN
-from tests.api.factories import eventually
+from tests.polling import wait_until
 
 INGEST = "/api/v1/ingest"
 
@@ -69,7 +69,7 @@ def test_hello_welcome_batches_acks(client, session, engine_run, events, binary:
     num_batches, num_blocks, next_seq = stored(session)
     assert (num_batches, next_seq) == (len(frames), len(frames))
     assert num_blocks > 0
-    assert eventually(lambda: not is_connected(session, engine_run.engine_id))
+    assert wait_until(lambda: not is_connected(session, engine_run.engine_id))
     metrics = client.get("/metrics").text
     assert f"junction_ingest_batches_total {float(len(frames))}" in metrics
     assert f"junction_ingest_events_total {float(len(events))}" in metrics
@@ -116,7 +116,7 @@ def test_commands_go_down_the_engines_socket(client, engine_run) -> None:
         assert msgpack.unpackb(ws.receive_bytes()) == command.model_dump(mode="json")
         with pytest.raises(EngineNotConnected, match="engine 'nobody' is not connected"):
             ws.portal.call(registry.send_command, "nobody", command)
-    assert eventually(lambda: registry.engine_ids() == [])
+    assert wait_until(lambda: registry.engine_ids() == [])
 
 
 BAD_INPUTS = {

@@ -20,7 +20,7 @@ from engine.trace import segment_tokens
 from engine.wire import Command, encode
 from tests.api import factories
 from tests.api.conftest import TOKEN
-from tests.api.factories import eventually
+from tests.polling import wait_until
 
 V1 = "/api/v1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -69,7 +69,7 @@ class WireEngine:
         self._session.__exit__(None, None, None)
         self.ws = None
         registry = self.client.app.state.junction.registry
-        assert eventually(lambda: self.engine_id not in registry)
+        assert wait_until(lambda: self.engine_id not in registry)
 
     def send(self, events: list[dict]) -> list[dict]:
         """One batch; returns the commands that arrived before its ack."""

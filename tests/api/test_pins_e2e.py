@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.api.processes import (
-    TOKEN,
-    Serve,
-    api_engine,
-    pin_state,
-    wait_for,
-)
+from tests.api.processes import TOKEN, Serve, api_engine, pin_state
+from tests.polling import wait_for
 
 SYSTEM = ("You are the Junction test assistant. Answer in one short sentence. " * 9)[:560]
 

@@ -11,7 +11,7 @@ from engine.engine import Engine
 from engine.wire import encode
 from tests.api import factories
 from tests.api.conftest import TOKEN
-from tests.api.factories import eventually
+from tests.polling import wait_until
 
 V1 = "/api/v1"
 
@@ -199,7 +199,7 @@ def test_writes_need_the_token(client: TestClient, engine_run, ingested, base) -
         connected = client.delete(base, headers={"Authorization": f"Bearer {TOKEN}"})
         assert error(connected, 409) == "engine 'engine-test' is connected; stop it first"
     registry = client.app.state.junction.registry
-    assert eventually(lambda: engine_run.engine_id not in registry)
+    assert wait_until(lambda: engine_run.engine_id not in registry)
     deleted = client.delete(base, headers={"Authorization": f"Bearer {TOKEN}"})
     assert deleted.status_code == 204
     assert client.get(base).status_code == 404

@@ -17,9 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.processes import TOKEN, Serve, free_port, text, wait_for
+from tests.api.processes import TOKEN, Serve, free_port
 from tests.dashboard.conftest import Stack, chromium_or_skip
 from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
+from tests.engine.server.conftest import text_prompt
+from tests.polling import wait_for
 
 # the README's screenshots; JUNCTION_SCREENSHOTS_DIR keeps a run from rewriting them
 SCREENSHOTS = Path(
@@ -90,7 +92,7 @@ def live_engine(stack: Stack) -> Iterator[Serve]:
     serve = Serve(stack.api, LIVE_ENGINE, runner="ledger")
     try:
         for seed in range(4):
-            serve.ask(PROMPT + text(seed, 200))
+            serve.ask(PROMPT + text_prompt(seed, 200))
         yield serve
     finally:
         serve.stop()

@@ -19,12 +19,14 @@ from pathlib import Path
 import httpx
 import openai
 
-from tests.api.processes import free_port, text, wait_for
+from tests.api.processes import free_port
+from tests.engine.server.conftest import text_prompt
 from tests.jobs.specs import tiny_spec
+from tests.polling import wait_for
 
 TOKEN = "up-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SYSTEM = text(11, 300)
+SYSTEM = text_prompt(11, 300)
 
 
 class Up:
@@ -90,7 +92,7 @@ def test_junction_up_runs_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{ports['engine']}/v1", api_key="x")
         for i in range(3):
             client.completions.create(
-                model="junction-hybrid-tiny", prompt=SYSTEM + text(i, 40), max_tokens=2
+                model="junction-hybrid-tiny", prompt=SYSTEM + text_prompt(i, 40), max_tokens=2
             )
         wait_for(
             "the requests in the store",

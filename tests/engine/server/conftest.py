@@ -94,12 +94,3 @@ def text_prompt(seed: int, length: int = 600) -> str:
     """ASCII text of `length` bytes (so tokens), the same for the same seed."""
     rng = random.Random(seed)
     return "".join(rng.choice(string.ascii_letters + " ") for _ in range(length))
-
-
-def wait_until(predicate, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True

@@ -14,7 +14,8 @@ from engine.runners.null import NullRunner
 from engine.server.async_engine import AsyncEngine
 from engine.server.request_stream import EngineDeadError, FinishedRequest, RequestRejected
 from tests.engine.conftest import tokens
-from tests.engine.server.conftest import MAX_MODEL_LEN, SlowRunner, small_engine, wait_until
+from tests.engine.server.conftest import MAX_MODEL_LEN, SlowRunner, small_engine
+from tests.polling import wait_until
 
 GREEDY = SamplingParams(max_tokens=8, stop_token_ids=(EOS_ID,))
 

@@ -15,8 +15,8 @@ from tests.engine.server.conftest import (
     serve,
     small_engine,
     text_prompt,
-    wait_until,
 )
+from tests.polling import wait_until
 
 
 def test_eight_concurrent_requests_all_complete(live_server):

@@ -37,7 +37,7 @@ from engine.wire import (
 )
 from tests.engine.conftest import tokens
 from tests.engine.ledger_harness import Harness, Submission, sized_pools
-from tests.engine.server.conftest import wait_until
+from tests.polling import wait_until
 
 TOKEN = "secret-token"
 FAST = Backoff(initial_s=0.01, max_s=0.1, unauthorized_s=0.2)
