@@ -14,11 +14,19 @@ from typing import ClassVar, Protocol
 
 
 class EventSink(Protocol):
+    """Where the engine's events go. `is_recording` False tells emitters to skip building them
+    (and the block-table rows behind `BlockStateChanged`): an engine with no one listening pays
+    nothing for events. It is read once, when the engine is built."""
+
+    is_recording: bool
+
     def emit(self, event: CacheEvent) -> None: ...
 
 
 class ListSink:
     """Collects events in order; the embedded default and what tests read."""
+
+    is_recording = True
 
     def __init__(self) -> None:
         self.events: list[CacheEvent] = []
@@ -32,6 +40,10 @@ class ListSink:
 
 
 class NullSink:
+    """Drops everything; emitters that see `is_recording` False do not even build events."""
+
+    is_recording = False
+
     def emit(self, event: CacheEvent) -> None:
         return None
 

@@ -2,18 +2,22 @@
 
 Requests enter in trace order with at most `concurrency` in flight; a pin line waits for the
 requests before it, then materializes its pin before the next line. Output lines come in trace
-order. Nothing is written unless the whole replay succeeds.
+order, each as soon as it and every line before it are done, so a replay holds only the
+requests in flight (`replay_records`); nothing is written unless the whole replay succeeds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from engine.engine import Engine
 from engine.pins import Pin
@@ -35,6 +39,16 @@ class ReplaySummary:
     @property
     def hit_rate(self) -> float:
         return self.num_cached_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
+
+    def add(self, record: dict) -> None:
+        if record["type"] == "pin":
+            self.pins.append(record)
+            return
+        self.num_requests += 1
+        self.num_prompt_tokens += record["num_prompt_tokens"]
+        self.num_cached_tokens += record["num_cached_tokens"]
+        self.num_computed_tokens += record["num_computed_tokens"]
+        self.num_preemptions += record["num_preemptions"]
 
 
 def request_record(request: Request) -> dict:
@@ -76,17 +90,33 @@ def replay(
     on_item: Callable[[TraceItem], None] | None = None,
 ) -> tuple[list[dict], ReplaySummary]:
     """Run `items`; `on_step` runs after every engine step (tests check invariants there)."""
+    summary = ReplaySummary()
+    records = list(replay_records(engine, items, summary, concurrency, on_step, on_item))
+    return records, summary
+
+
+def replay_records(
+    engine: Engine,
+    items: Iterable[TraceItem],
+    summary: ReplaySummary,
+    concurrency: int = 1,
+    on_step: Callable[[Engine], None] | None = None,
+    on_item: Callable[[TraceItem], None] | None = None,
+) -> Iterator[dict]:
+    """Run `items`, yielding each line's record in trace order as soon as it and the lines
+    before it are done; `summary` is complete once the iterator is exhausted."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    summary = ReplaySummary()
     started = time.perf_counter()
-    records: list[dict] = []
-    in_flight: dict[str, int] = {}  # request id -> its slot in `records`
+    # records not yet yielded, in trace order; an in-flight request's slot is None until done
+    pending: deque[list[dict | None]] = deque()
+    in_flight: dict[str, list[dict | None]] = {}
 
     def step() -> None:
         for request in engine.step():
-            if request.request_id in in_flight:
-                records[in_flight.pop(request.request_id)] = request_record(request)
+            slot = in_flight.pop(request.request_id, None)
+            if slot is not None:
+                slot[0] = request_record(request)
         summary.num_steps += 1
         if on_step is not None:
             on_step(engine)
@@ -95,30 +125,30 @@ def replay(
         while len(in_flight) > limit or (limit == 0 and engine.has_unfinished()):
             step()
 
+    def ready() -> Iterator[dict]:
+        while pending and pending[0][0] is not None:
+            record = pending.popleft()[0]
+            summary.add(record)
+            yield record
+
     for item in items:
         if isinstance(item, TracePin):
             drain(0)
             pin = engine.pin(item.pin_id, item.token_ids, item.cache_salt)
             drain(0)
-            records.append(pin_record(pin))
-            summary.pins.append(records[-1])
+            pending.append([pin_record(pin)])
         else:
             drain(concurrency - 1)
             _submit(engine, item)
-            in_flight[item.request_id] = len(records)
-            records.append({})
+            slot: list[dict | None] = [None]
+            in_flight[item.request_id] = slot
+            pending.append(slot)
         if on_item is not None:
             on_item(item)
+        yield from ready()
     drain(0)
-    for record in records:
-        if record.get("type") == "request":
-            summary.num_requests += 1
-            summary.num_prompt_tokens += record["num_prompt_tokens"]
-            summary.num_cached_tokens += record["num_cached_tokens"]
-            summary.num_computed_tokens += record["num_computed_tokens"]
-            summary.num_preemptions += record["num_preemptions"]
+    yield from ready()
     summary.wall_s = time.perf_counter() - started
-    return records, summary
 
 
 def _submit(engine: Engine, item: TraceRequest) -> Request:
@@ -131,23 +161,31 @@ def _submit(engine: Engine, item: TraceRequest) -> Request:
         raise ValueError(f"line {item.line}: {exc}") from exc
 
 
-def write_atomically(path: str | Path, lines: Iterable[str]) -> None:
-    """Write a file whole or not at all: a temp file beside it, renamed when complete."""
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[TextIO]:
+    """A file handle whose content lands at `path` whole or not at all: a temp file beside it,
+    renamed when the block completes, removed when it raises. A device or pipe (`/dev/null`, a
+    FIFO) is written directly."""
     target = Path(path)
-    if target.exists() and not target.is_file():  # a device or pipe: /dev/null, a FIFO
+    if target.exists() and not target.is_file():
         with target.open("w", encoding="utf-8") as handle:
-            handle.writelines(lines)
+            yield handle
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for line in lines:
-                handle.write(line)
+            yield handle
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def write_atomically(path: str | Path, lines: Iterable[str]) -> None:
+    """Write a file whole or not at all (`atomic_output`), consuming `lines` as it goes."""
+    with atomic_output(path) as handle:
+        handle.writelines(lines)
 
 
 def jsonl(records: Iterable[dict]) -> Iterable[str]:

@@ -35,6 +35,7 @@ class Scheduler:
         self.cache_config = cache_config
         self.config = scheduler_config
         self.sink = sink
+        self.is_recording = sink.is_recording
         self.coordinator = HybridCoordinator(cache_config, sink, medium)
         self.unit = cache_config.match_unit
         self.waiting: deque[Request] = deque()
@@ -311,6 +312,8 @@ class Scheduler:
                     "step": out.step,
                 }
             )
+            if not self.is_recording:
+                continue
             self.sink.emit(
                 BlockCopied(
                     group_idx=pools[copy.group].group_idx,
@@ -386,6 +389,8 @@ class Scheduler:
             if pin is not None and pin.state is PinState.PENDING:
                 self._pin_failed(pin, f"materialization ended: {reason}")
             return
+        if not self.is_recording:
+            return
         self.sink.emit(
             RequestFinished(
                 request_id=request.request_id,
@@ -435,6 +440,8 @@ class Scheduler:
         self.sink.emit(pin.event())
 
     def _emit_block_states(self) -> None:
+        if not self.is_recording:
+            return
         for pool in self.coordinator.pools.values():
             dirty = pool.take_dirty()
             if dirty:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from engine.cache.block_pool import BlockPool
@@ -38,6 +39,9 @@ def cache_usage(pool: BlockPool) -> CacheUsage:
     )
 
 
+RECENT_TTFTS = 4096
+
+
 @dataclass
 class EngineStats:
     """Totals since the engine started. Queries are prompt tokens looked up; hits are the
@@ -52,7 +56,8 @@ class EngineStats:
     num_preemptions: int = 0
     num_steps: int = 0
     hit_tokens_by_group: dict[str, int] = field(default_factory=dict)
-    ttft_s: list[float] = field(default_factory=list)
+    # the most recent TTFTs only: an engine that lives for months keeps a bounded window
+    ttft_s: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_TTFTS))
 
     def record(self, request: Request) -> None:
         self.num_requests += 1

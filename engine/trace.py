@@ -7,12 +7,15 @@
 
 A segment is `len` pseudo-random byte-valued token ids drawn from `seed`: the same seed and
 length always give the same tokens. The whole file is validated before anything runs, and an
-error names the line and the field that is wrong.
+error names the line and the field that is wrong. `read_trace` holds every item; `scan_trace` then
+`iter_trace` validate the whole file first and then read it one line at a time, so a replay's
+memory does not grow with the trace.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -152,7 +155,9 @@ def field_errors(error: ValidationError, root: str) -> list[str]:
     ]
 
 
-def parse_line(text: str, line: int) -> TraceItem:
+def parse_line(text: str, line: int, expand: bool = True) -> TraceItem:
+    """One trace line as an item. With `expand` False the prompt is only validated: segments
+    are not drawn and the item's `token_ids` is empty (what `scan_trace` needs)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -162,18 +167,18 @@ def parse_line(text: str, line: int) -> TraceItem:
     try:
         if "pin" in data:
             pin = PinLine.model_validate(data)
-            return _pin_item(pin, line)
+            return _pin_item(pin, line, expand)
         request = RequestLine.model_validate(data)
     except ValidationError as exc:
         raise TraceError(f"line {line}: {'; '.join(field_errors(exc, 'line'))}") from exc
     prompt = request.prompt if request.prompt is not None else request.prompt_token_ids
-    tokens = prompt_tokens(prompt)
-    if not tokens:
+    tokens = _tokens(prompt, expand)
+    if tokens is not None and not tokens:
         raise TraceError(f"line {line}: the prompt is empty")
     return TraceRequest(
         line=line,
         request_id=request.id if request.id is not None else f"line-{line}",
-        token_ids=tokens,
+        token_ids=tokens or [],
         max_tokens=request.max_tokens,
         cache_salt=request.cache_salt,
         temperature=request.temperature,
@@ -182,7 +187,14 @@ def parse_line(text: str, line: int) -> TraceItem:
     )
 
 
-def _pin_item(pin: PinLine, line: int) -> TracePin:
+def _tokens(prompt: PromptForm, expand: bool) -> list[int] | None:
+    """The prompt's tokens; `None` for segments left undrawn (never empty: each has len > 0)."""
+    if not expand and isinstance(prompt, Segments):
+        return None
+    return prompt_tokens(prompt)
+
+
+def _pin_item(pin: PinLine, line: int, expand: bool = True) -> TracePin:
     spec = pin.pin
     pin_id, salt = pin.id, None
     if isinstance(spec, PinSpec):
@@ -197,26 +209,33 @@ def _pin_item(pin: PinLine, line: int) -> TracePin:
         pin_id, salt = spec.id or pin_id, spec.cache_salt
     else:
         prompt = spec
-    tokens = prompt_tokens(prompt)
-    if not tokens:
+    tokens = _tokens(prompt, expand)
+    if tokens is not None and not tokens:
         raise TraceError(f"line {line}: the pinned prefix is empty")
-    return TracePin(line, pin_id or f"pin-{line}", tokens, salt)
+    return TracePin(line, pin_id or f"pin-{line}", tokens or [], salt)
 
 
-def read_trace(path: str | Path) -> list[TraceItem]:
-    """Parse and validate a whole trace; raises `TraceError` listing every bad line."""
-    items: list[TraceItem] = []
-    errors: list[str] = []
-    seen: dict[str, int] = {}
+def _lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """`(line number, text)` of every non-blank line, read one at a time."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if raw.strip():
+                    yield number, raw
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from exc
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"cannot read trace {path}: not UTF-8 text ({exc.reason})") from exc
+
+
+def scan_trace(path: str | Path) -> int:
+    """Validate a whole trace without holding it; returns how many items it has. Raises
+    `TraceError` listing every bad line (the first 20) and repeated ids."""
+    errors: list[str] = []
+    seen: dict[str, int] = {}
+    for number, raw in _lines(path):
         try:
-            item = parse_line(raw, number)
+            item = parse_line(raw, number, expand=False)
         except TraceError as exc:
             errors.append(str(exc))
             continue
@@ -225,11 +244,22 @@ def read_trace(path: str | Path) -> list[TraceItem]:
             errors.append(f"line {number}: id {name!r} repeats line {seen[name]}")
             continue
         seen[name] = number
-        items.append(item)
     if errors:
         shown = errors[:20]
         more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise TraceError(f"{path}: {len(errors)} bad line(s)\n" + "\n".join(shown) + more)
-    if not items:
+    if not seen:
         raise TraceError(f"{path}: the trace has no requests")
-    return items
+    return len(seen)
+
+
+def iter_trace(path: str | Path) -> Iterator[TraceItem]:
+    """The items of a trace `scan_trace` has accepted, parsed one line at a time."""
+    for number, raw in _lines(path):
+        yield parse_line(raw, number)
+
+
+def read_trace(path: str | Path) -> list[TraceItem]:
+    """Parse and validate a whole trace; raises `TraceError` listing every bad line."""
+    scan_trace(path)
+    return list(iter_trace(path))

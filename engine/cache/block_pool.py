@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from engine.cache.entry import NUM_FREE_LEVELS, CheckpointReason, Entry
+from engine.cache.entry import NUM_FREE_LEVELS, RETENTION, CheckpointReason, Entry
 from engine.events import BlockHashesMoved, BlockRemoved, BlockStored, EventSink, NullSink
 from engine.hashing import BlockHash
 
@@ -62,6 +62,8 @@ class BlockPool:
         self.group_idx = group_idx
         self.medium = medium
         self.sink: EventSink = sink or NullSink()
+        # nobody listens: build no events and track no changed rows (the step's hot path)
+        self.is_recording = self.sink.is_recording
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.entries: dict[BlockHash, Entry] = {}
         self._free: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(NUM_FREE_LEVELS)]
@@ -96,13 +98,17 @@ class BlockPool:
     # ------------------------------------------------------------------ free queue
     def _level(self, block: Block) -> int:
         level = 0
+        entries = self.entries
         for key in block.keys:
-            level = max(level, self.entries[key].reason.retention)
+            retention = RETENTION[entries[key].reason]
+            if retention > level:
+                level = retention
         return min(level, NUM_FREE_LEVELS - 1)
 
     def _enqueue(self, block: Block) -> None:
-        block.free_level = self._level(block)
-        self._free[block.free_level][block.block_id] = None
+        level = self._level(block) if block.keys else 0
+        block.free_level = level
+        self._free[level][block.block_id] = None
         self._num_free += 1
 
     def _dequeue(self, block: Block) -> None:
@@ -118,7 +124,8 @@ class BlockPool:
 
     def _touch_changed(self, block: Block) -> None:
         block.last_change = self.step
-        self.dirty.add(block.block_id)
+        if self.is_recording:
+            self.dirty.add(block.block_id)
 
     # ------------------------------------------------------------------ actions
     def allocate(self, num: int) -> list[Block]:
@@ -128,17 +135,22 @@ class BlockPool:
                 f"{self.group}: asked for {num} blocks, {self._num_free} free of {self.num_blocks}"
             )
         taken: list[Block] = []
+        blocks, step = self.blocks, self.step
+        dirty = self.dirty if self.is_recording else None
         for queue in self._free:
             while queue and len(taken) < num:
                 block_id, _ = queue.popitem(last=False)
-                block = self.blocks[block_id]
+                block = blocks[block_id]
                 block.free_level = None
-                self._num_free -= 1
-                self.evict(block)
+                if block.keys:
+                    self.evict(block)
                 block.ref_cnt = 1
                 block.token_start = None
-                self._touch_changed(block)
+                block.last_change = step
+                if dirty is not None:
+                    dirty.add(block_id)
                 taken.append(block)
+        self._num_free -= num
         return taken
 
     def evict(self, block: Block) -> None:
@@ -149,6 +161,8 @@ class BlockPool:
         block.keys = []
         for key in removed:
             del self.entries[key]
+        if not self.is_recording:
+            return
         self.sink.emit(
             BlockRemoved(
                 block_hashes=[k.hex() for k in removed],
@@ -169,12 +183,16 @@ class BlockPool:
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one reference from each block, in the order given (pass a table reversed)."""
+        blocks, step = self.blocks, self.step
+        dirty = self.dirty if self.is_recording else None
         for block_id in block_ids:
-            block = self.blocks[block_id]
+            block = blocks[block_id]
             if block.ref_cnt <= 0:
                 raise InvariantError(f"{self.group} block {block_id}: freed with ref_cnt 0")
             block.ref_cnt -= 1
-            self._touch_changed(block)
+            block.last_change = step
+            if dirty is not None:
+                dirty.add(block_id)
             if block.ref_cnt == 0 and block.pin_cnt == 0:
                 self._enqueue(block)
 
@@ -237,6 +255,8 @@ class BlockPool:
         block.token_start = start
         self._requeue(block)
         self._touch_changed(block)
+        if not self.is_recording:
+            return added
         self.sink.emit(
             BlockStored(
                 block_hashes=[k.hex() for k in added],
@@ -268,6 +288,8 @@ class BlockPool:
         self._requeue(dst)
         self._touch_changed(src)
         self._touch_changed(dst)
+        if not self.is_recording:
+            return
         self.sink.emit(
             BlockHashesMoved(
                 group_idx=self.group_idx,
@@ -280,13 +302,26 @@ class BlockPool:
 
     def row(self, block: Block) -> dict:
         """The block as the block table shows it (the snapshot's and the store's row)."""
-        entries = [self.entries[key] for key in block.keys]
-        end = max((e.position for e in entries), default=None)
-        reason = max(entries, key=lambda e: e.reason.retention).reason if entries else None
+        end = None
+        reason = None
+        retention = -1
+        entries = self.entries
+        for key in block.keys:
+            entry = entries[key]
+            if end is None or entry.position > end:
+                end = entry.position
+            if RETENTION[entry.reason] > retention:
+                reason, retention = entry.reason, RETENTION[entry.reason]
+        if block.pin_cnt:
+            state = "pinned"
+        elif block.ref_cnt:
+            state = "in_use"
+        else:
+            state = "cached" if block.keys else "free"
         return {
             "group": self.group,
             "block_id": block.block_id,
-            "state": block.state,
+            "state": state,
             "keys": [key.hex() for key in block.keys],
             "token_range": [block.token_start, end] if end is not None else None,
             "is_partial": end is not None and end % self.block_size != 0,

@@ -20,10 +20,11 @@ class CheckpointReason(StrEnum):
     @property
     def retention(self) -> int:
         """Free-queue level: blocks of a lower level are evicted first; pins never are."""
-        return _RETENTION[self]
+        return RETENTION[self]
 
 
-_RETENTION = {
+#: Each reason's retention, as a plain dict for the pool's hot paths.
+RETENTION = {
     CheckpointReason.BLOCK: 1,
     CheckpointReason.RESEND: 2,
     CheckpointReason.EXTENSION: 2,
