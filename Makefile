@@ -10,8 +10,9 @@ $(PY):
 venv: $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
 
+# engine options after --: make run ARGS="--runner ledger -- --block-size 64"
 run: venv
-	$(VENV)/bin/junction up
+	$(VENV)/bin/junction up $(ARGS)
 
 test: venv
 	$(VENV)/bin/ruff check .

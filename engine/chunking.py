@@ -50,7 +50,8 @@ def checkpoint_targets(
 ) -> dict[int, CheckpointReason]:
     """Positions inside the prompt, beyond block boundaries, whose Mamba state is kept.
 
-    With partial hits off only the junction and pins remain, floored to the scheduler block.
+    The junction `j` brings `floor(j / S) * S` with it. With partial hits off only the
+    junction and pins remain, floored to the scheduler block.
     A position claimed twice keeps the reason that is retained longest.
     """
     candidates: list[tuple[int, CheckpointReason]] = []
@@ -65,6 +66,10 @@ def checkpoint_targets(
         floor = scheduler_block
     if junction is not None:
         candidates.append((junction // floor * floor, CheckpointReason.JUNCTION))
+        # and the block-floored junction: a later prompt that diverges between it and `j` finds
+        # a state there (vLLM keeps that one); at or below the hit it is never a stop
+        block_floor = junction // scheduler_block * scheduler_block
+        candidates.append((block_floor, CheckpointReason.JUNCTION))
     candidates.extend((pin // floor * floor, CheckpointReason.PIN) for pin in pins)
     targets: dict[int, CheckpointReason] = {}
     for position, reason in candidates:

@@ -36,10 +36,16 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--junction-checkpoints",
-        action="store_true",
-        help="keep the Mamba state where a request leaves the cached prefix",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the Mamba state where a request leaves the cached prefix (default: on)",
     )
-    group.add_argument("--checkpoint-mode", choices=CHECKPOINT_MODES, default="stops")
+    group.add_argument(
+        "--checkpoint-mode",
+        choices=CHECKPOINT_MODES,
+        default="inline",
+        help="inline: write states inside chunks (default); stops: end chunks at checkpoints",
+    )
     group.add_argument("--max-num-batched-tokens", type=int, default=8192)
     group.add_argument("--long-prefill-threshold", type=int, default=0)
     group.add_argument("--num-blocks", type=int, default=4096, help="blocks per group")

@@ -35,8 +35,8 @@ class CacheConfig:
     num_mamba_blocks: int | None = None
     enable_prefix_caching: bool = True
     partial_hits: bool = True
-    junction_checkpoints: bool = False
-    checkpoint_mode: CheckpointMode = "stops"
+    junction_checkpoints: bool = True
+    checkpoint_mode: CheckpointMode = "inline"
     eagle: bool = False
     pin_max_share: float = 0.25
 

@@ -5,6 +5,8 @@ every part's log with its name; stop everything on Ctrl-C."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import signal
 import sys
 
@@ -33,7 +35,36 @@ def add_up_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--ready-timeout", type=float, default=180, help="seconds each part may take to start"
     )
+    parser.add_argument(
+        "serve_args",
+        nargs=argparse.REMAINDER,
+        metavar="-- SERVE OPTIONS",
+        help="options after `--` go to the engine's `junction serve` (cache options, --weights, "
+        "...), e.g. `junction up -- --block-size 64 --no-junction-checkpoints`",
+    )
     parser.set_defaults(func=cmd_up)
+
+
+def check_serve_args(serve_args: list[str]) -> tuple[str, ...]:
+    """The pass-through options, checked by `junction serve`'s own parser (and the cache
+    geometry they make) before anything starts; raises `ValueError` with the reason."""
+    from engine.cli import build_parser, configs_from_args
+
+    args = serve_args[1:] if serve_args[:1] == ["--"] else serve_args
+    if not args:
+        return ()
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parsed = build_parser().parse_args(["serve", *args])
+    except SystemExit:
+        reason = (said.getvalue().strip().splitlines() or ["not accepted"])[-1]
+        raise ValueError(f"engine options {' '.join(args)!r}: {reason}") from None
+    try:
+        configs_from_args(parsed)
+    except ValueError as exc:
+        raise ValueError(f"engine options {' '.join(args)!r}: {exc}") from None
+    return tuple(args)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -42,6 +73,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     from stack.parts import Ports, api_url, plan
     from stack.supervisor import PartFailed, PortTaken, Supervisor, check_ports
 
+    try:
+        serve_args = check_serve_args(args.serve_args)
+    except ValueError as exc:
+        print(f"junction up: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     ports = Ports(args.api_port, args.engine_port, args.dashboard_port)
     parts = plan(
         args.host,
@@ -50,6 +86,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         engine_id=args.engine_id,
         device=args.device,
         with_jobs=not args.no_jobs,
+        serve_args=serve_args,
     )
     try:
         check_ports(args.host, parts)

@@ -41,6 +41,7 @@ def plan(
     engine_id: str = "engine-0",
     device: str | None = None,
     with_jobs: bool = True,
+    serve_args: tuple[str, ...] = (),
 ) -> list[Part]:
     """The parts in start order: the API first (the engine streams to it, the dashboard reads
     it), the engine, the dashboard, then the worker and beat."""
@@ -51,6 +52,7 @@ def plan(
     serve += ["--engine-id", engine_id, "--control-plane", control_plane]
     if device:
         serve += ["--device", device]
+    serve += serve_args  # last: what the operator passed through wins
     parts = [
         Part(
             "api",

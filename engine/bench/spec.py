@@ -24,14 +24,18 @@ from engine.workloads import WorkloadParams, WorkloadSpec, parse_workload
 Mode = Literal["off", "aligned", "partial", "junction", "junction_inline", "pins"]
 MODES: tuple[str, ...] = get_args(Mode)
 
-#: what each mode sets on top of the geometry; `pins` also replays the workload's pin lines
+_NO_JUNCTIONS = {"junction_checkpoints": False, "checkpoint_mode": "stops"}
+
+#: what each mode sets on top of the geometry, every policy field spelled out so a mode means
+#: the same whatever the defaults are; `junction_inline` is the default policy, and `pins`
+#: replays the workload's pin lines on top of it
 MODE_CACHE_OPTIONS: dict[str, dict] = {
     "off": {"enable_prefix_caching": False},
-    "aligned": {"partial_hits": False},
-    "partial": {},
+    "aligned": {"partial_hits": False, **_NO_JUNCTIONS},
+    "partial": {"partial_hits": True, **_NO_JUNCTIONS},
     "junction": {"junction_checkpoints": True, "checkpoint_mode": "stops"},
     "junction_inline": {"junction_checkpoints": True, "checkpoint_mode": "inline"},
-    "pins": {"junction_checkpoints": True, "checkpoint_mode": "stops"},
+    "pins": {"junction_checkpoints": True, "checkpoint_mode": "inline"},
 }
 
 Runner = Literal["null", "ledger", "torch"]

@@ -176,12 +176,13 @@ def test_targets_include_junction_and_pins_with_partial_hits_on() -> None:
     targets = checkpoint_targets(
         10000, UNIT, BM, eagle=False, partial_hits=True, junction=576, pins=[1024, 2048]
     )
-    assert targets == {9984: RESEND, 576: JUNCTION, 1024: PIN, 2048: PIN}
+    # the junction brings its block floor (512) with it
+    assert targets == {9984: RESEND, 512: JUNCTION, 576: JUNCTION, 1024: PIN, 2048: PIN}
 
 
 def test_targets_with_partial_hits_on_floor_junction_and_pins_to_the_unit() -> None:
     targets = checkpoint_targets(10000, UNIT, BM, False, True, junction=560, pins=[1000])
-    assert targets == {9984: RESEND, 544: JUNCTION, 992: PIN}
+    assert targets == {9984: RESEND, 512: JUNCTION, 544: JUNCTION, 992: PIN}
 
 
 def test_targets_with_partial_hits_off_keep_only_junction_and_pins_floored_to_s() -> None:
@@ -285,8 +286,9 @@ def test_last_block_equal_to_prompt_end_is_no_stop() -> None:
 
 def test_stops_at_junction_then_next_block_then_pin(prefill) -> None:
     chunks = prefill(10000, 8192, junction=576, pins=[2048])
-    assert _ends(chunks)[:3] == [576, 1024, 2048]
-    assert [c.stop_reason for c in chunks[:3]] == [
+    assert _ends(chunks)[:4] == [512, 576, 1024, 2048]
+    assert [c.stop_reason for c in chunks[:4]] == [
+        StopReason.JUNCTION,  # floor(576 / 512) * 512: a prompt diverging below 576 hits it
         StopReason.JUNCTION,
         StopReason.BLOCK,
         StopReason.PIN,

@@ -11,7 +11,15 @@ from tests.engine.ledger_harness import Harness, Submission
 
 
 def engine(**overrides) -> Engine:
-    base = {"block_size": 4, "mamba_block_size": 8, "prefix_match_unit": 2, "num_blocks": 64}
+    # stops mode: a request stops at its resend checkpoint inside its live Mamba block
+    base = {
+        "block_size": 4,
+        "mamba_block_size": 8,
+        "prefix_match_unit": 2,
+        "num_blocks": 64,
+        "junction_checkpoints": False,
+        "checkpoint_mode": "stops",
+    }
     return Engine(CacheConfig(**{**base, **overrides}), SchedulerConfig(), runner="ledger")
 
 

@@ -69,7 +69,16 @@ def test_junction_checkpoints_make_the_third_request_hit_560(tmp_path):
     )
     assert [r["num_prompt_tokens"] for r in with_junctions] == [1946] * 3
     assert with_junctions[2]["num_cached_tokens"] == 560
-    without = run(tmp_path, SHARED_560, "--runner", "ledger", *GEOMETRY)
+    without = run(
+        tmp_path,
+        SHARED_560,
+        "--runner",
+        "ledger",
+        *GEOMETRY,
+        "--no-junction-checkpoints",
+        "--checkpoint-mode",
+        "stops",
+    )
     assert without[2]["num_cached_tokens"] < 560
 
 

@@ -12,7 +12,15 @@ from tests.engine.ledger_harness import Harness, Submission
 
 
 def make(runner: str = "ledger", budget: int = 8192, **cache) -> Engine:
-    base = {"block_size": 32, "mamba_block_size": 512, "prefix_match_unit": 32, "num_blocks": 2048}
+    # the worked examples of DESIGN.md's split are stops-mode examples, without junctions
+    base = {
+        "block_size": 32,
+        "mamba_block_size": 512,
+        "prefix_match_unit": 32,
+        "num_blocks": 2048,
+        "junction_checkpoints": False,
+        "checkpoint_mode": "stops",
+    }
     return Engine(
         CacheConfig(**{**base, **cache}),
         SchedulerConfig(max_num_batched_tokens=budget),
@@ -120,3 +128,19 @@ def test_a_request_that_cannot_fit_beside_pins_finishes_with_capacity():
     assert pin.state.value == "materialized"
     assert request.finish_reason == "capacity"
     assert request in finished
+
+
+@pytest.mark.parametrize("mode", ["stops", "inline"])
+def test_a_junction_keeps_its_block_floor_for_prompts_that_diverge_below_it(mode):
+    """doc, then X sharing 4864 tokens with it (junction at 4864), then Y diverging at 4700:
+    Y finds the state at floor(4864 / 512) * 512 = 4608 that X kept beside its junction."""
+    e = make(block_size=16, prefix_match_unit=16, junction_checkpoints=True, checkpoint_mode=mode)
+    shared = tokens(1, 4864)
+    one = SamplingParams(max_tokens=1)
+    e.generate([shared + tokens(9, 1236)], one)
+    (x,) = e.generate([shared + tokens(3, 500)], one)
+    assert x.hit_tokens_by_group["attention"] == 4864
+    if mode == "stops":  # inline, doc already wrote every block boundary's state
+        assert x.num_cached_tokens == 0 and 4608 in x.checkpoints
+    (y,) = e.generate([shared[:4700] + tokens(4, 300)], one)
+    assert y.num_cached_tokens == 4608

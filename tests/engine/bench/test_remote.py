@@ -37,7 +37,7 @@ def server_url() -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-c", SERVE, "serve", "--runner", "ledger", "--port", str(port)]
-        + ["--junction-checkpoints", "--num-blocks", "1024", "--log-level", "warning"],
+        + ["--num-blocks", "1024", "--log-level", "warning"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -77,9 +77,9 @@ def test_the_engine_row_reports_the_servers_hits(server_url, tmp_path, capsys):
     (row,) = results["modes"]
     assert row["mode"] == "engine" and row["num_requests"] == 3
     assert row["num_prompt_tokens"] == 3 * 1946
-    # the server (fresh for this module) runs junction checkpoints: the second request leaves
-    # the state at 560 and the third hits it
-    assert row["num_cached_tokens"] == 560
+    # the server (fresh for this module) runs the defaults, junction checkpoints written inline:
+    # the second request hits the first's state at 512 and leaves one at 560 the third hits
+    assert row["num_cached_tokens"] == 512 + 560
     assert results["oracle"]["num_oracle_tokens"] == 2 * 560
     assert 0 < row["ttft_median_s"] <= row["ttft_p99_s"]
     assert row["forward_passes"] is None and row["peak_blocks_used"] is None

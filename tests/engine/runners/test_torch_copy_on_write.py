@@ -13,8 +13,16 @@ from engine.runners.torch_runner import TorchRunner
 from tests.engine.conftest import TINY_MODEL, tokens
 
 MODEL = replace(TINY_MODEL, num_attention_layers=2)
+# stops mode without junctions: requests stop at their resend checkpoints inside live blocks,
+# which is where both copy paths are exercised
 CACHE = CacheConfig(
-    block_size=8, mamba_block_size=16, prefix_match_unit=2, num_blocks=64, num_mamba_blocks=32
+    block_size=8,
+    mamba_block_size=16,
+    prefix_match_unit=2,
+    num_blocks=64,
+    num_mamba_blocks=32,
+    junction_checkpoints=False,
+    checkpoint_mode="stops",
 )
 
 
