@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint bench-lookup bench-ttft venv demo run
+.PHONY: test lint bench-lookup bench-ttft bench-vllm venv demo run peer
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -24,5 +24,22 @@ lint: venv
 bench-lookup: venv
 	$(PY) benchmarks/lookup.py
 
+bench-ttft: venv
+	$(PY) benchmarks/ttft.py
+
+# Junction beside vLLM 0.33 in one run: hits per request, hashing, lookups, the replay loop
+bench-vllm: venv peer
+	$(PY) benchmarks/vs_vllm.py
+
 demo: venv
 	bash examples/demo.sh
+
+# vLLM 0.33 as a peer (benchmarks/peer/): its own venv, rebuilt when its pins or script change
+PEER_STAMP := .venv-peer/.built
+
+peer: $(PEER_STAMP)
+
+$(PEER_STAMP): benchmarks/peer/requirements.txt benchmarks/peer/build.sh
+	rm -f $(PEER_STAMP)
+	bash benchmarks/peer/build.sh
+	touch $(PEER_STAMP)

@@ -1,10 +1,13 @@
-"""The prefix cache's hot path: hashing a prompt, one hybrid lookup, one scheduler step.
+"""Junction's prefix-cache hot path: hashing a prompt, one hybrid lookup, one scheduler step.
 
-Workload: `--requests` prompts of 8192 token ids in [0, 256) that share a 4096-token prefix
-and differ after it, on attention block 16, Mamba block 64 and match unit 16. Every figure
-below is measured in this one run; the vLLM figures are constants measured on this machine.
+Workload: `--requests` prompts of 8192 token ids in [0, 256) that share a `--shared`-token
+prefix (default 4000: it ends inside an attention block and inside a Mamba block) and differ
+after it, on attention block 64, Mamba block 512 and match unit 16, so the fine-grained lookup
+scans inside the attention block past the last whole one; the block-aligned lookup (partial
+hits off) lands on lcm(64, 512) = 512 boundaries. Every figure is measured in this run. This
+script times Junction alone; `benchmarks/vs_vllm.py` times vLLM's code beside it.
 
-    .venv/bin/python benchmarks/lookup.py [--requests 1000] [--seed 0]
+    .venv/bin/python benchmarks/lookup.py [--requests 1000] [--shared 4000] [--seed 0]
 """
 
 from __future__ import annotations
@@ -23,20 +26,19 @@ from engine.engine import Engine
 from engine.hashing import BlockHash, hash_prefix
 from engine.request import SamplingParams
 
-NUM_TOKENS, NUM_PREFIX, VOCAB = 8192, 4096, 256
-BLOCK, MAMBA_BLOCK, UNIT = 16, 64, 16
+NUM_TOKENS, VOCAB = 8192, 256
+BLOCK, MAMBA_BLOCK, UNIT = 64, 512, 16
 NUM_RUNNING, MAX_TOKENS, WARMUP_STEPS = 64, 200, 10
 # Enough attention blocks for 64 running requests of 8192 + 200 tokens, with room to spare.
-NUM_BLOCKS = NUM_RUNNING * -(-(NUM_TOKENS + MAX_TOKENS) // BLOCK) + 4096
-VLLM_US = {"hash": 2900.0, "fine": 230.0, "aligned": 17.0}
+NUM_BLOCKS = NUM_RUNNING * -(-(NUM_TOKENS + MAX_TOKENS) // BLOCK) + 1024
 TARGET_US = {"hash": 300.0, "lookup": 50.0}
 
 
-def make_prompts(num: int, seed: int) -> list[list[int]]:
+def make_prompts(num: int, num_shared: int, seed: int) -> list[list[int]]:
     """`num` prompts: one shared prefix, then a tail drawn afresh for each request."""
     rng = np.random.default_rng(seed)
-    prefix = rng.integers(0, VOCAB, NUM_PREFIX).tolist()
-    tails = rng.integers(0, VOCAB, (num, NUM_TOKENS - NUM_PREFIX)).tolist()
+    prefix = rng.integers(0, VOCAB, num_shared).tolist()
+    tails = rng.integers(0, VOCAB, (num, NUM_TOKENS - num_shared)).tolist()
     return [prefix + tail for tail in tails]
 
 
@@ -74,8 +76,10 @@ def time_each(
 
 
 def bench_lookup(partial_hits: bool, prefix: list[int], all_hashes: list[list[BlockHash]]):
-    """Warm an engine with the shared prefix (its attention blocks and a Mamba checkpoint at
-    4096), then time one lookup per request. Returns the samples and the set of hit lengths."""
+    """Warm an engine with the shared prefix alone (its attention blocks, and the Mamba
+    checkpoints its prefill keeps: the extension checkpoint at its end, or the last block
+    boundary when hits are block-aligned), then time one lookup per request. Returns the
+    samples and the set of hit lengths."""
     engine = Engine(cache_config(partial_hits))
     engine.generate([prefix], SamplingParams(max_tokens=1))
     lookup = engine.scheduler.coordinator.lookup
@@ -118,39 +122,39 @@ def bench_scheduler(prompts: list[list[int]]) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1000, help="requests to hash and look up")
+    parser.add_argument("--shared", type=int, default=4000, help="tokens the prompts share")
     parser.add_argument("--seed", type=int, default=0, help="seed of the token ids")
     args = parser.parse_args()
     if args.requests < 1:
         parser.error(f"--requests must be >= 1, got {args.requests}")
+    if not UNIT <= args.shared < NUM_TOKENS:
+        parser.error(f"--shared must lie in [{UNIT}, {NUM_TOKENS}), got {args.shared}")
 
-    prompts = make_prompts(max(args.requests, NUM_RUNNING), args.seed)
+    prompts = make_prompts(max(args.requests, NUM_RUNNING), args.shared, args.seed)
     gc.collect()
     gc.freeze()  # the prompts live all run long: keep collections from rescanning them
     hash_ns, hashes = time_each(
         prompts[: args.requests], lambda p: hash_prefix(p, UNIT), warmup=20, desc="hash"
     )
-    fine_ns, fine_hits = bench_lookup(True, prompts[0][:NUM_PREFIX], hashes)
-    aligned_ns, aligned_hits = bench_lookup(False, prompts[0][:NUM_PREFIX], hashes)
+    fine_ns, fine_hits = bench_lookup(True, prompts[0][: args.shared], hashes)
+    aligned_ns, aligned_hits = bench_lookup(False, prompts[0][: args.shared], hashes)
     step_ns = bench_scheduler(prompts)
 
     hash_us, fine_us, aligned_us = summary(hash_ns), summary(fine_ns), summary(aligned_ns)
     step_median, _, step_mean = summary(step_ns)
     print(
-        f"{args.requests} requests of {NUM_TOKENS} tokens, {NUM_PREFIX}-token shared prefix, "
+        f"{args.requests} requests of {NUM_TOKENS} tokens, {args.shared}-token shared prefix, "
         f"seed {args.seed}; attention block {BLOCK}, Mamba block {MAMBA_BLOCK}, unit {UNIT}"
     )
-    print(f"{'':30}{'median us':>12}{'p90 us':>12}{'vLLM us':>10}{'ours/vLLM':>11}")
+    print(f"{'Junction':34}{'median us':>12}{'p90 us':>12}")
     rows = [
-        ("hash_prefix (8192 tokens)", hash_us, VLLM_US["hash"]),
-        (f"lookup fine-grained (hit {fine_hits})", fine_us, VLLM_US["fine"]),
-        (f"lookup aligned (hit {aligned_hits})", aligned_us, VLLM_US["aligned"]),
+        ("hash_prefix (8192 tokens)", hash_us),
+        (f"lookup fine-grained (hit {fine_hits})", fine_us),
+        (f"lookup block-aligned (hit {aligned_hits})", aligned_us),
     ]
-    for name, (median, p90, _), vllm in rows:
-        print(f"{name:30}{median:12.1f}{p90:12.1f}{vllm:10.0f}{median / vllm:11.3f}")
-    print(
-        f"lookup fine-grained / aligned: {fine_us[0] / aligned_us[0]:.2f}x "
-        f"(vLLM {VLLM_US['fine'] / VLLM_US['aligned']:.1f}x)"
-    )
+    for name, (median, p90, _) in rows:
+        print(f"{name:34}{median:12.1f}{p90:12.1f}")
+    print(f"lookup fine-grained / block-aligned: {fine_us[0] / aligned_us[0]:.2f}x")
     print(
         f"scheduler step, {NUM_RUNNING} decoding: mean {step_mean:.1f} us, "
         f"median {step_median:.1f} us over {len(step_ns)} steps (schedule + update, no runner)"

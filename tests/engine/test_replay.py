@@ -244,3 +244,76 @@ def test_out_to_a_device_writes_through_it_and_leaves_it_a_device(tmp_path):
     assert main(["replay", str(trace), "--out", str(fifo), "--quiet"]) == 0
     assert json.loads(reader.communicate(timeout=10)[0])["id"] == "a"
     assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+FAMILY = [
+    {"id": f"r{i}", "prompt": segments((1, 700), (20 + i, 50 + 97 * i)), "max_tokens": 1 + i % 5}
+    for i in range(12)
+]
+
+
+def test_events_out_streams_every_event_and_rebuilds_the_table(tmp_path):
+    """`--events-out` writes the events as they happen; their block rows, applied over a table
+    of free blocks, give the final table `--snapshot-out` writes."""
+    events_path, snapshot_path = tmp_path / "events.jsonl", tmp_path / "table.json"
+    records = run(
+        tmp_path,
+        FAMILY,
+        "--runner",
+        "ledger",
+        *GEOMETRY,
+        "--num-blocks",
+        "200",
+        "--concurrency",
+        "3",
+        "--events-out",
+        str(events_path),
+        "--snapshot-out",
+        str(snapshot_path),
+    )
+    events = [json.loads(line) for line in events_path.read_text().splitlines()]
+    types = {event["type"] for event in events}
+    assert {"BlockStored", "BlockRemoved", "BlockStateChanged", "RequestFinished"} <= types
+    finished = [e["request_id"] for e in events if e["type"] == "RequestFinished"]
+    assert sorted(finished) == sorted(r["id"] for r in records)
+    table = json.loads(snapshot_path.read_text())
+    mirror = {
+        (group, block_id): None
+        for group, shape in table["groups"].items()
+        for block_id in range(shape["num_blocks"])
+    }
+    for event in events:
+        if event["type"] == "BlockStateChanged":
+            mirror.update(((row["group"], row["block_id"]), row) for row in event["blocks"])
+    changed = [row for row in table["blocks"] if row["last_change"] > 0]
+    assert changed and all(mirror[(r["group"], r["block_id"])] == r for r in changed)
+
+
+def test_records_come_in_trace_order_at_any_concurrency(tmp_path):
+    one = run(tmp_path, FAMILY, "--runner", "ledger", *GEOMETRY)
+    four = run(tmp_path, FAMILY, "--runner", "ledger", *GEOMETRY, "--concurrency", "4")
+    assert [r["id"] for r in four] == [r["id"] for r in one] == [x["id"] for x in FAMILY]
+    assert [r["output_token_ids"] for r in four] == [r["output_token_ids"] for r in one]
+
+
+def test_without_a_listener_the_engine_builds_no_events():
+    from engine.config import CacheConfig
+    from engine.engine import Engine
+    from engine.events import NullSink
+    from engine.replay import replay
+    from engine.trace import parse_line
+
+    items = [parse_line(json.dumps(line), n) for n, line in enumerate(FAMILY, start=1)]
+    engine = Engine(CacheConfig(num_blocks=200), runner="ledger", sink=NullSink())
+    records, _ = replay(engine, items, concurrency=3)
+    pools = engine.scheduler.coordinator.pools.values()
+    assert all(not pool.dirty for pool in pools)  # no changed rows were even tracked
+    assert sum(r["num_cached_tokens"] for r in records) > 0
+
+
+def test_a_closed_stdout_ends_the_replay_quietly(tmp_path):
+    trace = write_trace(tmp_path / "trace.jsonl", FAMILY)
+    shell = f"{sys.executable} -m engine.cli replay {trace} --runner ledger | head -c 10"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
+    assert done.stdout == '{"type":"r'
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

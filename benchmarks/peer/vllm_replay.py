@@ -1,0 +1,660 @@
+"""vLLM 0.33 as a peer: its real scheduler-side prefix cache driven on expanded traces.
+
+Runs with `.venv-peer/bin/python` (`make peer`), never with Junction's `.venv`: it imports vLLM
+and must not import Junction. Nothing of vLLM is copied here; this file only builds vLLM's own
+objects and calls them:
+
+- a hybrid `KVCacheConfig` with two groups, full attention (`FullAttentionSpec`, block `Ba`) and
+  Mamba (`MambaSpec`, block `Bm`, cache mode "align"), in one `BlockPool` of
+  `num_blocks + num_mamba_blocks` blocks (vLLM shares one pool between groups; Junction gives
+  each group its own, so the sum is the closest match);
+- the hash and hit units from vLLM's `resolve_kv_cache_block_sizes` (scheduler block
+  `S = lcm(Ba, Bm)`, match unit `U`), so a geometry vLLM refuses is refused here too;
+- vLLM's v1 `Scheduler` (`schedule()` / `update_from_output()`), so prefix lookup, admission,
+  chunking and the Mamba block-aligned split are vLLM's. The model runner is faked: a
+  `ModelRunnerOutput` that samples one token id for every request whose prefill completed.
+
+Where the peer has to choose (vLLM would take these from a model checkpoint):
+- `cache_config.block_size` is `Bm`: vLLM's align mode sets it to the Mamba block size (it
+  makes `Ba == Bm` in real models), and `_mamba_block_aligned_split` reads it as that.
+- `--eagle` is EAGLE with the legacy trailing-unit drop (`disable_lookahead_block_hashes`), the
+  rule DESIGN.md describes; the attention group is the EAGLE group, one speculative token.
+- `--no-partial-hits` passes `allow_partial_hash_hits=False` to vLLM's
+  `HybridKVCacheCoordinator` (vLLM has the switch but no config option for it): hits then land
+  on `S` boundaries.
+- `prefix_cache_retention_interval` is vLLM's default (0: only semantic Mamba checkpoints);
+  `--retention-interval dense` keeps every one.
+
+Usage:
+    .venv-peer/bin/python benchmarks/peer/vllm_replay.py replay TRACE.jsonl [options] [--out F]
+    .venv-peer/bin/python benchmarks/peer/vllm_replay.py serve
+
+A trace line: `{"id": str, "prompt_token_ids": [int, ...], "max_tokens": int}` (optional
+`"cache_salt"`). An output line: `id`, `num_prompt_tokens`, `num_cached_tokens` (vLLM's hit at
+first admission), `hit_tokens_by_group` (`{"attention": hit, "mamba": hit}`: vLLM's hybrid
+hit is one length), `num_computed_tokens` (prompt tokens prefilled), `chunks` ([[start, end],
+...] prefill chunks), `num_preemptions`.
+
+Serve protocol: one JSON command a line on stdin, one JSON answer a line on stdout (logs go
+to stderr). A geometry is an object with any of `block_size`, `mamba_block_size`,
+`prefix_match_unit`, `eagle`, `partial_hits`, `max_num_batched_tokens`,
+`long_prefill_threshold`, `num_blocks`, `num_mamba_blocks`, `retention_interval` (the
+options' names; defaults as the options). Times are `time.perf_counter_ns` differences.
+
+    {"cmd": "ping"}
+        -> {"ok": true, "vllm": "0.33.0"}
+    {"cmd": "hash", "prompts": [[int, ...], ...], "unit": 16}
+        -> {"ok": true, "ns": [int, ...], "num_hashes": [int, ...]}
+        vLLM's request block hasher (sha256, chained every `unit` tokens) on each prompt.
+    {"cmd": "lookup", "geometry": {...}, "warm_prompts": [[int, ...], ...],
+     "prompts": [[int, ...], ...]}
+        -> {"ok": true, "ns": [int, ...], "hit_tokens": [int, ...]}
+        A fresh scheduler runs the warm prompts one at a time (max_tokens 1), so their blocks
+        and Mamba states are cached; then one `KVCacheManager.get_computed_blocks` per prompt
+        is timed (the prompt's hashing is not). Lookups do not change the cache.
+    {"cmd": "replay", "geometry": {...}, "requests": [{"id", "prompt_token_ids",
+     "max_tokens"}, ...], "concurrency": 1}
+        -> {"ok": true, "records": [...], "wall_s": float, "num_steps": int}
+        A fresh scheduler replays the requests; `wall_s` times only the scheduling loop.
+    {"cmd": "quit"}
+        -> {"ok": true}, then the process exits.
+    A command that fails answers {"ok": false, "error": "..."} and the server goes on.
+
+Exit codes of the command line: 0 done, 2 bad input (a geometry vLLM refuses names the option).
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before vLLM is imported: no accelerator here, and vLLM's INFO logs would drown the output.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "1")
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Iterable, Iterator  # noqa: E402
+from dataclasses import dataclass, field, fields, replace  # noqa: E402
+
+EXIT_BAD_INPUT = 2
+
+DEFAULT_MAX_MODEL_LEN = 1 << 17
+
+
+class GeometryError(ValueError):
+    """A geometry vLLM (or this driver) refuses; the message names the option."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The cache and scheduler options `junction replay` shares with this peer."""
+
+    block_size: int = 16
+    mamba_block_size: int = 512
+    prefix_match_unit: int | None = None
+    eagle: bool = False
+    partial_hits: bool = True
+    max_num_batched_tokens: int = 8192
+    long_prefill_threshold: int = 0
+    num_blocks: int = 4096
+    num_mamba_blocks: int | None = None
+    retention_interval: int | None = 0  # vLLM's default; None keeps every checkpoint
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "mamba_block_size", "max_num_batched_tokens", "num_blocks"):
+            if getattr(self, name) <= 0:
+                raise GeometryError(
+                    f"--{_option(name)} must be positive, got {getattr(self, name)}"
+                )
+        if self.prefix_match_unit is not None and self.prefix_match_unit <= 0:
+            raise GeometryError(
+                f"--prefix-match-unit must be positive, got {self.prefix_match_unit}"
+            )
+        if self.num_mamba_blocks is not None and self.num_mamba_blocks <= 0:
+            raise GeometryError(f"--num-mamba-blocks must be positive, got {self.num_mamba_blocks}")
+        if self.long_prefill_threshold < 0:
+            raise GeometryError(
+                f"--long-prefill-threshold must be >= 0, got {self.long_prefill_threshold}"
+            )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Geometry:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise GeometryError(f"unknown geometry field(s): {', '.join(unknown)}")
+        if data.get("retention_interval") == "dense":
+            data = {**data, "retention_interval": None}
+        return cls(**data)
+
+    @property
+    def match_unit(self) -> int:
+        if self.prefix_match_unit is None:
+            return math.gcd(self.block_size, self.mamba_block_size)
+        return self.prefix_match_unit
+
+    @property
+    def num_pool_blocks(self) -> int:
+        """vLLM's one shared pool: both groups' blocks (plus its null block)."""
+        mamba = self.num_mamba_blocks if self.num_mamba_blocks is not None else self.num_blocks
+        return self.num_blocks + mamba + 1
+
+
+def _option(name: str) -> str:
+    return name.replace("_", "-")
+
+
+# ---------------------------------------------------------------------------------------------
+# Building vLLM's scheduler without a model
+
+
+class _ModelStub:
+    """The few `ModelConfig` fields the scheduler reads (a real one needs a HF checkpoint)."""
+
+    uses_mrope = False
+    is_encoder_decoder = False
+    runner_type = "generate"
+    is_diffusion = False
+    supports_multimodal_inputs = False
+    return_sampling_mask = False
+    skip_tokenizer_init = True
+    multimodal_config = None
+    is_submodel_config = False
+
+    def __init__(self, max_model_len: int) -> None:
+        self.max_model_len = max_model_len
+
+
+class _EagleStub:
+    """An EAGLE `SpeculativeConfig` as far as the scheduler reads it: one draft token, the
+    trailing-unit drop on (lookahead block hashes off)."""
+
+    method = "eagle"
+    num_speculative_tokens = 1
+    num_speculative_tokens_per_batch_size = None
+    disable_eagle_block_drop = False
+    disable_lookahead_block_hashes = True
+    draft_model_config = None
+    max_num_new_slots_for_drafting = 0  # EAGLE drafts in the decode slot it already has
+
+    def use_eagle(self) -> bool:
+        return True
+
+    def needs_eagle_block_drop(self) -> bool:
+        return True
+
+    def use_eagle_block_drop(self) -> bool:
+        return True
+
+    def use_dflash(self) -> bool:
+        return False
+
+    def use_dspark(self) -> bool:
+        return False
+
+    def uses_draft_model(self) -> bool:
+        return False
+
+    def use_multi_module_mtp(self) -> bool:
+        return False
+
+
+@dataclass
+class Peer:
+    """One vLLM scheduler and the hasher its requests use."""
+
+    geometry: Geometry
+    scheduler: object
+    block_hasher: object
+    hash_block_size: int
+    scheduler_block_size: int
+
+
+def build_peer(geometry: Geometry) -> Peer:
+    """A fresh vLLM `Scheduler` over an empty cache. Raises `GeometryError` if vLLM refuses."""
+    import torch
+    from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core import kv_cache_manager as kv_cache_manager_module
+    from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
+    from vllm.v1.core.kv_cache_utils import (
+        get_request_block_hasher,
+        init_none_hash,
+        resolve_cache_hit_alignment_tokens,
+        resolve_kv_cache_block_sizes,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        MambaSpec,
+    )
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    g = geometry
+    try:
+        cache_config = CacheConfig(
+            block_size=g.mamba_block_size,
+            mamba_block_size=g.mamba_block_size,
+            prefix_match_unit=g.prefix_match_unit,
+            enable_prefix_caching=True,
+            mamba_cache_mode="align",
+            prefix_cache_retention_interval=g.retention_interval,
+        )
+        scheduler_config = SchedulerConfig(
+            max_num_batched_tokens=g.max_num_batched_tokens,
+            long_prefill_token_threshold=g.long_prefill_threshold,
+            max_num_seqs=min(256, g.max_num_batched_tokens),
+            enable_chunked_prefill=True,
+            max_model_len=g.max_model_len,
+            is_encoder_decoder=False,
+        )
+        vllm_config = VllmConfig(cache_config=cache_config, scheduler_config=scheduler_config)
+    except Exception as exc:  # pydantic's ValidationError names vLLM's field
+        raise GeometryError(f"vLLM refuses the configuration: {exc}") from exc
+    # VllmConfig validates assignments; the stubs stand where a checkpoint's configs would.
+    object.__setattr__(vllm_config, "model_config", _ModelStub(g.max_model_len))
+    object.__setattr__(vllm_config, "speculative_config", _EagleStub() if g.eagle else None)
+
+    attention = FullAttentionSpec(
+        block_size=g.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
+    mamba = MambaSpec(
+        block_size=g.mamba_block_size,
+        shapes=((1,),),
+        dtypes=(torch.float32,),
+        mamba_cache_mode="align",
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=g.num_pool_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(["attention.0"], attention, is_eagle_group=g.eagle),
+            KVCacheGroupSpec(["mamba.0"], mamba),
+        ],
+        prefix_cache_retention_interval=g.retention_interval,
+    )
+    cache_config.num_gpu_blocks = g.num_pool_blocks
+    try:
+        scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(
+            kv_cache_config, vllm_config
+        )
+        kv_cache_config.hash_block_size = hash_block_size
+        kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+            kv_cache_config, vllm_config, scheduler_block_size, hash_block_size
+        )
+    except ValueError as exc:
+        raise GeometryError(_name_options(str(exc), g)) from exc
+
+    # `KVCacheManager` builds its coordinator through this module-level name; binding
+    # vLLM's own switch is how partial hits are turned off (no config option reaches it).
+    factory = functools.partial(get_kv_cache_coordinator, allow_partial_hash_hits=g.partial_hits)
+    saved = kv_cache_manager_module.get_kv_cache_coordinator
+    kv_cache_manager_module.get_kv_cache_coordinator = factory
+    try:
+        scheduler = Scheduler(
+            vllm_config=vllm_config,
+            kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=scheduler_block_size,
+            hash_block_size=hash_block_size,
+        )
+    except (ValueError, AssertionError) as exc:
+        raise GeometryError(_name_options(str(exc) or type(exc).__name__, g)) from exc
+    finally:
+        kv_cache_manager_module.get_kv_cache_coordinator = saved
+
+    hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(
+        hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens
+    )
+    return Peer(g, scheduler, hasher, hash_block_size, scheduler_block_size)
+
+
+def _name_options(message: str, g: Geometry) -> str:
+    return (
+        f"vLLM refuses --block-size {g.block_size} --mamba-block-size {g.mamba_block_size} "
+        f"--prefix-match-unit {g.match_unit}: {message}"
+    )
+
+
+def make_request(
+    peer: Peer,
+    request_id: str,
+    token_ids: list[int],
+    max_tokens: int = 1,
+    cache_salt: str | None = None,
+    hashed: bool = True,
+):
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    return Request(
+        request_id=request_id,
+        prompt_token_ids=list(token_ids),
+        sampling_params=params,
+        pooling_params=None,
+        cache_salt=cache_salt,
+        block_hasher=peer.block_hasher if hashed else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The replay loop
+
+
+def _sampled_token(request) -> int:
+    """The fake model's next token: a function of the request's tokens only."""
+    return (request.all_token_ids[-1] * 31 + request.num_tokens) % 256
+
+
+@dataclass
+class _Track:
+    """What the peer records about one request while it runs."""
+
+    request: object
+    num_cached_tokens: int | None = None  # set at first admission
+    chunks: list[list[int]] = field(default_factory=list)
+
+
+class Replay:
+    """Requests through one scheduler, at most `concurrency` in flight, added in trace order
+    as others finish (the arrival rule of Junction's `engine/replay.py`)."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.num_steps = 0
+        self._idle_steps = 0
+
+    def run(self, requests: Iterable[dict], concurrency: int = 1) -> list[dict]:
+        if concurrency < 1:
+            raise GeometryError(f"--concurrency must be >= 1, got {concurrency}")
+        tracks: list[_Track] = []
+        in_flight: dict[str, _Track] = {}
+        for item in requests:
+            while len(in_flight) > concurrency - 1:
+                self._step(in_flight)
+            request = make_request(
+                self.peer,
+                item["id"],
+                item["prompt_token_ids"],
+                item.get("max_tokens", 1),
+                item.get("cache_salt"),
+            )
+            track = _Track(request)
+            tracks.append(track)
+            in_flight[request.request_id] = track
+            self.peer.scheduler.add_request(request)
+        while in_flight:
+            self._step(in_flight)
+        return [_record(t) for t in tracks]
+
+    def _step(self, in_flight: dict[str, _Track]) -> None:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        scheduler = self.peer.scheduler
+        output = scheduler.schedule()
+        self.num_steps += 1
+        for new in output.scheduled_new_reqs:
+            track = in_flight.get(new.req_id)
+            if track is not None and track.num_cached_tokens is None:
+                track.num_cached_tokens = new.num_computed_tokens
+        req_ids = list(output.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for req_id in req_ids:
+            request = scheduler.requests[req_id]
+            num_new = output.num_scheduled_tokens[req_id]
+            # `schedule()` has already advanced num_computed_tokens past this chunk
+            end = request.num_computed_tokens
+            start = end - num_new
+            track = in_flight.get(req_id)
+            if track is not None and start < request.num_prompt_tokens:
+                track.chunks.append([start, min(end, request.num_prompt_tokens)])
+            sampled.append([_sampled_token(request)] if end >= request.num_tokens else [])
+        runner_output = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+        scheduler.update_from_output(output, runner_output)
+        finished = [r for r, t in in_flight.items() if t.request.is_finished()]
+        for req_id in finished:
+            del in_flight[req_id]
+        if output.total_num_scheduled_tokens == 0 and not finished:
+            self._idle_steps += 1
+            if self._idle_steps > 3:
+                raise RuntimeError(
+                    f"vLLM's scheduler made no progress with {len(in_flight)} request(s) in "
+                    f"flight (pool of {self.peer.geometry.num_pool_blocks} blocks too small?)"
+                )
+        else:
+            self._idle_steps = 0
+
+
+def _record(track: _Track) -> dict:
+    request = track.request
+    hit = track.num_cached_tokens or 0
+    return {
+        "id": request.request_id,
+        "num_prompt_tokens": request.num_prompt_tokens,
+        "num_cached_tokens": hit,
+        "hit_tokens_by_group": {"attention": hit, "mamba": hit},
+        "num_computed_tokens": sum(end - start for start, end in track.chunks),
+        "chunks": track.chunks,
+        "num_preemptions": request.num_preemptions,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Serve commands
+
+
+def cmd_hash(prompts: list[list[int]], unit: int, algo: str = "sha256") -> dict:
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    hash_fn = get_hash_fn_by_name(algo)
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(unit, hash_fn)
+    params = SamplingParams(max_tokens=1)
+    timings, counts = [], []
+    for i, tokens in enumerate(prompts):
+        request = Request(f"hash-{i}", list(tokens), params, None)
+        started = time.perf_counter_ns()
+        hashes = hasher(request)
+        timings.append(time.perf_counter_ns() - started)
+        counts.append(len(hashes))
+    return {"ok": True, "ns": timings, "num_hashes": counts}
+
+
+def cmd_lookup(geometry: Geometry, warm_prompts: list[list[int]], prompts: list[list[int]]) -> dict:
+    peer = build_peer(_fit(geometry, warm_prompts + prompts))
+    warm = [{"id": f"warm-{i}", "prompt_token_ids": p} for i, p in enumerate(warm_prompts)]
+    Replay(peer).run(warm, concurrency=1)
+    manager = peer.scheduler.kv_cache_manager
+    timings, hits = [], []
+    for i, tokens in enumerate(prompts):
+        request = make_request(peer, f"lookup-{i}", tokens)
+        started = time.perf_counter_ns()
+        _, num_hit, _ = manager.get_computed_blocks(request)
+        timings.append(time.perf_counter_ns() - started)
+        hits.append(num_hit)
+    return {"ok": True, "ns": timings, "hit_tokens": hits}
+
+
+def cmd_replay(geometry: Geometry, requests: list[dict], concurrency: int = 1) -> dict:
+    _check_requests(requests)
+    peer = build_peer(_fit(geometry, [r["prompt_token_ids"] for r in requests], requests))
+    replay = Replay(peer)
+    started = time.perf_counter()
+    records = replay.run(requests, concurrency)
+    wall_s = time.perf_counter() - started
+    return {"ok": True, "records": records, "wall_s": wall_s, "num_steps": replay.num_steps}
+
+
+def _fit(geometry: Geometry, prompts: list[list[int]], requests: list[dict] = ()) -> Geometry:
+    """`max_model_len` raised to hold the longest prompt plus its output."""
+    longest = max((len(p) for p in prompts), default=0)
+    longest = max(
+        [longest] + [len(r["prompt_token_ids"]) + r.get("max_tokens", 1) for r in requests]
+    )
+    if longest + 1 <= geometry.max_model_len:
+        return geometry
+    return replace(geometry, max_model_len=longest + 1)
+
+
+def _check_requests(requests: list[dict]) -> None:
+    seen: set[str] = set()
+    for n, item in enumerate(requests, start=1):
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise GeometryError(f'request {n}: needs a string "id"')
+        tokens = item.get("prompt_token_ids")
+        if not isinstance(tokens, list) or not tokens:
+            raise GeometryError(f'request {item["id"]!r}: needs a non-empty "prompt_token_ids"')
+        if item["id"] in seen:
+            raise GeometryError(f"request {item['id']!r}: the id repeats")
+        seen.add(item["id"])
+
+
+def serve(stdin=None, stdout=None) -> int:
+    import vllm
+
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    for line in stdin:
+        if not line.strip():
+            continue
+        try:
+            command = json.loads(line)
+            answer, done = _answer(command, vllm.__version__)
+        except Exception as exc:  # one bad command must not end a benchmark's session
+            answer, done = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, False
+        stdout.write(json.dumps(answer, separators=(",", ":")) + "\n")
+        stdout.flush()
+        if done:
+            break
+    return 0
+
+
+def _answer(command: dict, version: str) -> tuple[dict, bool]:
+    name = command.get("cmd")
+    if name == "ping":
+        return {"ok": True, "vllm": version}, False
+    if name == "quit":
+        return {"ok": True}, True
+    if name == "hash":
+        return cmd_hash(
+            command["prompts"], int(command["unit"]), command.get("algo", "sha256")
+        ), False
+    geometry = Geometry.from_dict(dict(command.get("geometry", {})))
+    if name == "lookup":
+        return cmd_lookup(geometry, command.get("warm_prompts", []), command["prompts"]), False
+    if name == "replay":
+        return cmd_replay(geometry, command["requests"], int(command.get("concurrency", 1))), False
+    raise ValueError(f"unknown cmd {name!r} (ping, hash, lookup, replay, quit)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def read_requests(path: str) -> Iterator[dict]:
+    with open(path, encoding="utf-8") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if raw.strip():
+                try:
+                    yield json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise GeometryError(
+                        f"{path} line {number}: not valid JSON ({exc.msg})"
+                    ) from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm_replay", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    replay = sub.add_parser("replay", help="replay an expanded trace through vLLM")
+    replay.add_argument("trace", help="expanded trace JSONL")
+    replay.add_argument("--block-size", type=int, default=16, help="attention block size Ba")
+    replay.add_argument("--mamba-block-size", type=int, default=512, help="Mamba block size Bm")
+    replay.add_argument("--prefix-match-unit", type=int, default=None, help="U (default: gcd)")
+    replay.add_argument("--eagle", action="store_true", help="EAGLE: hits drop one unit")
+    replay.add_argument("--no-partial-hits", action="store_true", help="hit only on lcm(Ba, Bm)")
+    replay.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    replay.add_argument("--long-prefill-threshold", type=int, default=0)
+    replay.add_argument("--num-blocks", type=int, default=4096, help="blocks per group")
+    replay.add_argument("--num-mamba-blocks", type=int, default=None)
+    replay.add_argument(
+        "--retention-interval",
+        default="0",
+        help="vLLM's prefix_cache_retention_interval: 0 (its default), N, or dense",
+    )
+    replay.add_argument("--concurrency", type=int, default=1)
+    replay.add_argument("--out", default=None, help="output JSONL (default: stdout)")
+    sub.add_parser("serve", help="JSON-lines server on stdin/stdout (see the docstring)")
+    return parser
+
+
+def geometry_from_args(args: argparse.Namespace) -> Geometry:
+    retention = args.retention_interval
+    try:
+        retention = None if retention == "dense" else int(retention)
+    except ValueError:
+        raise GeometryError(
+            f"--retention-interval must be an integer or dense, got {retention}"
+        ) from None
+    return Geometry(
+        block_size=args.block_size,
+        mamba_block_size=args.mamba_block_size,
+        prefix_match_unit=args.prefix_match_unit,
+        eagle=args.eagle,
+        partial_hits=not args.no_partial_hits,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        long_prefill_threshold=args.long_prefill_threshold,
+        num_blocks=args.num_blocks,
+        num_mamba_blocks=args.num_mamba_blocks,
+        retention_interval=retention,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve()
+    try:
+        geometry = geometry_from_args(args)
+        requests = list(read_requests(args.trace))
+        answer = cmd_replay(geometry, requests, args.concurrency)
+    except GeometryError as exc:
+        print(f"vllm_replay: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        print(f"vllm_replay: cannot read {args.trace}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in answer["records"])
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            handle.write(lines)
+    else:
+        sys.stdout.write(lines)
+    print(
+        f"vllm_replay: {len(answer['records'])} requests, {answer['num_steps']} steps, "
+        f"{answer['wall_s']:.3f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

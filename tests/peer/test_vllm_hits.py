@@ -1,0 +1,75 @@
+"""Junction's hits against vLLM 0.33's on the same shared-prefix traces (DESIGN.md section 2).
+
+Block-aligned (partial hits off on both sides), with Junction's `checkpoint_mode="stops"` (a
+Mamba state is written only where a chunk ends, which is what vLLM's "align" mode does), the
+two agree request by request: the same hits and the same prefill chunks. With partial hits on,
+and in either checkpoint mode, Junction's finer lookup and extra checkpoints never hit less
+than vLLM does.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.peer.conftest import family_trace, junction_replay
+
+GEOMETRIES = [
+    {"block_size": 16, "mamba_block_size": 512, "prefix_match_unit": 16},
+    {"block_size": 64, "mamba_block_size": 256, "prefix_match_unit": 64},
+    {"block_size": 32, "mamba_block_size": 1024, "prefix_match_unit": 32},
+]
+# enough blocks that neither side evicts: the comparison is of lookup rules, not of LRU order
+POOL = {"num_blocks": 16384}
+SEEDS = (1, 2)
+
+
+def _cases() -> list:
+    return [
+        pytest.param(
+            seed,
+            {**geometry, "eagle": eagle, **POOL},
+            id=f"s{seed}-Ba{geometry['block_size']}-Bm{geometry['mamba_block_size']}"
+            f"-U{geometry['prefix_match_unit']}{'-eagle' if eagle else ''}",
+        )
+        for seed in SEEDS
+        for geometry in GEOMETRIES
+        for eagle in (False, True)
+    ]
+
+
+def _by_id(records: list[dict], field: str) -> dict[str, object]:
+    return {r["id"]: r[field] for r in records}
+
+
+def _report(requests: list[dict], ours: dict, theirs: dict, ids: list[str]) -> str:
+    lengths = {r["id"]: len(r["prompt_token_ids"]) for r in requests}
+    return "\n".join(f"{i}: P={lengths[i]} junction={ours[i]} vllm={theirs[i]}" for i in ids)
+
+
+@pytest.mark.parametrize(("seed", "geometry"), _cases())
+def test_block_aligned_equals_vllm(vllm, seed: int, geometry: dict) -> None:
+    geometry = {**geometry, "partial_hits": False}
+    requests = family_trace(seed)
+    ours = junction_replay(requests, geometry, junction_checkpoints=True, checkpoint_mode="stops")
+    theirs = vllm.replay(requests, geometry)
+    for field in ("num_cached_tokens", "chunks"):
+        mine, peer = _by_id(ours, field), _by_id(theirs, field)
+        differ = [i for i in mine if mine[i] != peer[i]]
+        assert not differ, f"{field} differ:\n" + _report(requests, mine, peer, differ)
+
+
+@pytest.mark.parametrize("checkpoint_mode", ["inline", "stops"])
+@pytest.mark.parametrize(("seed", "geometry"), _cases())
+def test_partial_hits_never_below_vllm(
+    vllm, seed: int, geometry: dict, checkpoint_mode: str
+) -> None:
+    requests = family_trace(seed)
+    ours = _by_id(
+        junction_replay(
+            requests, geometry, junction_checkpoints=True, checkpoint_mode=checkpoint_mode
+        ),
+        "num_cached_tokens",
+    )
+    theirs = _by_id(vllm.replay(requests, geometry), "num_cached_tokens")
+    lower = [i for i in ours if ours[i] < theirs[i]]
+    assert not lower, "junction hits less:\n" + _report(requests, ours, theirs, lower)
