@@ -72,6 +72,7 @@ def junction_replay(
         partial_hits=geometry.get("partial_hits", True),
         eagle=geometry.get("eagle", False),
         num_blocks=geometry.get("num_blocks", 4096),
+        num_mamba_blocks=geometry.get("num_mamba_blocks"),
         **cache_options,
     )
     scheduler = SchedulerConfig(
