@@ -447,9 +447,13 @@ def test_tokens_saved_add_up_the_pin_hits(client: TestClient, session: Session, 
 
 
 # ---------------------------------------------------------------------------- junctions
+# engines that keep no junction state themselves: what suggested junctions are for
+NO_JUNCTIONS = {"junction_checkpoints": False, "checkpoint_mode": "stops"}
+
+
 def test_suggested_junctions(client: TestClient, wire) -> None:
-    engine = wire(ledger("e1"))
-    other = wire(ledger("e2"))
+    engine = wire(ledger("e1", **NO_JUNCTIONS))
+    other = wire(ledger("e2", **NO_JUNCTIONS))
     long_prompt, short_prompt = segment_tokens(1, 560), segment_tokens(2, 300)
     # e1: three requests share 560 tokens; the Mamba hit stops at its 512-token block, so the
     # two that follow the first recompute 48 tokens each
@@ -521,7 +525,7 @@ BAD_PINS = {
     "two forms": (
         {"prefix": {"text": "abc", "token_ids": [1]}, "label": "x"},
         422,
-        "exactly one form: text, token_ids or segments (got text, token_ids)",
+        "exactly one form: text, token_ids, segments or messages (got text, token_ids)",
     ),
     "no form": ({"prefix": {}, "label": "x"}, 422, "exactly one form"),
     "negative token id": (
