@@ -3,7 +3,10 @@
 A `Pin` is the operator's intent; a `PinTarget` is one engine's side of it. The control plane
 never decides a pin's fate on an engine: it sends `pin {pin_id, token_ids, cache_salt}` and
 `unpin {pin_id}` commands (`engine.wire.Command`) and records the `PinUpdated` events that
-come back. What it does decide:
+come back. A pin made of chat messages is sent with its `messages` too, which the engine
+renders with its chat template; the store keeps their rendering by the same template (the
+engine's pure-Python tokenizer module) as `token_ids`, which a resend at hello carries. What
+it does decide:
 
 - the targets: the listed engines, or, for `target_mode` "all", every engine connected when
   the pin is made and every engine that says hello later;
@@ -79,11 +82,13 @@ def fit(engine: Engine, num_tokens: int) -> Fit:
     return Fit(boundary, None)
 
 
-def pin_command(pin: Pin) -> Command:
-    return Command(
-        command="pin",
-        payload={"pin_id": pin.pin_id, "token_ids": list(pin.token_ids or []), "cache_salt": None},
-    )
+def pin_command(pin: Pin, messages: list[dict[str, str]] | None = None) -> Command:
+    """`pin {pin_id, token_ids, cache_salt}`; with `messages` (a pin made of chat messages) the
+    command carries them too, and the engine renders them with its own chat template."""
+    payload = {"pin_id": pin.pin_id, "token_ids": list(pin.token_ids or []), "cache_salt": None}
+    if messages is not None:
+        payload["messages"] = messages
+    return Command(command="pin", payload=payload)
 
 
 def unpin_command(pin_id: str) -> Command:

@@ -2,6 +2,7 @@
 
     junction pin --text "You are ..." --label "system prompt" [--engine ID ...] [--priority N]
     junction pin --file system.txt | --token-ids 1,2,3 | --segments '[{"seed": 1, "len": 560}]'
+    junction pin --system "You are ..." --label support  # a chat system message
     junction unpin PIN_ID
     junction pins [--state active|released] [--engine ID]
 
@@ -54,6 +55,12 @@ def add_pin_parsers(commands: argparse._SubParsersAction) -> None:
     prefix = pin.add_mutually_exclusive_group(required=True)
     prefix.add_argument("--text", help="the prefix as text (its UTF-8 bytes are the tokens)")
     prefix.add_argument("--file", type=Path, help="a file whose text is the prefix")
+    prefix.add_argument(
+        "--system",
+        metavar="TEXT",
+        help="a chat system prompt: each engine pins it as its chat template renders it, so "
+        "chat requests that start with it hit it",
+    )
     prefix.add_argument("--token-ids", metavar="1,2,3", help="the prefix's token ids")
     prefix.add_argument(
         "--segments", metavar="JSON", help='seeded segments: \'[{"seed": 1, "len": 560}]\''
@@ -132,6 +139,8 @@ def cmd_pins(args: argparse.Namespace) -> int:
 def prefix_of(args: argparse.Namespace) -> dict[str, Any]:
     if args.text is not None:
         return {"text": args.text}
+    if args.system is not None:
+        return {"messages": [{"role": "system", "content": args.system}]}
     if args.file is not None:
         try:
             return {"text": args.file.read_text(encoding="utf-8")}

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.model.tokenizer import ByteTokenizer
+from engine.model.tokenizer import ByteTokenizer, render_messages
 from engine.trace import MAX_TOKEN_ID, Segment, segment_tokens
 from engine.wire import EngineId
 
@@ -161,24 +161,33 @@ TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 PinTokenIds = Annotated[list[TokenId], Field(max_length=MAX_PIN_TOKENS)]
 
 
+class PinMessage(BaseModel):
+    """A chat message of a pinned prefix (a system prompt): `role` and its text."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    content: str
+
+
 class PinPrefix(BaseModel):
     """A pin's prefix in exactly one form: `text` (its UTF-8 bytes are the tokens, as the
-    engine's server reads a prompt), `token_ids`, or `segments` (a replay trace's seeded
-    segments: the same seed and length always give the same tokens)."""
+    engine's server reads a prompt), `token_ids`, `segments` (a replay trace's seeded
+    segments: the same seed and length always give the same tokens), or `messages` (chat
+    messages: each engine renders them with its chat template, the prefix ending where the last
+    given message ends, so a chat request that starts with them hits it)."""
 
     model_config = ConfigDict(extra="forbid")
     text: str | None = None
     token_ids: PinTokenIds | None = None
     segments: list[Segment] | None = None
+    messages: Annotated[list[PinMessage], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> PinPrefix:
-        given = [
-            name for name in ("text", "token_ids", "segments") if getattr(self, name) is not None
-        ]
+        given = [name for name in PREFIX_FORMS if getattr(self, name) is not None]
         if len(given) != 1:
             raise ValueError(
-                "give the prefix in exactly one form: text, token_ids or segments "
+                "give the prefix in exactly one form: text, token_ids, segments or messages "
                 f"(got {', '.join(given) or 'none'})"
             )
         num_tokens = self.num_tokens()  # counted before any tokens are made
@@ -191,16 +200,34 @@ class PinPrefix(BaseModel):
     def num_tokens(self) -> int:
         if self.text is not None:
             return len(self.text.encode("utf-8"))
+        if self.messages is not None:
+            return len(self.rendered().encode("utf-8"))
         if self.segments is not None:
             return sum(segment.len for segment in self.segments)
         return len(self.token_ids or [])
 
+    def rendered(self) -> str:
+        """The messages as the engines' chat template renders them (`render_messages`: no
+        assistant header after them); the byte tokenizer reads the UTF-8 bytes as tokens."""
+        return render_messages(m.model_dump() for m in self.messages or [])
+
+    def message_dicts(self) -> list[dict[str, str]] | None:
+        """The messages as a pin command carries them (`None` for the other forms)."""
+        if self.messages is None:
+            return None
+        return [m.model_dump() for m in self.messages]
+
     def tokens(self) -> list[int]:
         if self.text is not None:
             return ByteTokenizer().encode(self.text)
+        if self.messages is not None:
+            return ByteTokenizer().encode(self.rendered())
         if self.segments is not None:
             return [t for s in self.segments for t in segment_tokens(s.seed, s.len)]
         return list(self.token_ids or [])
+
+
+PREFIX_FORMS = ("text", "token_ids", "segments", "messages")
 
 
 class PinCreate(BaseModel):

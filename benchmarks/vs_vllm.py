@@ -13,8 +13,9 @@ measured in this run, their rounds alternating so the machine's noise falls on b
    its prefix: a prefix that ends inside an attention block (Ba 64, Bm 512, U 16; and Ba = Bm =
    4416, U 64) next to one that ends on a block boundary. Hashing is not timed here.
 4. The replay loop on 500 requests (1.81M prompt tokens): Junction's null runner with no event
-   sink, and with every event built and drained each step (what the publisher takes), against
-   vLLM's scheduler loop with a faked model.
+   sink, and with every event built and drained each step (what the publisher takes), and its
+   ledger runner, against vLLM's scheduler loop (`Scheduler.schedule` and
+   `update_from_output`, request hashing included) with a faked model.
 
     make peer && .venv/bin/python benchmarks/vs_vllm.py [--rounds 3] [--trace T.jsonl]
 """
@@ -82,7 +83,7 @@ def geometry_dict(args: argparse.Namespace, **override) -> dict:
     return {**geometry, **override}
 
 
-def junction_engine(geometry: dict, sink=None, **policy) -> Engine:
+def junction_engine(geometry: dict, sink=None, runner: str = "null", **policy) -> Engine:
     cache = CacheConfig(
         block_size=geometry["block_size"],
         mamba_block_size=geometry["mamba_block_size"],
@@ -93,7 +94,7 @@ def junction_engine(geometry: dict, sink=None, **policy) -> Engine:
         **policy,
     )
     scheduler = SchedulerConfig(max_num_batched_tokens=geometry["max_num_batched_tokens"])
-    return Engine(cache, scheduler, runner="null", sink=sink if sink is not None else NullSink())
+    return Engine(cache, scheduler, runner=runner, sink=sink if sink is not None else NullSink())
 
 
 def median_us(samples_ns: list[int]) -> float:
@@ -247,12 +248,12 @@ def time_replay(args, peer: PeerProcess):
     requests = [item for item in workload.items() if isinstance(item, TraceRequest)]
     expanded = [expanded_request(item) for item in requests]
     geometry = geometry_dict(args, eagle=False, partial_hits=True, num_blocks=4096)
-    walls: dict[str, list[float]] = {"quiet": [], "events": [], "vllm": []}
+    walls: dict[str, list[float]] = {"quiet": [], "events": [], "ledger": [], "vllm": []}
     num_events = 0
 
-    def run(sink) -> float:
+    def run(sink, runner: str = "null") -> float:
         nonlocal num_events
-        engine = junction_engine(geometry, sink=sink)
+        engine = junction_engine(geometry, sink=sink, runner=runner)
         if isinstance(sink, ListSink):
             # the full stream, drained every step as the publisher does, then dropped
             def drain(engine: Engine) -> None:
@@ -267,6 +268,7 @@ def time_replay(args, peer: PeerProcess):
     for _ in range(args.rounds):
         walls["quiet"].append(run(NullSink()))
         walls["events"].append(run(ListSink()))
+        walls["ledger"].append(run(NullSink(), "ledger"))
         walls["vllm"].append(peer.replay_timed(expanded, geometry)["wall_s"])
     total = sum(len(r.token_ids) for r in requests)
     medians = {name: statistics.median(values) for name, values in walls.items()}
@@ -307,6 +309,12 @@ def timings(args, peer: PeerProcess, console: Console) -> None:
         f"{medians['events']:.2f} s",
         f"{medians['vllm']:.2f} s",
         f"{medians['events'] / medians['vllm']:.2f}",
+    )
+    table.add_row(
+        f"{loop}, ledger runner (every read checked), no events",
+        f"{medians['ledger']:.2f} s",
+        f"{medians['vllm']:.2f} s",
+        f"{medians['ledger'] / medians['vllm']:.2f}",
     )
     console.print(table)
 

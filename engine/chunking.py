@@ -19,6 +19,7 @@ class StopReason:
     RESEND = CheckpointReason.RESEND.value
     EXTENSION = CheckpointReason.EXTENSION.value
     JUNCTION = CheckpointReason.JUNCTION.value
+    MESSAGE = CheckpointReason.MESSAGE.value
     PIN = CheckpointReason.PIN.value
 
 
@@ -47,11 +48,13 @@ def checkpoint_targets(
     partial_hits: bool,
     junction: int | None = None,
     pins: Iterable[int] = (),
+    messages: Iterable[int] = (),
 ) -> dict[int, CheckpointReason]:
     """Positions inside the prompt, beyond block boundaries, whose Mamba state is kept.
 
-    The junction `j` brings `floor(j / S) * S` with it. With partial hits off only the
-    junction and pins remain, floored to the scheduler block.
+    The junction `j` brings `floor(j / S) * S` with it; `messages` are the offsets where the
+    prompt's rendered chat messages end, floored to `U`. With partial hits off only the
+    junction, messages and pins remain, floored to the scheduler block.
     A position claimed twice keeps the reason that is retained longest.
     """
     candidates: list[tuple[int, CheckpointReason]] = []
@@ -71,6 +74,7 @@ def checkpoint_targets(
         block_floor = junction // scheduler_block * scheduler_block
         candidates.append((block_floor, CheckpointReason.JUNCTION))
     candidates.extend((pin // floor * floor, CheckpointReason.PIN) for pin in pins)
+    candidates.extend((end // floor * floor, CheckpointReason.MESSAGE) for end in messages)
     targets: dict[int, CheckpointReason] = {}
     for position, reason in candidates:
         if not 0 < position <= num_prompt_tokens:

@@ -112,11 +112,18 @@ class SchedulerConfig:
     max_num_seqs: int = 256
     long_prefill_threshold: int = 0
     max_model_len: int = 1 << 20
+    # steps a waiting request may wait for a request in flight that is computing its prefix
+    max_prefix_wait_steps: int = 32
 
     def __post_init__(self) -> None:
         _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _require_positive("max_num_seqs", self.max_num_seqs)
         _require_positive("max_model_len", self.max_model_len)
+        if self.max_prefix_wait_steps < 0:
+            raise ValueError(
+                f"max_prefix_wait_steps must be >= 0 (0 turns waiting off), "
+                f"got {self.max_prefix_wait_steps}"
+            )
         if self.long_prefill_threshold < 0:
             raise ValueError(
                 f"long_prefill_threshold must be >= 0 (0 turns it off), "

@@ -53,13 +53,17 @@ class Engine:
         sampling: SamplingParams | None = None,
         request_id: str | None = None,
         cache_salt: str | None = None,
+        checkpoint_offsets: Sequence[int] = (),
     ) -> Request:
+        """Queue a request; `checkpoint_offsets` are where its rendered chat messages end (each
+        in `(0, len(prompt)]`, else `ValueError`): the states there are kept (reason `message`)."""
         request = Request(
             request_id if request_id is not None else f"req-{next(self._ids)}",
             list(prompt_token_ids),
             sampling or SamplingParams(),
             self.cache_config.match_unit,
             cache_salt,
+            checkpoint_offsets=tuple(checkpoint_offsets),
         )
         self.scheduler.add_request(request)
         return request

@@ -50,6 +50,19 @@ def extend_hashes(
         append(parent)
 
 
+def num_shared_units(a: Sequence[BlockHash], b: Sequence[BlockHash]) -> int:
+    """How many leading units two requests share. Hashes chain, so `a[k] == b[k]` implies every
+    earlier pair is equal too: a binary search for the last equal pair."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[middle - 1] == b[middle - 1]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def hash_prefix(
     token_ids: Sequence[int], unit: int, cache_salt: str | None = None
 ) -> list[BlockHash]:

@@ -156,7 +156,9 @@ def _submit(engine: Engine, item: TraceRequest) -> Request:
         max_tokens=item.max_tokens, temperature=item.temperature, top_p=item.top_p, seed=item.seed
     )
     try:
-        return engine.add_request(item.token_ids, sampling, item.request_id, item.cache_salt)
+        return engine.add_request(
+            item.token_ids, sampling, item.request_id, item.cache_salt, item.checkpoint_offsets
+        )
     except ValueError as exc:
         raise ValueError(f"line {item.line}: {exc}") from exc
 

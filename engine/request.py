@@ -41,6 +41,8 @@ class Request:
     unit: int
     cache_salt: str | None = None
     pin_id: str | None = None  # set for a pin's materialization: no logits, no output
+    # where the prompt's rendered chat messages end: message checkpoints (DESIGN.md section 2)
+    checkpoint_offsets: tuple[int, ...] = ()
     arrival_ts: float = field(default_factory=time.time)
 
     status: RequestStatus = RequestStatus.WAITING
@@ -61,12 +63,20 @@ class Request:
     checkpoints: list[int] = field(default_factory=list)
     cow_copies: list[dict] = field(default_factory=list)
     num_preemptions: int = 0
+    num_wait_steps: int = 0  # steps spent waiting for a request in flight to compute its prefix
     pin_hits: dict[str, int] = field(default_factory=dict)  # pin id -> boundary the hit covered
     first_token_ts: float | None = None
     finished_ts: float | None = None
     finish_reason: str | None = None
 
     def __post_init__(self) -> None:
+        bad = [p for p in self.checkpoint_offsets if not 0 < p <= len(self.prompt_token_ids)]
+        if bad:
+            raise ValueError(
+                f"request {self.request_id!r}: checkpoint_offsets must lie in (0, "
+                f"{len(self.prompt_token_ids)}] (the prompt length), got {bad[:5]}"
+            )
+        self.checkpoint_offsets = tuple(self.checkpoint_offsets)
         self.all_token_ids = list(self.prompt_token_ids)
         extend_hashes(self.block_hashes, self.all_token_ids, self.unit, self.cache_salt)
 

@@ -7,6 +7,7 @@ One step flows one way: `schedule()` (lookup, allocate, queue copies) -> the run
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 
@@ -16,12 +17,14 @@ from engine.cache.manager import BlockCopy
 from engine.chunking import Chunk, checkpoint_targets, plan_chunk, state_positions
 from engine.config import CacheConfig, SchedulerConfig
 from engine.events import BlockCopied, BlockStateChanged, EventSink, RequestFinished
-from engine.hashing import hash_prefix
+from engine.hashing import hash_prefix, num_shared_units
 from engine.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
 from engine.pins import Pin, PinState, materialize, release
 from engine.request import Request, RequestStatus, SamplingParams
 
 DECODE = "decode"
+SIBLING_LOOKAHEAD = 64  # waiting requests an admitted one keeps junctions for
+JUNCTION_RETENTION = CheckpointReason.JUNCTION.retention
 
 
 class Scheduler:
@@ -212,25 +215,35 @@ class Scheduler:
             cache.partial_hits,
             junction,
             pins,
+            request.checkpoint_offsets,
         )
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         coordinator, config = self.coordinator, self.cache_config
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self.waiting[0]
+        index = 0  # waiting requests before it wait for a producer in flight
+        while (
+            index < len(self.waiting)
+            and budget > 0
+            and len(self.running) < self.config.max_num_seqs
+        ):
+            request = self.waiting[index]
             hit = coordinator.lookup(
                 request.block_hashes, request.num_tokens, needs_logits=not request.is_pin
             )
             if hit.is_pending:
                 break  # its checkpoint is being copied this step: it hits next step
             if request.is_pin and hit.length >= request.num_tokens:
-                self.waiting.popleft()
+                del self.waiting[index]
                 self._finish_pin(request)
+                continue
+            if self._waits_for_producer(request, hit):
+                index += 1  # the requests behind it may go ahead
                 continue
             junction = None
             if config.junction_checkpoints and hit.attention_length > hit.length:
                 junction = hit.attention_length
             targets = self._targets(request, junction)
+            self._keep_sibling_junctions(request, hit, targets)
             request.targets = targets
             request.prefill_target = request.num_tokens
             chunk = self._plan(request, hit.length, budget)
@@ -240,16 +253,71 @@ class Scheduler:
             need = coordinator.count_admission(request.request_id, hit, chunk.end, positions)
             if not coordinator.can_allocate(need):
                 if not self.running and not out.chunks:
-                    self.waiting.popleft()
+                    del self.waiting[index]
                     self._finish(request, "capacity")
                     if not request.is_pin:
                         self._refused.append(request)
                     continue
                 break
-            self.waiting.popleft()
+            del self.waiting[index]
             self._admit(out, request, hit)
             self.running.append(request)
             budget -= self._schedule_chunk(out, request, chunk, positions)
+
+    # ------------------------------------------------------------------ in-flight sharing
+    # A request that shares a prefix with one being prefilled now would recompute what the
+    # other is about to register. It waits instead (bounded), and the producer keeps the state
+    # where the two part, so the waiter hits it; a preempted or aborted producer leaves
+    # `running` and so releases its waiters.
+
+    def _shared_hit(self, request: Request, other: Request) -> int:
+        """The hit `request` would get if everything it shares with `other` were cached."""
+        shared = num_shared_units(request.block_hashes, other.block_hashes) * self.unit
+        return self.coordinator.reachable_hit(shared, request.num_tokens)
+
+    def _waits_for_producer(self, request: Request, hit: CacheHit) -> bool:
+        """Whether `request` should wait for a prefilling request in flight that will register
+        more of its prefix than is cached now; that producer then keeps the state there."""
+        if (
+            request.is_pin
+            or not self.cache_config.junction_checkpoints
+            or request.num_wait_steps >= self.config.max_prefix_wait_steps
+        ):
+            return False
+        waits = False
+        for producer in self.running:
+            if producer.is_pin or not producer.is_prefilling:
+                continue  # decoding: what it registered is already in the cache
+            reachable = self._shared_hit(request, producer)
+            if reachable <= hit.length or producer.num_registered_tokens >= reachable:
+                continue
+            self._keep_junction(producer.targets, reachable)
+            waits = True
+        if waits:
+            request.num_wait_steps += 1
+        return waits
+
+    def _keep_sibling_junctions(
+        self, request: Request, hit: CacheHit, targets: dict[int, CheckpointReason]
+    ) -> None:
+        """A request admitted while others that share its prefix wait keeps the state where
+        each would stop hitting it: they arrive together and would otherwise all miss."""
+        if request.is_pin or not self.cache_config.junction_checkpoints:
+            return
+        for sibling in itertools.islice(self.waiting, SIBLING_LOOKAHEAD):
+            if sibling is request or sibling.is_pin:
+                continue
+            reachable = self._shared_hit(sibling, request)
+            if hit.length < reachable < request.num_prompt_tokens:
+                self._keep_junction(targets, reachable)
+
+    def _keep_junction(self, targets: dict[int, CheckpointReason], position: int) -> None:
+        cache = self.cache_config
+        floor = self.unit if cache.partial_hits else cache.scheduler_block_size
+        position = position // floor * floor
+        current = targets.get(position)
+        if position and (current is None or current.retention < JUNCTION_RETENTION):
+            targets[position] = CheckpointReason.JUNCTION
 
     def _admit(self, out: SchedulerOutput, request: Request, hit: CacheHit) -> None:
         copies = self.coordinator.admit(request.request_id, hit)

@@ -2,14 +2,15 @@
 
     {"id": "a", "prompt": {"segments": [{"seed": 1, "len": 560}]}, "max_tokens": 1}
     {"id": "b", "prompt": "plain text, its UTF-8 bytes are the tokens"}
-    {"id": "c", "prompt_token_ids": [1, 2, 3]}
+    {"id": "c", "prompt_token_ids": [1, 2, 3], "checkpoint_offsets": [2]}
     {"pin": {"segments": [{"seed": 1, "len": 560}]}, "id": "system"}
 
 A segment is `len` pseudo-random byte-valued token ids drawn from `seed`: the same seed and
-length always give the same tokens. The whole file is validated before anything runs, and an
-error names the line and the field that is wrong. `read_trace` holds every item; `scan_trace` then
-`iter_trace` validate the whole file first and then read it one line at a time, so a replay's
-memory does not grow with the trace.
+length always give the same tokens. `checkpoint_offsets` are where the prompt's chat messages
+end (each in `(0, prompt length]`): the engine keeps the states there. The whole file is
+validated before anything runs, and an error names the line and the field that is wrong.
+`read_trace` holds every item; `scan_trace` then `iter_trace` validate the whole file first and
+then read it one line at a time, so a replay's memory does not grow with the trace.
 """
 
 from __future__ import annotations
@@ -84,12 +85,22 @@ class RequestLine(BaseModel):
     temperature: Annotated[float, Field(ge=0)] = 0.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     seed: int | None = None
+    checkpoint_offsets: list[Annotated[int, Field(gt=0)]] = []
 
     @model_validator(mode="after")
     def _one_prompt(self) -> RequestLine:
         if (self.prompt is None) == (self.prompt_token_ids is None):
             raise ValueError('give exactly one of "prompt" and "prompt_token_ids"')
         return self
+
+    def num_prompt_tokens(self) -> int:
+        """Counted without drawing segments."""
+        prompt = self.prompt if self.prompt is not None else self.prompt_token_ids
+        if isinstance(prompt, Segments):
+            return sum(s.len for s in prompt.segments)
+        if isinstance(prompt, str):
+            return len(prompt.encode("utf-8"))
+        return len(prompt or [])
 
 
 class PinSpec(BaseModel):
@@ -122,6 +133,7 @@ class TraceRequest:
     temperature: float
     top_p: float
     seed: int | None
+    checkpoint_offsets: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,6 +187,13 @@ def parse_line(text: str, line: int, expand: bool = True) -> TraceItem:
     tokens = _tokens(prompt, expand)
     if tokens is not None and not tokens:
         raise TraceError(f"line {line}: the prompt is empty")
+    num_tokens = request.num_prompt_tokens()
+    beyond = [p for p in request.checkpoint_offsets if p > num_tokens]
+    if beyond:
+        raise TraceError(
+            f"line {line}: checkpoint_offsets: must lie in (0, {num_tokens}] (the prompt's "
+            f"length), got {beyond[:5]}"
+        )
     return TraceRequest(
         line=line,
         request_id=request.id if request.id is not None else f"line-{line}",
@@ -184,6 +203,7 @@ def parse_line(text: str, line: int, expand: bool = True) -> TraceItem:
         temperature=request.temperature,
         top_p=request.top_p,
         seed=request.seed,
+        checkpoint_offsets=tuple(request.checkpoint_offsets),
     )
 
 

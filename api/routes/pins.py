@@ -35,7 +35,9 @@ ERRORS = {404: {"description": "an engine or pin not found"}}
     responses=ERRORS | {422: {"description": "a prefix an engine cannot pin (why: `detail`)"}},
 )
 def create_pin(body: PinCreate, session: SessionDep, state: StateDep, _: RequireToken) -> PinOut:
-    """Pin a prefix on `engine_ids` (default: every engine, connected now or later). Refused
+    """Pin a prefix on `engine_ids` (default: every engine, connected now or later); a prefix
+    of chat `messages` is counted here as the chat template renders it and sent to each engine
+    as messages, for it to render. Refused
     with a 422 when the prefix floors to a boundary of 0 on an engine's hit grid or exceeds its
     `max_model_len`; a 404 for an engine the store has never seen."""
     try:
@@ -48,7 +50,7 @@ def create_pin(body: PinCreate, session: SessionDep, state: StateDep, _: Require
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     session.commit()
     pending = [t.engine_id for t in targets if t.state == "pending"]
-    send(state, pending, pins.pin_command(pin))
+    send(state, pending, pins.pin_command(pin, body.prefix.message_dicts()))
     return pin_out(pin, targets)
 
 

@@ -13,6 +13,7 @@ REASON_COLORS = {
     "resend": "#f0a202",
     "extension": "#e36414",
     "junction": "#d1495b",
+    "message": "#8338ec",
     "pin": "#2a9d5c",
     "budget": "#6f2dbd",
     "end": "#1b1b1b",

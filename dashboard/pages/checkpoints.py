@@ -83,9 +83,24 @@ def _pin_line(pin: dict | None) -> str:
     return f"pin {pin['pin_id']} · {pin['label']} · {pin['num_tokens']} tokens · {pin['state']}"
 
 
+AS_TEXT, AS_SYSTEM = "pasted text", "system prompt (chat)"
+
+
+def prefix_body(text: str, kind: str) -> dict:
+    """The `prefix` of `POST /pins`: the text's bytes, or a chat system message that each engine
+    renders with its chat template (so chat requests with that system prompt hit it)."""
+    if kind == AS_SYSTEM:
+        return {"messages": [{"role": "system", "content": text}]}
+    return {"text": text}
+
+
 with st.form("pin_form", clear_on_submit=True):
-    st.markdown("**Pin a prefix** (its UTF-8 bytes are the tokens, as the engines read prompts)")
+    st.markdown(
+        "**Pin a prefix**: pasted text (its UTF-8 bytes are the tokens, as the engines read "
+        "prompts), or a system prompt (chat), pinned as each engine's chat template renders it"
+    )
     text = st.text_area("Prefix text", placeholder="Paste a system prompt", key="pin_text")
+    kind = st.radio("Pin as", (AS_TEXT, AS_SYSTEM), horizontal=True, key="pin_as")
     label = st.text_input("Label", placeholder="support bot", key="pin_label")
     if st.form_submit_button("Pin", type="primary"):
         if not text:
@@ -94,7 +109,7 @@ with st.form("pin_form", clear_on_submit=True):
             act(
                 "Pin",
                 api.create_pin,
-                {"prefix": {"text": text}, "label": label.strip() or text[:40]},
+                {"prefix": prefix_body(text, kind), "label": label.strip() or text[:40]},
             )
 
 

@@ -1,7 +1,9 @@
 """Run a workload against a live `junction serve` through its OpenAI API.
 
-Each request goes to `/v1/completions` with its prompt as token ids and `stream: true`; TTFT is
-the time to the first streamed chunk, and the hit length is the final chunk's
+Each request goes to `/v1/completions` with its prompt as token ids (and its
+`checkpoint_offsets`) and `stream: true`, or, for a chat workload, to `/v1/chat/completions`
+with its messages (the server renders them as the trace did); TTFT is the time to the first
+streamed chunk that carries text (or the finish), and the hit length is the final chunk's
 `usage.prompt_tokens_details.cached_tokens`. The server's cache configuration is whatever it
 was started with, so modes do not apply: the result has one row, mode `engine`. Requests are
 sent in trace order with at most `concurrency` in flight, and, when the workload sets a
@@ -46,7 +48,7 @@ def run_remote(
     base = url.rstrip("/")
     report(0.0, f"{spec.name}: {len(items)} requests to {base}")
     started = time.perf_counter()
-    results = asyncio.run(_send_all(spec, base, items, report, timeout_s))
+    results = asyncio.run(_send_all(spec, base, items, report, timeout_s, workload.messages))
     wall_s = time.perf_counter() - started
     truth = oracle(items, spec.geometry.match_unit, spec.geometry.eagle)
     num_prompt = sum(r.num_prompt_tokens for r in results)
@@ -88,6 +90,7 @@ async def _send_all(
     items: list[TraceRequest],
     report: Progress,
     timeout_s: float,
+    messages: dict[str, list[dict[str, str]]] | None = None,
 ) -> list[RemoteResult]:
     import httpx  # only this path talks to a server
 
@@ -105,7 +108,8 @@ async def _send_all(
 
         async def one(index: int, item: TraceRequest) -> None:
             nonlocal done
-            results[index] = await _complete(client, model, item)
+            chat = (messages or {}).get(item.request_id)
+            results[index] = await _complete(client, model, item, chat)
             done += 1
             report(done / len(items), f"engine: {done}/{len(items)} requests")
 
@@ -135,19 +139,26 @@ async def _model_name(client) -> str:
         ) from exc
 
 
-async def _complete(client, model: str, item: TraceRequest) -> RemoteResult:
-    body = {
+async def _complete(
+    client, model: str, item: TraceRequest, messages: list[dict[str, str]] | None = None
+) -> RemoteResult:
+    body: dict = {
         "model": model,
-        "prompt": item.token_ids,
         "max_tokens": item.max_tokens,
         "temperature": item.temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if messages is not None:
+        path, body["messages"] = "/v1/chat/completions", messages
+    else:
+        path, body["prompt"] = "/v1/completions", item.token_ids
+        if item.checkpoint_offsets:
+            body["checkpoint_offsets"] = list(item.checkpoint_offsets)
     sent = time.perf_counter()
     first: float | None = None
     usage: dict | None = None
-    async with client.stream("POST", "/v1/completions", json=body) as response:
+    async with client.stream("POST", path, json=body) as response:
         if response.status_code != 200:
             detail = (await response.aread()).decode(errors="replace")[:500]
             raise BenchmarkError(
@@ -163,7 +174,7 @@ async def _complete(client, model: str, item: TraceRequest) -> RemoteResult:
             if "error" in chunk:
                 message = chunk["error"].get("message", chunk["error"])
                 raise BenchmarkError(f"request {item.request_id}: the engine failed: {message}")
-            if first is None and chunk.get("choices"):
+            if first is None and any(_has_output(c) for c in chunk.get("choices") or []):
                 first = time.perf_counter()
             if chunk.get("usage"):
                 usage = chunk["usage"]
@@ -177,3 +188,11 @@ async def _complete(client, model: str, item: TraceRequest) -> RemoteResult:
         num_output_tokens=usage.get("completion_tokens", 0),
         ttft_s=(first or time.perf_counter()) - sent,
     )
+
+
+def _has_output(choice: dict) -> bool:
+    """A streamed choice with text (or the finish): a chat stream opens with a role-only delta
+    sent before any token, which TTFT must not count."""
+    delta = choice.get("delta")
+    text = choice.get("text") if delta is None else delta.get("content")
+    return bool(text) or choice.get("finish_reason") is not None

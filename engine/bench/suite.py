@@ -1,6 +1,7 @@
 """The nightly suite: small enough for a few minutes on a 2-core CPU with the ledger runner.
 
-Each workload kind at a reduced scale, and every seed case on the geometry of its seed.
+Each workload kind at a reduced scale (the chat kinds smaller still), and every seed case on
+the geometry of its seed.
 """
 
 from __future__ import annotations
@@ -53,6 +54,36 @@ STANDARD_SUITE: list[BenchmarkSpec] = [
         {
             "name": "agentic-nightly",
             "workload": {"kind": "agentic", "num_sessions": 4, "num_steps": 6},
+            "geometry": _FINE,
+            "concurrency": 4,
+        },
+        {
+            "name": "chat-gsp-nightly",
+            "workload": {
+                "kind": "chat_shared_prefix",
+                "num_groups": 4,
+                "prompts_per_group": 8,
+                "system_prompt_len": 1000,
+                "question_len": 128,
+                "output_len": 16,
+            },
+            "geometry": _FINE,
+            "concurrency": 4,
+        },
+        {
+            "name": "chat-multi-turn-nightly",
+            "workload": {
+                "kind": "chat_multi_turn",
+                "num_users": 4,
+                "num_rounds": 4,
+                "answer_len": 32,
+            },
+            "geometry": _FINE,
+            "concurrency": 4,
+        },
+        {
+            "name": "chat-agentic-nightly",
+            "workload": {"kind": "chat_agentic", "num_sessions": 4, "num_steps": 4},
             "geometry": _FINE,
             "concurrency": 4,
         },

@@ -12,7 +12,13 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from engine.cache.entry import NUM_FREE_LEVELS, RETENTION, CheckpointReason, Entry
+from engine.cache.entry import (
+    NUM_FREE_LEVELS,
+    REASON_VALUE,
+    RETENTION,
+    CheckpointReason,
+    Entry,
+)
 from engine.events import BlockHashesMoved, BlockRemoved, BlockStored, EventSink, NullSink
 from engine.hashing import BlockHash
 
@@ -157,15 +163,13 @@ class BlockPool:
         """Drop every entry the block holds (it is about to be reused)."""
         if not block.keys:
             return
-        removed = block.keys
+        removed = [self.entries.pop(key) for key in block.keys]
         block.keys = []
-        for key in removed:
-            del self.entries[key]
         if not self.is_recording:
             return
         self.sink.emit(
             BlockRemoved(
-                block_hashes=[k.hex() for k in removed],
+                block_hashes=[entry.key_hex for entry in removed],
                 group_idx=self.group_idx,
                 group=self.group,
                 block_ids=[block.block_id],
@@ -232,7 +236,7 @@ class BlockPool:
         A key another block already holds is left where it is, its reason raised if need be.
         """
         block = self.blocks[block_id]
-        added: list[BlockHash] = []
+        added: list[Entry] = []
         max_position = 0
         reason: CheckpointReason | None = None
         for key, position, why in keys:
@@ -243,35 +247,46 @@ class BlockPool:
                     self._requeue(self.blocks[entry.block_id])
                     self._touch_changed(self.blocks[entry.block_id])
                 continue
-            self.entries[key] = Entry(key, block_id, position, why)
+            entry = Entry(key, block_id, position, why)
+            self.entries[key] = entry
             block.keys.append(key)
-            added.append(key)
+            added.append(entry)
             max_position = max(max_position, position)
             if reason is None or why.retention > reason.retention:
                 reason = why
         if not added:
-            return added
+            return []
         start = (max_position - 1) // self.block_size * self.block_size
         block.token_start = start
         self._requeue(block)
         self._touch_changed(block)
-        if not self.is_recording:
-            return added
+        if self.is_recording:
+            self._emit_stored(block_id, added, parent, start, max_position, reason)
+        return [entry.key for entry in added]
+
+    def _emit_stored(
+        self,
+        block_id: int,
+        added: list[Entry],
+        parent: BlockHash | None,
+        start: int,
+        end: int,
+        reason: CheckpointReason | None,
+    ) -> None:
         self.sink.emit(
             BlockStored(
-                block_hashes=[k.hex() for k in added],
+                block_hashes=[entry.key_hex for entry in added],
                 parent_block_hash=parent.hex() if parent is not None else None,
                 block_size=self.block_size,
                 group_idx=self.group_idx,
                 group=self.group,
                 block_ids=[block_id],
-                token_range=(start, max_position),
-                is_partial=max_position % self.block_size != 0,
-                checkpoint_reason=reason.value if reason is not None else None,
+                token_range=(start, end),
+                is_partial=end % self.block_size != 0,
+                checkpoint_reason=REASON_VALUE[reason] if reason is not None else None,
                 medium=self.medium,
             )
         )
-        return added
 
     def move_hashes(self, src_id: int, dst_id: int) -> None:
         """Re-point every entry of `src` at `dst` (producer copy-on-write); no store/remove."""
@@ -294,7 +309,7 @@ class BlockPool:
             BlockHashesMoved(
                 group_idx=self.group_idx,
                 group=self.group,
-                block_hashes=[k.hex() for k in moved],
+                block_hashes=[self.entries[key].key_hex for key in moved],
                 src_block_id=src_id,
                 dst_block_id=dst_id,
             )
@@ -306,8 +321,10 @@ class BlockPool:
         reason = None
         retention = -1
         entries = self.entries
+        keys = []
         for key in block.keys:
             entry = entries[key]
+            keys.append(entry.key_hex)
             if end is None or entry.position > end:
                 end = entry.position
             if RETENTION[entry.reason] > retention:
@@ -322,10 +339,10 @@ class BlockPool:
             "group": self.group,
             "block_id": block.block_id,
             "state": state,
-            "keys": [key.hex() for key in block.keys],
+            "keys": keys,
             "token_range": [block.token_start, end] if end is not None else None,
             "is_partial": end is not None and end % self.block_size != 0,
-            "checkpoint_reason": reason.value if reason is not None else None,
+            "checkpoint_reason": REASON_VALUE[reason] if reason is not None else None,
             "ref_cnt": block.ref_cnt,
             "pinned": block.pin_cnt > 0,
             "last_change": block.last_change,

@@ -108,6 +108,20 @@ class HybridCoordinator:
         )
         return CacheHit(mamba.length, attention_length, attention.block_ids, mamba)
 
+    def reachable_hit(self, num_shared_tokens: int, num_tokens: int) -> int:
+        """The hit a request of `num_tokens` would get if its first `num_shared_tokens` were
+        cached in both groups: `lookup`'s caps (P - 1, the EAGLE drop, the hit grid) applied to
+        a prefix. This operation does not read or change the cache."""
+        config = self.config
+        if not config.enable_prefix_caching:
+            return 0
+        drop = config.eagle_drop
+        proof = min(num_shared_tokens, num_tokens - 1 + drop)
+        length = max(proof // self.unit * self.unit - drop, 0)
+        if not config.is_fine_grained:
+            length = length // config.attention_block_size * config.attention_block_size
+        return length // config.hit_alignment * config.hit_alignment
+
     # ------------------------------------------------------------------ allocation
     def count_admission(self, request_id: str, hit: CacheHit, end: int, positions: list[int]):
         """Free blocks per group that admitting at `hit` and running `[hit, end)` would take."""

@@ -15,6 +15,7 @@ class CheckpointReason(StrEnum):
     RESEND = "resend"
     EXTENSION = "extension"
     JUNCTION = "junction"
+    MESSAGE = "message"  # where a rendered chat message ends
     PIN = "pin"
 
     @property
@@ -29,8 +30,12 @@ RETENTION = {
     CheckpointReason.RESEND: 2,
     CheckpointReason.EXTENSION: 2,
     CheckpointReason.JUNCTION: 3,
+    CheckpointReason.MESSAGE: 3,
     CheckpointReason.PIN: 4,
 }
+
+#: Each reason's string, for rows and events (an enum's `.value` is slow on hot paths).
+REASON_VALUE = {reason: reason.value for reason in CheckpointReason}
 
 #: Free-queue levels: 0 holds blocks with no entry, then one per retention value below pins.
 NUM_FREE_LEVELS = 4
@@ -48,6 +53,10 @@ class Entry:
     block_id: int
     position: int
     reason: CheckpointReason
+    key_hex: str = ""  # the key as events and rows spell it, made once
+
+    def __post_init__(self) -> None:
+        self.key_hex = self.key.hex()
 
     def is_full(self, block_size: int) -> bool:
         return self.position % block_size == 0

@@ -155,6 +155,22 @@ class MambaManager(GroupManager):
                 table.extend([None] * (index + 1 - len(table)))
                 table[index] = block.block_id
                 new_ids.append(block.block_id)
+            elif kind is WriteKind.MOVE_SLOT and self.pool.blocks[table[index]].pin_cnt:
+                # a pin materialized on this live block's checkpoint: the pin keeps the block
+                # and its keys; the request goes on in a private copy of it
+                pinned = table[index]
+                (private,) = self.pool.allocate(1)
+                private.token_start = index * self.block_size
+                key_position = self.pool.entries[self.pool.blocks[pinned].keys[0]].position
+                self.hold(pinned)  # the copy reads it this step
+                self.pool.free([pinned])  # the table's reference moves to the private block
+                table[index] = private.block_id
+                new_ids.append(private.block_id)
+                copies.append(
+                    BlockCopy(
+                        self.group, pinned, private.block_id, "consumer", request_id, key_position
+                    )
+                )
             elif kind is WriteKind.MOVE_SLOT:
                 live = table[index]
                 (owned,) = self.pool.allocate(1)

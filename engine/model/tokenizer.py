@@ -26,11 +26,34 @@ class ByteTokenizer:
         return bytes(t for t in token_ids if 0 <= t < 256)
 
 
+ASSISTANT_HEADER = "<|assistant|>\n"
+
+
+def render_message(message: Mapping[str, str]) -> str:
+    """One message as the plain chat template writes it: a `<|role|>` header, then its text."""
+    return f"<|{message['role']}|>\n{message['content']}\n"
+
+
+def render_messages(messages: Iterable[Mapping[str, str]]) -> str:
+    """The messages alone, without the assistant's open header: a prefix of every chat that
+    starts with them (what a pin of a system prompt renders)."""
+    return "".join(render_message(m) for m in messages)
+
+
 def render_chat(messages: Iterable[Mapping[str, str]]) -> str:
     """The plain chat template: one `<|role|>` header a message, then the assistant's header.
 
     A shared system message renders to the same leading bytes in every conversation, so its
     prefix is cached like any other.
     """
-    parts = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
-    return "".join(parts) + "<|assistant|>\n"
+    return render_messages(messages) + ASSISTANT_HEADER
+
+
+def message_ends(messages: Iterable[Mapping[str, str]]) -> list[int]:
+    """The token offset where each rendered message ends (byte tokens: its UTF-8 length so far),
+    not counting the assistant's open header: a chat request's message checkpoints."""
+    ends, total = [], 0
+    for message in messages:
+        total += len(render_message(message).encode("utf-8"))
+        ends.append(total)
+    return ends

@@ -43,6 +43,7 @@ class _Submit:
     stream: RequestStream
     admitted: Future[None]
     submitted_ts: float
+    checkpoint_offsets: tuple[int, ...] = ()
 
 
 @dataclass
@@ -109,7 +110,11 @@ class AsyncEngine:
 
     # ------------------------------------------------------------------ asyncio side
     async def add_request(
-        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, request_id: str = ""
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        request_id: str = "",
+        checkpoint_offsets: Sequence[int] = (),
     ) -> RequestStream:
         """Submit a request; returns its stream once the engine has taken it.
 
@@ -119,7 +124,15 @@ class AsyncEngine:
         stream = RequestStream(request_id, asyncio.get_running_loop(), self.abort)
         admitted: Future[None] = Future()
         self._send(
-            _Submit(request_id, list(prompt_token_ids), sampling, stream, admitted, time.time())
+            _Submit(
+                request_id,
+                list(prompt_token_ids),
+                sampling,
+                stream,
+                admitted,
+                time.time(),
+                tuple(checkpoint_offsets),
+            )
         )
         await asyncio.wrap_future(admitted)
         return stream
@@ -199,7 +212,10 @@ class AsyncEngine:
                 return  # the caller was cancelled while waiting: never start its request
             try:
                 request = self.engine.add_request(
-                    command.prompt_token_ids, command.sampling, command.request_id
+                    command.prompt_token_ids,
+                    command.sampling,
+                    command.request_id,
+                    checkpoint_offsets=command.checkpoint_offsets,
                 )
             except ValueError as exc:
                 command.admitted.set_exception(RequestRejected(str(exc)))

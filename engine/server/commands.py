@@ -1,9 +1,12 @@
 """Operator commands from the control plane, applied to the engine on its own thread.
 
 `pin {pin_id, token_ids, cache_salt}` materializes a pin (the engine floors the boundary to its
-hit grid); a pin the engine already holds is reported again rather than redone, since the
-control plane resends every active pin when an engine reconnects. `unpin {pin_id}` releases
-one. A pin the engine cannot take is reported as failed with the reason, never raised.
+hit grid); a pin command that carries `messages` (`[{"role", "content"}, ...]`) pins them as
+this engine's chat template renders them, up to the end of the last message (no assistant
+header), and its `token_ids` are ignored. A pin the engine already holds is reported again
+rather than redone, since the control plane resends every active pin when an engine
+reconnects. `unpin {pin_id}` releases one. A pin the engine cannot take is reported as failed
+with the reason, never raised.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import queue
 from collections.abc import Callable
 
 from engine.engine import Engine
+from engine.model.tokenizer import ByteTokenizer, render_messages
 from engine.pins import Pin, PinState
 from engine.wire import Command
 
@@ -33,6 +37,8 @@ def apply_command(engine: Engine, command: Command) -> None:
         return
     token_ids = payload.get("token_ids")
     try:
+        if payload.get("messages") is not None:
+            token_ids = message_tokens(payload["messages"])
         if not pin_id or not isinstance(token_ids, list):
             raise ValueError("a pin command needs a pin_id and a list of token_ids")
         engine.pin(pin_id, [int(t) for t in token_ids], payload.get("cache_salt"))
@@ -41,6 +47,16 @@ def apply_command(engine: Engine, command: Command) -> None:
         failed = Pin(pin_id, len(token_ids or []), 0, None, PinState.FAILED, str(exc))
         engine.sink.emit(failed.event())
         engine.notify_listeners()
+
+
+def message_tokens(messages: object) -> list[int]:
+    """Chat messages as this engine's template renders them, up to the last one's end."""
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        raise ValueError('a pin\'s messages must be a list of {"role", "content"} strings')
+    return ByteTokenizer().encode(render_messages(messages))
 
 
 class CommandQueue:

@@ -129,11 +129,14 @@ async def start_generation(
     sampling: SamplingParams,
     stop: Sequence[str],
     request_id: str,
+    checkpoint_offsets: Sequence[int] = (),
 ) -> Generation:
     if not prompt_token_ids:
         raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
     try:
-        stream = await state.async_engine.add_request(prompt_token_ids, sampling, request_id)
+        stream = await state.async_engine.add_request(
+            prompt_token_ids, sampling, request_id, checkpoint_offsets
+        )
     except (RequestRejected, EngineDeadError) as exc:
         raise from_engine_error(exc) from exc
     state.metrics.requests.inc()

@@ -46,6 +46,7 @@ class CompletionRequest(SamplingFields):
     prompt: str | list[int] | list[str] | list[list[int]]
     echo: bool | None = False
     logprobs: int | None = None
+    checkpoint_offsets: list[int] | None = None  # extension: where the prompt's messages end
 
 
 class ContentPart(BaseModel):

@@ -13,6 +13,7 @@ from pydantic import Field, TypeAdapter
 
 from engine.workloads.agentic import Agentic
 from engine.workloads.base import Workload, WorkloadParams
+from engine.workloads.chat import ChatAgentic, ChatMultiTurn, ChatSharedPrefix
 from engine.workloads.multi_turn import MultiTurn
 from engine.workloads.oracle import OracleHit, OracleResult, capped_hit, oracle
 from engine.workloads.prefix_repetition import PrefixRepetition
@@ -26,6 +27,9 @@ WORKLOAD_KINDS: dict[str, type[WorkloadParams]] = {
         MultiTurn,
         PrefixRepetition,
         Agentic,
+        ChatSharedPrefix,
+        ChatMultiTurn,
+        ChatAgentic,
         SeedMultiTurn,
         SeedSharedPrefix,
         SeedDcp,
@@ -38,6 +42,9 @@ WorkloadSpec = Annotated[
     | MultiTurn
     | PrefixRepetition
     | Agentic
+    | ChatSharedPrefix
+    | ChatMultiTurn
+    | ChatAgentic
     | SeedMultiTurn
     | SeedSharedPrefix
     | SeedDcp
@@ -62,6 +69,9 @@ def build_workload(obj: dict | WorkloadParams) -> Workload:
 __all__ = [
     "WORKLOAD_KINDS",
     "Agentic",
+    "ChatAgentic",
+    "ChatMultiTurn",
+    "ChatSharedPrefix",
     "GeneratedSharedPrefix",
     "MultiTurn",
     "OracleHit",

@@ -62,6 +62,9 @@ class Workload:
     kind: str
     requests: list[dict]
     pins: list[dict] = field(default_factory=list)
+    #: a chat workload's messages by request id: what a live engine is sent through
+    #: `/v1/chat/completions` (the request lines hold their rendering)
+    messages: dict[str, list[dict[str, str]]] = field(default_factory=dict)
 
     @property
     def num_requests(self) -> int:
@@ -69,7 +72,12 @@ class Workload:
 
     @property
     def num_prompt_tokens(self) -> int:
-        return sum(segments_len(line["prompt"]["segments"]) for line in self.requests)
+        return sum(
+            len(line["prompt_token_ids"])
+            if "prompt_token_ids" in line
+            else segments_len(line["prompt"]["segments"])
+            for line in self.requests
+        )
 
     def lines(self, with_pins: bool = False) -> list[dict]:
         """The trace: pin lines first when asked (an operator pins before traffic)."""

@@ -28,6 +28,7 @@ def small_engine(engine_id: str) -> Engine:
         num_blocks=96,
         num_mamba_blocks=48,
         junction_checkpoints=True,
+        checkpoint_mode="stops",  # chunks stop inside live blocks: producer copies and moves
     )
     return Engine(
         cache, SchedulerConfig(max_num_batched_tokens=96), runner="ledger", engine_id=engine_id

@@ -189,6 +189,20 @@ def test_checkpoints_pins_junctions_and_the_form(dashboard_env: Stack):
     assert dashboard_env.get(f"/pins/{pinned['pin_id']}")["state"] == "released"
 
 
+def test_the_pin_form_pins_a_chat_system_prompt(dashboard_env: Stack):
+    at = open_page("checkpoints")
+    system = "You are a terse assistant. " * 5
+    at.text_area(key="pin_text").input(system)
+    at.radio(key="pin_as").set_value("system prompt (chat)")
+    at.text_input(key="pin_label").input("apptest chat prompt")
+    at.button[0].click().run()
+    assert not at.exception and "Pin: done" in texts(at)
+    (made,) = [p for p in dashboard_env.get("/pins") if p["label"] == "apptest chat prompt"]
+    assert made["num_tokens"] == len(f"<|system|>\n{system}\n")  # as the chat template renders
+    at.button(key=f"unpin_{made['pin_id']}").click().run()
+    assert dashboard_env.get(f"/pins/{made['pin_id']}")["state"] == "released"
+
+
 def test_benchmarks_show_a_finished_run(dashboard_env: Stack):
     run = dashboard_env.get(f"/benchmarks/{dashboard_env.benchmark_id}")
     at = open_page("benchmarks")

@@ -388,3 +388,53 @@ def test_inline_writes_every_state_that_stops_mode_writes(
     assert stop_states <= inline_states
     assert set(targets) <= inline_states
     assert len(inline) <= len(stops)
+
+
+# ------------------------------------------------------------------ message checkpoints
+MESSAGE = CheckpointReason.MESSAGE
+
+
+def test_targets_take_message_ends_floored_to_the_unit() -> None:
+    targets = checkpoint_targets(3000, UNIT, BM, False, True, messages=[1012, 1100, 2999])
+    # 2999 floors to 2976, also the resend checkpoint `c`: the message is retained longer
+    assert targets == {992: MESSAGE, 1088: MESSAGE, 2976: MESSAGE}
+
+
+def test_targets_with_partial_hits_off_floor_messages_to_s() -> None:
+    targets = checkpoint_targets(5000, UNIT, 1536, False, False, messages=[1012, 2012, 4700])
+    assert targets == {1536: MESSAGE, 4608: MESSAGE}  # 1012 floors to 0: no target
+
+
+def test_message_retention_equals_the_junction_and_yields_to_a_pin() -> None:
+    assert MESSAGE.retention == JUNCTION.retention
+    assert RESEND.retention < MESSAGE.retention < PIN.retention
+    targets = checkpoint_targets(3000, UNIT, BM, False, True, pins=[1024], messages=[1024, 3000])
+    assert targets[1024] is PIN
+    assert targets[2976] is MESSAGE and 3000 not in targets  # 3000 floors onto c (2976)
+    targets = checkpoint_targets(3008, UNIT, BM, False, True, messages=[2976, 3008])
+    assert targets == {2976: MESSAGE, 3008: MESSAGE}  # over c (2976) and e (3008)
+
+
+def test_chunks_stop_at_message_ends_in_stops_mode() -> None:
+    targets = checkpoint_targets(2100, UNIT, BM, False, True, messages=[1012, 1500])
+    chunks, start = [], 0
+    while start < 2100:
+        chunk = plan_chunk(start, 8192, 2100, BM, 8192, False, targets, True)
+        chunks.append(chunk)
+        start = chunk.end
+    assert chunks == [
+        Chunk(992, StopReason.MESSAGE),
+        Chunk(1024, StopReason.BLOCK),  # resumed inside a block: its end
+        Chunk(1472, StopReason.MESSAGE),
+        Chunk(1536, StopReason.BLOCK),
+        Chunk(2048, StopReason.BLOCK),
+        Chunk(2080, StopReason.RESEND),
+        Chunk(2100, StopReason.END),
+    ]
+
+
+def test_inline_mode_writes_message_states_inside_one_chunk() -> None:
+    targets = checkpoint_targets(2100, UNIT, BM, False, True, messages=[1012])
+    assert plan_chunk(0, 8192, 2100, BM, 8192, False, targets, False) == Chunk(2100, "end")
+    positions = state_positions(0, 2100, BM, targets, inline=True)
+    assert positions == [512, 992, 1024, 1536, 2048, 2080, 2100]

@@ -108,3 +108,31 @@ def test_pin_of_a_cached_prefix_materializes_without_computing():
     e.step()
     assert pin.state is PinState.MATERIALIZED
     assert e.last_output.chunks == []
+
+
+def test_a_pin_on_a_running_requests_live_checkpoint_leaves_it_pinned():
+    """A request and a pin of its whole prompt in flight together, 4 tokens a step: the
+    request registers a checkpoint in its live Mamba block and the pin materializes on that
+    very block. The request then goes on in a private copy; the pinned state stays as it was
+    (found by the property test once pins were made while requests run)."""
+    cache = CacheConfig(
+        block_size=4,
+        mamba_block_size=16,
+        prefix_match_unit=2,
+        num_blocks=64,
+        checkpoint_mode="stops",
+    )
+    e = Engine(cache, SchedulerConfig(max_num_batched_tokens=4), runner="ledger")
+    prompt = tokens(9, 18)
+    request = e.add_request(prompt, SamplingParams(max_tokens=6))
+    pin = e.pin("live", prompt)
+    while e.has_unfinished():
+        e.step()
+        e.check_invariants()
+    assert pin.state is PinState.MATERIALIZED and pin.boundary == 18
+    assert request.finish_reason == "length"
+    consumer = [c for c in request.cow_copies if c["path"] == "consumer"]
+    assert [(c["group"], c["src"]) for c in consumer] == [("mamba", pin.block_ids["mamba"][0])]
+    resend = e.add_request(prompt + tokens(10, 3), SamplingParams(max_tokens=1))
+    e.run_until_done()
+    assert resend.num_cached_tokens == 18  # the pinned state, intact: the ledger checked it

@@ -1,15 +1,16 @@
 """`POST /v1/chat/completions`: messages rendered by the plain chat template, then generated
-like a completion."""
+like a completion; where each rendered message ends goes with it as a message checkpoint."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 from fastapi import APIRouter, Request
 
-from engine.model.tokenizer import ByteTokenizer, render_chat
+from engine.model.tokenizer import ByteTokenizer, message_ends, render_chat
 from engine.server.deps import StateDep
 from engine.server.errors import OpenAIError
 from engine.server.generation import Generation, check_model, sampling_params, start_generation
@@ -33,13 +34,16 @@ def _content(message: ChatMessage, index: int) -> str:
     return "".join(texts)
 
 
-def prompt_token_ids(messages: list[ChatMessage]) -> list[int]:
+class ChatPrompt(NamedTuple):
+    token_ids: list[int]
+    checkpoint_offsets: list[int]  # where each rendered message ends (the open header not)
+
+
+def chat_prompt(messages: list[ChatMessage]) -> ChatPrompt:
     if not messages:
         raise OpenAIError("messages must not be empty", param="messages")
-    rendered = render_chat(
-        {"role": m.role, "content": _content(m, i)} for i, m in enumerate(messages)
-    )
-    return ByteTokenizer().encode(rendered)
+    plain = [{"role": m.role, "content": _content(m, i)} for i, m in enumerate(messages)]
+    return ChatPrompt(ByteTokenizer().encode(render_chat(plain)), message_ends(plain))
 
 
 @router.post("/chat/completions")
@@ -54,8 +58,14 @@ async def create_chat_completion(
         max_tokens = body.max_tokens
     sampling = sampling_params(body, max_tokens)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    prompt = chat_prompt(body.messages)
     generation = await start_generation(
-        state, prompt_token_ids(body.messages), sampling, body.stop_strings, completion_id
+        state,
+        prompt.token_ids,
+        sampling,
+        body.stop_strings,
+        completion_id,
+        prompt.checkpoint_offsets,
     )
     head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:

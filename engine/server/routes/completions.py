@@ -1,4 +1,7 @@
-"""`POST /v1/completions`: a prompt (text as bytes, or token ids) in, generated text out."""
+"""`POST /v1/completions`: a prompt (text as bytes, or token ids) in, generated text out.
+
+The extension field `checkpoint_offsets` (token offsets where the prompt's chat messages end)
+asks the engine to keep the states there, as a chat request's rendered messages do."""
 
 from __future__ import annotations
 
@@ -34,6 +37,18 @@ def prompt_token_ids(prompt: str | list[int] | list[str] | list[list[int]]) -> l
     return list(prompt)
 
 
+def checkpoint_offsets(offsets: list[int] | None, num_prompt_tokens: int) -> list[int]:
+    """The extension field `checkpoint_offsets`: message ends in `(0, prompt length]`."""
+    bad = [p for p in offsets or [] if not 0 < p <= num_prompt_tokens]
+    if bad:
+        raise OpenAIError(
+            f"checkpoint_offsets must lie in (0, {num_prompt_tokens}] (the prompt's length), "
+            f"got {bad[:5]}",
+            param="checkpoint_offsets",
+        )
+    return list(offsets or [])
+
+
 @router.post("/completions")
 async def create_completion(body: CompletionRequest, http_request: Request, state: StateDep):
     check_model(body.model, state.model_name)
@@ -43,8 +58,10 @@ async def create_completion(body: CompletionRequest, http_request: Request, stat
         raise OpenAIError("logprobs are not supported", param="logprobs")
     sampling = sampling_params(body, body.max_tokens)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
+    token_ids = prompt_token_ids(body.prompt)
+    offsets = checkpoint_offsets(body.checkpoint_offsets, len(token_ids))
     generation = await start_generation(
-        state, prompt_token_ids(body.prompt), sampling, body.stop_strings, completion_id
+        state, token_ids, sampling, body.stop_strings, completion_id, offsets
     )
     head = {
         "id": completion_id,

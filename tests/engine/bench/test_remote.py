@@ -113,3 +113,31 @@ def test_an_unreachable_engine_fails_with_exit_1(capsys):
     url = f"http://127.0.0.1:{free_port()}"
     assert bench("--workload", "seed_shared_prefix", "--engine", url, "--quiet") == 1
     assert "cannot list the models" in capsys.readouterr().err
+
+
+def test_a_chat_workload_goes_through_chat_completions_and_hits_its_system_messages(server_url):
+    spec = BenchmarkSpec.model_validate(
+        {
+            "name": "remote-chat",
+            "workload": {
+                "kind": "chat_shared_prefix",
+                "seed": 3,
+                "num_groups": 2,
+                "prompts_per_group": 2,
+                "system_prompt_len": 700,
+                "question_len": 40,
+                "output_len": 2,
+                "shuffle": False,
+            },
+            "concurrency": 1,
+        }
+    )
+    workload = spec.workload.build()
+    system_end = workload.requests[0]["checkpoint_offsets"][0]
+    results = run_remote(spec, server_url)
+    (row,) = results["modes"]
+    assert row["num_prompt_tokens"] == workload.num_prompt_tokens  # rendered as the trace is
+    # the server's message checkpoints: each group's second request hits its whole system message
+    assert row["num_cached_tokens"] == 2 * (system_end // 16 * 16)
+    # the oracle also counts the user header and any leading characters the questions share
+    assert row["num_cached_tokens"] <= results["oracle"]["num_oracle_tokens"]
