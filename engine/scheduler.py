@@ -196,8 +196,8 @@ class Scheduler:
         if request.is_pin:
             # its own boundary; with partial hits also the resend checkpoint an exact resend of
             # the pinned prefix hits (every hit stops short of the whole prompt), cached, not
-            # pinned, so it may be evicted like any other
-            pins, junction = [request.num_prompt_tokens], None
+            # pinned, so it may be evicted like any other; and its junction, like any request's
+            pins = [request.num_prompt_tokens]
         else:
             pins = [
                 pin.boundary

@@ -17,6 +17,8 @@ class Submission:
     max_tokens: int = 1
     extends_previous: bool = False  # prompt = previous request's prompt + output + token_ids
     pin: bool = False
+    unpin: bool = False  # release the latest pin still active (token_ids unused)
+    abort_after: int | None = None  # run this many steps, then abort the oldest in flight
 
 
 @dataclass
@@ -26,16 +28,31 @@ class Harness:
     max_steps: int = 20_000
     audit_entries: bool = True
     on_step: Callable[[Engine], None] | None = None
+    drain_for_pins: bool = True  # False: pins are made and released while requests run
     finished: list[Request] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     pinned_prefixes: list[list[int]] = field(default_factory=list)
     _keys: dict[BlockHash, tuple[list[int], int]] = field(default_factory=dict)
     num_steps: int = 0
+    aborted_ids: set[str] = field(default_factory=set)
+    # what a trace reached: pins made / released with requests in flight, running aborts
+    num_pins_while_running: int = 0
+    num_unpins_while_running: int = 0
+    num_running_aborts: int = 0
 
     def run(self, submissions: list[Submission]) -> list[Request]:
         for sub in submissions:
+            if sub.unpin:
+                self._unpin()
+                continue
+            if sub.abort_after is not None:
+                self._abort(sub.abort_after)
+                continue
             if sub.pin:
-                self._drain(0)
+                if self.drain_for_pins:
+                    self._drain(0)
+                elif self._in_flight():
+                    self.num_pins_while_running += 1
                 alignment = self.engine.cache_config.hit_alignment
                 if len(sub.token_ids) < alignment:
                     try:
@@ -47,7 +64,9 @@ class Harness:
                 self.pinned_prefixes.append(sub.token_ids)
                 self._learn(sub.token_ids)
                 self.engine.pin(f"pin-{len(self.pinned_prefixes)}", sub.token_ids)
-                self._drain(0)
+                if self.drain_for_pins:
+                    self._drain(0)
+                self.check()
                 continue
             self._drain(self.concurrency - 1)
             tokens = sub.token_ids
@@ -60,6 +79,27 @@ class Harness:
             self.requests.append(request)
         self._drain(0)
         return self.requests
+
+    def _unpin(self) -> None:
+        active = [p for p in self.engine.pins.values() if p.is_active]
+        if not active:
+            return
+        self.num_unpins_while_running += self.engine.has_unfinished()
+        self.engine.unpin(active[-1].pin_id)
+        self.check()
+
+    def _abort(self, num_steps: int) -> None:
+        for _ in range(num_steps):
+            if self.engine.has_unfinished():
+                self._step()
+        in_flight = [r for r in self.requests if r.finish_reason is None]
+        if not in_flight:
+            return
+        victim = in_flight[0]
+        self.num_running_aborts += victim.status.value == "running"
+        self.aborted_ids.add(victim.request_id)
+        self.engine.abort(victim.request_id)
+        self.check()
 
     def _drain(self, limit: int) -> None:
         while self._in_flight() > limit or (limit == 0 and self.engine.has_unfinished()):
@@ -122,7 +162,7 @@ def longest_request(submissions: list[Submission]) -> int:
     """Prompt plus output tokens of the longest request the trace can make."""
     longest = previous = 0
     for sub in submissions:
-        if sub.pin:
+        if sub.pin or sub.unpin or sub.abort_after is not None:
             continue
         prompt = previous + len(sub.token_ids) if sub.extends_previous else len(sub.token_ids)
         previous = prompt + sub.max_tokens
