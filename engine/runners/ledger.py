@@ -11,6 +11,9 @@ is right.
 
 from __future__ import annotations
 
+import sys
+from array import array
+
 import numpy as np
 
 from engine.cache.coordinator import ATTENTION
@@ -19,8 +22,13 @@ from engine.config import CacheConfig, ModelConfig
 from engine.outputs import RunnerOutput, ScheduledChunk
 from engine.runners.base import Runner
 
-_MOD = (1 << 61) - 1
-_BASE = 1_000_003
+# The digest is the prefix read as digits of base 2**64 (one token a digit, first token most
+# significant), modulo the Mersenne prime 2**89 - 1: Horner's rule, so absorbing `a` then `b`
+# gives the state of absorbing `a + b` whatever the chunking, and distinct prefixes of one
+# length are distinct numbers before the modulus.
+_MOD_BITS = 89
+_MOD = (1 << _MOD_BITS) - 1
+_DIGIT_BITS = 64
 EMPTY = -1
 
 MambaState = tuple[int, int]  # (tokens absorbed, rolling digest)
@@ -32,9 +40,14 @@ class LedgerMismatch(AssertionError):
 
 def advance(state: MambaState, token_ids: list[int]) -> MambaState:
     length, digest = state
-    for token in token_ids:
-        digest = (digest * _BASE + token + 1) % _MOD
-    return length + len(token_ids), digest
+    if not token_ids:
+        return state
+    digits = array("Q", token_ids)
+    if sys.byteorder == "little":
+        digits.byteswap()
+    tail = int.from_bytes(digits.tobytes(), "big")
+    shift = 1 << (_DIGIT_BITS * len(token_ids)) % _MOD_BITS  # 2**(64 n) mod (2**89 - 1)
+    return length + len(token_ids), (digest * shift + tail) % _MOD
 
 
 class LedgerRunner(Runner):
@@ -45,7 +58,10 @@ class LedgerRunner(Runner):
         self.vocab = min(model_config.vocab_size, 256)
         self.num_checked_tokens = 0
         self.num_checked_states = 0
-        self._truth: dict[str, MambaState] = {}  # per request: the true state last checked
+        # per request scheduled in the last step: the true state last checked, and its token
+        # ids as an array grown by what it appended (a request that skips a step starts over)
+        self._truth: dict[str, MambaState] = {}
+        self._arrays: dict[str, np.ndarray] = {}
 
     def zero_blocks(self, group: str, block_ids: list[int]) -> None:
         if group == ATTENTION:
@@ -65,10 +81,26 @@ class LedgerRunner(Runner):
         table = np.asarray(block_ids, dtype=np.int64)
         return table[positions // self.block_size], positions % self.block_size
 
+    def _token_array(self, chunk: ScheduledChunk) -> np.ndarray:
+        """The request's token ids up to the chunk's end as an array, extended, not rebuilt."""
+        array = self._arrays.get(chunk.request_id)
+        if array is None or len(array) > chunk.end:
+            array = np.asarray(chunk.token_ids[: chunk.end], dtype=np.int64)
+        elif len(array) < chunk.end:
+            tail = np.asarray(chunk.token_ids[len(array) : chunk.end], dtype=np.int64)
+            array = np.concatenate((array, tail))
+        return array
+
     def forward(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
         sampled: dict[str, int] = {}
+        arrays: dict[str, np.ndarray] = {}
+        truth: dict[str, MambaState] = {}
+        for chunk in chunks:
+            arrays[chunk.request_id] = self._token_array(chunk)
+        self._arrays = arrays
         for chunk in chunks:
             state = self._read(chunk)
+            truth[chunk.request_id] = self._truth[chunk.request_id]
             tokens = chunk.token_ids
             rows, cols = self._slots(chunk.attention_block_ids, chunk.start, chunk.end)
             self.attention[rows, cols] = tokens[chunk.start : chunk.end]
@@ -77,8 +109,11 @@ class LedgerRunner(Runner):
                 state = advance(state, tokens[position:target])
                 position = target
                 self.mamba[block_id] = state
+            if position == chunk.end:  # advanced from the checked state: the truth at the end
+                truth[chunk.request_id] = state
             if chunk.sample:
                 sampled[chunk.request_id] = state[1] % self.vocab
+        self._truth = truth
         return RunnerOutput(sampled=sampled)
 
     def _read(self, chunk: ScheduledChunk) -> MambaState:
@@ -87,7 +122,7 @@ class LedgerRunner(Runner):
         if start:
             rows, cols = self._slots(chunk.attention_block_ids, 0, start)
             held = self.attention[rows, cols]
-            expected = np.asarray(tokens[:start], dtype=np.int64)
+            expected = self._arrays[chunk.request_id][:start]
             wrong = np.flatnonzero(held != expected)
             if wrong.size:
                 p = int(wrong[0])
