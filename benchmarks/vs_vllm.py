@@ -6,8 +6,8 @@ and the same arrival order. Every ratio printed is Junction's median over vLLM's
 measured in this run, their rounds alternating so the machine's noise falls on both alike.
 
 1. Hits: the trace (or a generated workload) through Junction with its defaults and with
-   partial hits off, and through vLLM with partial hits on and off; totals against the oracle,
-   and every request where Junction hits less than vLLM.
+   partial hits off, and through vLLM with partial hits on and off; every request's hit and the
+   totals against the oracle, and every request where Junction hits less than vLLM.
 2. Hashing one 8192-token prompt at U 16.
 3. One lookup of an 8192-token prompt after the cache was warmed with two prompts that share
    its prefix: a prefix that ends inside an attention block (Ba 64, Bm 512, U 16; and Ba = Bm =
@@ -150,7 +150,7 @@ def compare_hits(args, peer: PeerProcess, console: Console) -> None:
         console.print(f"{ours} below {theirs}: {len(below)} of {len(requests)} requests")
         for request_id, mine, peer_hit, oracle_hit in below[:20]:
             console.print(f"  {request_id}: {mine} < {peer_hit} (oracle {oracle_hit})")
-    if args.per_request:
+    if not args.totals_only:
         table = Table(title="hit tokens per request")
         for column in ("request", "oracle", *runs):
             table.add_column(column, justify="right")
@@ -329,7 +329,9 @@ def main() -> int:
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
     parser.add_argument("--num-blocks", type=int, default=4096)
     parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--per-request", action="store_true", help="print every request's hits")
+    parser.add_argument(
+        "--totals-only", action="store_true", help="no table of every request's hits"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     parser.add_argument("--hashes", type=int, default=200, help="prompts hashed per round")
     parser.add_argument("--lookups", type=int, default=500, help="lookups per round")
