@@ -329,16 +329,10 @@ class BlockPool:
                 end = entry.position
             if RETENTION[entry.reason] > retention:
                 reason, retention = entry.reason, RETENTION[entry.reason]
-        if block.pin_cnt:
-            state = "pinned"
-        elif block.ref_cnt:
-            state = "in_use"
-        else:
-            state = "cached" if block.keys else "free"
         return {
             "group": self.group,
             "block_id": block.block_id,
-            "state": state,
+            "state": block.state,
             "keys": keys,
             "token_range": [block.token_start, end] if end is not None else None,
             "is_partial": end is not None and end % self.block_size != 0,

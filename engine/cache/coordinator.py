@@ -98,11 +98,7 @@ class HybridCoordinator:
         proof_limit = min(limit + drop, len(hashes) * self.unit)
         fine = config.is_fine_grained
         attention = self.attention.find_longest_hit(hashes, proof_limit, self.unit, fine)
-        attention_length = max(attention.length - drop, 0)
-        if not fine:
-            attention_length = (
-                attention_length // config.attention_block_size * (config.attention_block_size)
-            )
+        attention_length = self._after_drop(attention.length, drop)
         mamba = self.mamba.find_longest_hit(
             hashes, attention_length, self.unit, config.hit_alignment
         )
@@ -117,10 +113,16 @@ class HybridCoordinator:
             return 0
         drop = config.eagle_drop
         proof = min(num_shared_tokens, num_tokens - 1 + drop)
-        length = max(proof // self.unit * self.unit - drop, 0)
-        if not config.is_fine_grained:
-            length = length // config.attention_block_size * config.attention_block_size
+        length = self._after_drop(proof // self.unit * self.unit, drop)
         return length // config.hit_alignment * config.hit_alignment
+
+    def _after_drop(self, proof_length: int, drop: int) -> int:
+        """An attention proof less the EAGLE drop, on the block grid when hits are coarse."""
+        length = max(proof_length - drop, 0)
+        if not self.config.is_fine_grained:
+            size = self.config.attention_block_size
+            length = length // size * size
+        return length
 
     # ------------------------------------------------------------------ allocation
     def count_admission(self, request_id: str, hit: CacheHit, end: int, positions: list[int]):
