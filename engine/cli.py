@@ -10,7 +10,13 @@ import shutil
 import sys
 import tempfile
 
-from engine.config import CHECKPOINT_MODES, CacheConfig, ModelConfig, SchedulerConfig
+from engine.config import (
+    CHECKPOINT_MODES,
+    DEFAULT_CHECKPOINT_INTERVAL,
+    CacheConfig,
+    ModelConfig,
+    SchedulerConfig,
+)
 from engine.runners import RUNNER_NAMES
 
 EXIT_BAD_INPUT = 2
@@ -45,6 +51,14 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
         choices=CHECKPOINT_MODES,
         default="inline",
         help="inline: write states inside chunks (default); stops: end chunks at checkpoints",
+    )
+    group.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help=f"inline: also keep a Mamba state every TOKENS tokens, only in spare blocks "
+        f"(default {DEFAULT_CHECKPOINT_INTERVAL} rounded up to the match unit; 0: none)",
     )
     group.add_argument("--max-num-batched-tokens", type=int, default=8192)
     group.add_argument("--long-prefill-threshold", type=int, default=0)
@@ -109,6 +123,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[CacheConfig, SchedulerC
         partial_hits=not args.no_partial_hits,
         junction_checkpoints=args.junction_checkpoints,
         checkpoint_mode=args.checkpoint_mode,
+        checkpoint_interval=args.checkpoint_interval,
         eagle=args.eagle,
     )
     scheduler = SchedulerConfig(

@@ -13,6 +13,9 @@ from typing import Literal
 CheckpointMode = Literal["stops", "inline"]
 CHECKPOINT_MODES: tuple[str, ...] = ("stops", "inline")
 
+#: tokens between interval states when `checkpoint_interval` is not given (rounded up to `U`)
+DEFAULT_CHECKPOINT_INTERVAL = 64
+
 
 def _require_positive(name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -37,6 +40,9 @@ class CacheConfig:
     partial_hits: bool = True
     junction_checkpoints: bool = True
     checkpoint_mode: CheckpointMode = "inline"
+    # inline: a spare Mamba state every this many tokens, kept only in free blocks that hold
+    # nothing retained longer (0: none; None: DEFAULT_CHECKPOINT_INTERVAL rounded up to U)
+    checkpoint_interval: int | None = None
     eagle: bool = False
     pin_max_share: float = 0.25
 
@@ -52,6 +58,11 @@ class CacheConfig:
                 f"checkpoint_mode must be one of {', '.join(CHECKPOINT_MODES)}, "
                 f"got {self.checkpoint_mode!r}"
             )
+        if self.checkpoint_interval is not None and self.checkpoint_interval < 0:
+            raise ValueError(
+                f"checkpoint_interval must be >= 0 (0 turns interval states off), "
+                f"got {self.checkpoint_interval}"
+            )
         if not 0.0 <= self.pin_max_share <= 1.0:
             raise ValueError(f"pin_max_share must lie in [0, 1], got {self.pin_max_share}")
         unit = self.match_unit
@@ -59,6 +70,11 @@ class CacheConfig:
             raise ValueError(
                 f"prefix_match_unit {unit} must divide the attention block size "
                 f"{self.attention_block_size} and the Mamba block size {self.mamba_block_size}"
+            )
+        if self.checkpoint_interval is not None and self.checkpoint_interval % unit:
+            raise ValueError(
+                f"checkpoint_interval {self.checkpoint_interval} must be a multiple of the "
+                f"match unit {unit} (states elsewhere can never be hit)"
             )
 
     @property
@@ -98,6 +114,20 @@ class CacheConfig:
         if not self.eagle:
             return 0
         return self.match_unit if self.is_fine_grained else self.attention_block_size
+
+    @property
+    def state_interval(self) -> int:
+        """The interval states are written at: only inline, with fine-grained hits and the
+        cache on (elsewhere no hit can land between block boundaries); 0 when off."""
+        if (
+            self.checkpoint_mode != "inline"
+            or not self.is_fine_grained
+            or not self.enable_prefix_caching
+        ):
+            return 0
+        if self.checkpoint_interval is None:
+            return -(-DEFAULT_CHECKPOINT_INTERVAL // self.match_unit) * self.match_unit
+        return self.checkpoint_interval
 
     @property
     def mamba_num_blocks(self) -> int:

@@ -47,6 +47,8 @@ class Scheduler:
         self.pins: dict[str, Pin] = {}
         self.step_id = 0
         self._refused: list[Request] = []  # finished while scheduling: update() returns them
+        # this step's interval states per request (position -> reason), registered by update()
+        self._interval_positions: dict[str, dict[int, CheckpointReason]] = {}
 
     # ------------------------------------------------------------------ intake
     def add_request(self, request: Request) -> None:
@@ -165,7 +167,28 @@ class Scheduler:
             index += 1
         if not out.preempted_ids:
             self._admit_waiting(out, budget)
+        self._add_interval_states(out)
         return out
+
+    def _add_interval_states(self, out: SchedulerOutput) -> None:
+        """Last in the step, once every chunk has its blocks: the spare interval states, so
+        they take only what no chunk of this step needed."""
+        self._interval_positions.clear()
+        if not self.cache_config.state_interval:
+            return
+        coordinator = self.coordinator
+        for chunk in out.chunks:
+            writes = chunk.mamba_writes
+            new_ids = coordinator.add_interval_states(chunk.start, chunk.end, writes)
+            if not new_ids:
+                continue
+            out.new_block_ids[MAMBA].extend(new_ids)
+            added = set(new_ids)
+            self._interval_positions[chunk.request_id] = {
+                position: CheckpointReason.INTERVAL
+                for position, block_id in writes
+                if block_id in added
+            }
 
     def _plan(self, request: Request, start: int, budget: int) -> Chunk | None:
         if not request.is_prefilling or start >= request.prefill_target:
@@ -419,10 +442,12 @@ class Scheduler:
                 chunk.end,
                 request.targets,
             )
+            reasons = request.targets
+            interval = self._interval_positions.get(chunk.request_id)
+            if interval:
+                reasons = {**interval, **reasons}
             request.checkpoints.extend(
-                coordinator.register_mamba(
-                    chunk.mamba_writes, request.block_hashes, request.targets
-                )
+                coordinator.register_mamba(chunk.mamba_writes, request.block_hashes, reasons)
             )
             if chunk.sample:
                 token = result.sampled[request.request_id]

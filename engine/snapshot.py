@@ -26,6 +26,7 @@ def geometry(engine: Engine) -> dict:
         "partial_hits": config.partial_hits,
         "junction_checkpoints": config.junction_checkpoints,
         "checkpoint_mode": config.checkpoint_mode,
+        "checkpoint_interval": config.state_interval,
         "enable_prefix_caching": config.enable_prefix_caching,
         "hit_alignment": config.hit_alignment,
         "max_model_len": engine.scheduler_config.max_model_len,

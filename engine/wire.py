@@ -42,7 +42,7 @@ CLOSE_TRY_AGAIN = 1013  # the control plane's store is unavailable: reconnect la
 EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
 Hex = Annotated[str, Field(pattern=r"^[0-9a-f]+$", max_length=128)]
 Group = Literal["attention", "mamba"]
-Reason = Literal["block", "resend", "extension", "junction", "pin", "message"]
+Reason = Literal["interval", "block", "resend", "extension", "junction", "pin", "message"]
 BlockState = Literal["free", "cached", "in_use", "pinned"]
 GROUPS: tuple[str, ...] = get_args(Group)
 REASONS: tuple[str, ...] = get_args(Reason)

@@ -18,6 +18,7 @@ GEOMETRY = {
     "eagle": "EAGLE",
     "dcp_size": "DCP size",
     "checkpoint_mode": "checkpoint mode",
+    "checkpoint_interval": "interval states every (tokens; 0 off)",
     "junction_checkpoints": "junction checkpoints",
     "enable_prefix_caching": "prefix caching",
     "max_model_len": "max model length",

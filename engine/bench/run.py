@@ -100,8 +100,11 @@ def warm_up(spec: BenchmarkSpec) -> None:
     engine.generate([[token % 256 for token in range(length)]], SamplingParams(max_tokens=2))
 
 
-def build_engine(spec: BenchmarkSpec, mode: str, meter: StepMeter | None = None) -> Engine:
-    cache = spec.geometry.cache_config(**MODE_CACHE_OPTIONS[mode])
+def build_engine(
+    spec: BenchmarkSpec, mode: str, meter: StepMeter | None = None, **cache_options
+) -> Engine:
+    """The engine of one mode; `cache_options` override the mode's `CacheConfig` fields."""
+    cache = spec.geometry.cache_config(**{**MODE_CACHE_OPTIONS[mode], **cache_options})
     model = spec.model.to_model_config()
     runner = make_runner(spec.runner, cache, model)
     if meter is not None:

@@ -25,17 +25,23 @@ Mode = Literal["off", "aligned", "partial", "junction", "junction_inline", "pins
 MODES: tuple[str, ...] = get_args(Mode)
 
 _NO_JUNCTIONS = {"junction_checkpoints": False, "checkpoint_mode": "stops"}
+#: the default policy: junction checkpoints, inline, interval states at the default interval
+_DEFAULT_POLICY = {
+    "junction_checkpoints": True,
+    "checkpoint_mode": "inline",
+    "checkpoint_interval": None,
+}
 
 #: what each mode sets on top of the geometry, every policy field spelled out so a mode means
 #: the same whatever the defaults are; `junction_inline` is the default policy, and `pins`
-#: replays the workload's pin lines on top of it
+#: replays the workload's pin lines on top of it (`benchmarks/interval.py` compares intervals)
 MODE_CACHE_OPTIONS: dict[str, dict] = {
     "off": {"enable_prefix_caching": False},
     "aligned": {"partial_hits": False, **_NO_JUNCTIONS},
     "partial": {"partial_hits": True, **_NO_JUNCTIONS},
     "junction": {"junction_checkpoints": True, "checkpoint_mode": "stops"},
-    "junction_inline": {"junction_checkpoints": True, "checkpoint_mode": "inline"},
-    "pins": {"junction_checkpoints": True, "checkpoint_mode": "inline"},
+    "junction_inline": _DEFAULT_POLICY,
+    "pins": _DEFAULT_POLICY,
 }
 
 Runner = Literal["null", "ledger", "torch"]

@@ -91,6 +91,10 @@ class BlockPool:
         """Blocks an allocation may take, cached ones included."""
         return self._num_free
 
+    def num_free_up_to(self, level: int) -> int:
+        """Free blocks that hold nothing retained above `level`: what taking one gives up."""
+        return sum(len(queue) for queue in self._free[: level + 1])
+
     @property
     def num_pinned(self) -> int:
         return self._num_pinned

@@ -163,6 +163,17 @@ class HybridCoordinator:
             new_block_ids={ATTENTION: new_attention, MAMBA: mamba.new_block_ids},
         )
 
+    def add_interval_states(self, start: int, end: int, writes: list[tuple[int, int]]) -> list[int]:
+        """The interval states strictly inside the chunk `[start, end)` that `writes` lacks,
+        added where spare blocks allow (DESIGN.md: interval checkpoints); new Mamba block ids."""
+        interval = self.config.state_interval
+        if not interval or end - start < 2:
+            return []
+        have = {position for position, _ in writes}
+        first = (start // interval + 1) * interval
+        positions = [p for p in range(first, end, interval) if p not in have]
+        return self.mamba.add_interval_writes(writes, positions) if positions else []
+
     # ------------------------------------------------------------------ after the forward
     def register_attention(
         self,

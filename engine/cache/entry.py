@@ -11,6 +11,7 @@ from engine.hashing import BlockHash
 class CheckpointReason(StrEnum):
     """Why an entry exists; it decides how long a free block holding it is kept."""
 
+    INTERVAL = "interval"  # a spare state every `checkpoint_interval` tokens (inline)
     BLOCK = "block"
     RESEND = "resend"
     EXTENSION = "extension"
@@ -26,19 +27,20 @@ class CheckpointReason(StrEnum):
 
 #: Each reason's retention, as a plain dict for the pool's hot paths.
 RETENTION = {
-    CheckpointReason.BLOCK: 1,
-    CheckpointReason.RESEND: 2,
-    CheckpointReason.EXTENSION: 2,
-    CheckpointReason.JUNCTION: 3,
-    CheckpointReason.MESSAGE: 3,
-    CheckpointReason.PIN: 4,
+    CheckpointReason.INTERVAL: 1,
+    CheckpointReason.BLOCK: 2,
+    CheckpointReason.RESEND: 3,
+    CheckpointReason.EXTENSION: 3,
+    CheckpointReason.JUNCTION: 4,
+    CheckpointReason.MESSAGE: 4,
+    CheckpointReason.PIN: 5,
 }
 
 #: Each reason's string, for rows and events (an enum's `.value` is slow on hot paths).
 REASON_VALUE = {reason: reason.value for reason in CheckpointReason}
 
 #: Free-queue levels: 0 holds blocks with no entry, then one per retention value below pins.
-NUM_FREE_LEVELS = 4
+NUM_FREE_LEVELS = 5
 
 
 @dataclass(slots=True)

@@ -14,9 +14,11 @@ from enum import Enum
 from typing import NamedTuple
 
 from engine.cache.block_pool import InvariantError
-from engine.cache.entry import CheckpointReason
+from engine.cache.entry import RETENTION, CheckpointReason
 from engine.cache.manager import BlockCopy, GroupManager
 from engine.hashing import BlockHash
+
+INTERVAL_RETENTION = RETENTION[CheckpointReason.INTERVAL]
 
 
 class MambaHit(NamedTuple):
@@ -142,11 +144,9 @@ class MambaManager(GroupManager):
         new_ids: list[int] = []
         for position, kind in self.plan_writes(table, end, positions):
             if kind is WriteKind.OWNED:
-                (block,) = self.pool.allocate(1)
-                block.token_start = self.slot_index(position) * self.block_size
-                self.keep_allocated_until_step_end(block)
-                new_ids.append(block.block_id)
-                writes.append((position, block.block_id))
+                block_id = self._owned_block(position)
+                new_ids.append(block_id)
+                writes.append((position, block_id))
                 continue
             index = self.slot_index(position)
             if kind is WriteKind.NEW_SLOT:
@@ -187,6 +187,29 @@ class MambaManager(GroupManager):
                 )
             writes.append((position, table[index]))
         return MambaWrites(read_block, writes, copies, new_ids)
+
+    def _owned_block(self, position: int) -> int:
+        """A cache-owned block for the state at `position`, inside some slot's span."""
+        (block,) = self.pool.allocate(1)
+        block.token_start = self.slot_index(position) * self.block_size
+        self.keep_allocated_until_step_end(block)
+        return block.block_id
+
+    def add_interval_writes(
+        self, writes: list[tuple[int, int]], positions: Sequence[int]
+    ) -> list[int]:
+        """Give each interval position a cache-owned block while free blocks holding nothing
+        retained longer than an interval state remain (an interval state never evicts a better
+        one), inserting `(position, block)` into `writes`; returns the new block ids."""
+        new_ids = []
+        for position in positions:
+            if not self.pool.num_free_up_to(INTERVAL_RETENTION):
+                break
+            new_ids.append(self._owned_block(position))
+            writes.append((position, new_ids[-1]))
+        if new_ids:
+            writes.sort()
+        return new_ids
 
     def register(
         self,

@@ -78,12 +78,16 @@ def test_a_pinned_chat_system_prompt_is_hit_by_the_first_chat_request(api_proces
             "the pin to materialize",
             lambda: pin_state(api, pin["pin_id"], "e2e-chat-pin") == "materialized",
         )
+        hits = []
         for question in ("What is a Mamba layer?", "What is attention?"):
             done = serve.client.chat.completions.create(
                 model="junction-hybrid-tiny",
                 messages=[*MESSAGES, {"role": "user", "content": question}],
                 max_tokens=1,
             )
-            assert done.usage.prompt_tokens_details.cached_tokens == boundary == 560
+            hits.append(done.usage.prompt_tokens_details.cached_tokens)
+        # the second also shares the user header and "What is " with the first: its interval
+        # state at 576 lies past the pin
+        assert hits[0] == boundary == 560 and hits[1] == 576
     finally:
         serve.stop()

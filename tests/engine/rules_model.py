@@ -35,6 +35,7 @@ class Rules:
     junction_checkpoints: bool = True
     inline: bool = True  # checkpoint_mode "inline"; False: "stops"
     chunk_limit: int = 8192  # min(token budget, long_prefill_threshold)
+    checkpoint_interval: int | None = 0  # None: 64 rounded up to U
 
     @classmethod
     def of(cls, config, chunk_limit: int) -> Rules:
@@ -52,7 +53,17 @@ class Rules:
             config.junction_checkpoints,
             config.checkpoint_mode == "inline",
             chunk_limit,
+            config.checkpoint_interval,
         )
+
+    @property
+    def interval(self) -> int:
+        """Where interval states are written: inline with fine-grained hits only; 0: none."""
+        if not (self.inline and self.fine):
+            return 0
+        if self.checkpoint_interval is None:
+            return -(-64 // self.unit) * self.unit
+        return self.checkpoint_interval
 
     @property
     def fine(self) -> bool:
@@ -197,15 +208,19 @@ class RulesModel:
         # decode feeds every output but the last back in: one position per step
         computed = num + max(len(output_ids) - 1, 0)
         tokens = prompt + output_ids
+        spare: set[int] = set()
         if r.inline:
             written = {p for p in targets if p > hit} | set(
                 range(floor_to(hit, r.mamba_block) + r.mamba_block, num + 1, r.mamba_block)
             )
+            if r.interval:  # strictly inside each chunk, with room to spare (roomy pools)
+                spare = set(range(floor_to(hit, r.interval) + r.interval, num, r.interval))
+                spare -= set(ends)
         else:
             written = set(ends)
-        written |= set(range(num + 1, computed + 1))
+        written |= set(range(num + 1, computed + 1)) | spare
         checkpoints = sorted(
-            p for p in written if p > hit and (p in targets or p % r.mamba_block == 0)
+            p for p in written if p > hit and (p in targets or p % r.mamba_block == 0 or p in spare)
         )
         self.mamba.update(tuple(tokens[:p]) for p in checkpoints)
         grid = r.attention_grid

@@ -58,11 +58,15 @@ def test_the_first_chat_request_leaves_the_system_prompt_state_the_second_hits(m
     assert second.hit_tokens_by_group["mamba"] == boundary
 
 
-def test_without_offsets_the_first_request_leaves_only_the_block_floor():
-    e = engine()
-    run(e, (chat("What is the capital of France?")[0], []))
+@pytest.mark.parametrize(("interval", "hit"), [(0, 512), (64, 960), (None, 960), (128, 896)])
+def test_without_offsets_the_first_request_leaves_the_block_or_interval_floor(interval, hit):
+    """The system prompt ends at 1001: with no offsets the second request finds the state at the
+    block floor (512), or at the interval floor when interval states are on (the default, 64)."""
+    e = engine(checkpoint_interval=interval)
+    first = run(e, (chat("What is the capital of France?")[0], []))
     second = run(e, (chat("Why is the sky blue?")[0], []))
-    assert second.num_cached_tokens == 512  # the junction is only materialized now
+    assert second.num_cached_tokens == hit  # the junction is only materialized now
+    assert (960 in first.checkpoints) == (hit == 960)
 
 
 def test_with_partial_hits_off_messages_floor_to_the_scheduler_block():

@@ -29,6 +29,7 @@ def geometries(draw) -> CacheConfig:
         partial_hits=draw(st.booleans()) or draw(st.booleans()),
         junction_checkpoints=draw(st.booleans()) or draw(st.booleans()),
         checkpoint_mode=draw(st.sampled_from(["stops", "inline"])),
+        checkpoint_interval=draw(st.sampled_from([None, 0, unit, 2 * unit, 4 * unit])),
         num_blocks=4096,  # replaced below once the trace is known
     )
 

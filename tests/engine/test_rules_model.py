@@ -101,6 +101,7 @@ def geometries(draw) -> CacheConfig:
         partial_hits=draw(st.booleans()),
         junction_checkpoints=draw(st.booleans()),
         checkpoint_mode=draw(st.sampled_from(["stops", "inline"])),
+        checkpoint_interval=draw(st.sampled_from([None, 0, unit, 2 * unit, 4 * unit])),
     )
 
 
@@ -141,7 +142,8 @@ def roomy_pools(config: CacheConfig, trace: list[Submission]) -> CacheConfig:
         previous += 0 if sub.pin else sub.max_tokens
     num_pins = sum(s.pin for s in trace)
     attention = sum(-(-n // config.attention_block_size) + 2 for n in lengths)
-    mamba = sum(-(-n // config.mamba_block_size) + 8 + num_pins for n in lengths)
+    interval = config.state_interval or config.mamba_block_size
+    mamba = sum(-(-n // config.mamba_block_size) + n // interval + 8 + num_pins for n in lengths)
     return CacheConfig(
         **{
             **config.__dict__,

@@ -17,7 +17,6 @@ from engine.wire import BLOCK_STATES
 router = APIRouter(tags=["ops"])
 
 
-
 @router.get("/health")
 async def health(state: StateDep) -> JSONResponse:
     engine = state.async_engine

@@ -125,6 +125,7 @@ def traces(draw):
         partial_hits=draw(st.booleans()) or draw(st.booleans()),
         junction_checkpoints=draw(st.booleans()),
         checkpoint_mode=draw(st.sampled_from(["stops", "inline"])),
+        checkpoint_interval=draw(st.sampled_from([None, 0, unit, 2 * unit])),
     )
     seed = draw(st.integers(0, 2**31))
     submissions = family(seed, draw(st.integers(4, 60)), draw(st.integers(2, 6)), 50)
