@@ -62,7 +62,7 @@ def request_record(request: Request) -> dict:
         "chunks": [list(c) for c in request.chunks],
         "chunk_stop_reasons": list(request.chunk_stop_reasons),
         "checkpoints": list(request.checkpoints),
-        "cow_copies": list(request.cow_copies),
+        "cow_copies": [copy.to_dict() for copy in request.cow_copies],
         "output_token_ids": list(request.output_token_ids),
         "ttft_s": request.ttft_s,
         "num_preemptions": request.num_preemptions,

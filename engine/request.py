@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from engine.cache.entry import CheckpointReason
 from engine.hashing import BlockHash, extend_hashes
@@ -14,6 +15,21 @@ class RequestStatus(StrEnum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
+
+
+class CowCopy(NamedTuple):
+    """A copy-on-write block copy queued for a request, as its record keeps it."""
+
+    group: str
+    path: str  # "consumer": shared -> private; "producer": live -> cache-owned
+    src: int
+    dst: int
+    position: int  # the checkpoint position the copied state holds
+    step: int  # the step whose forward the copy runs ahead of
+
+    def to_dict(self) -> dict[str, str | int]:
+        """The copy as replay records and completions spell it."""
+        return self._asdict()
 
 
 @dataclass
@@ -61,7 +77,7 @@ class Request:
     chunks: list[tuple[int, int]] = field(default_factory=list)
     chunk_stop_reasons: list[str] = field(default_factory=list)
     checkpoints: list[int] = field(default_factory=list)
-    cow_copies: list[dict] = field(default_factory=list)
+    cow_copies: list[CowCopy] = field(default_factory=list)
     num_preemptions: int = 0
     num_wait_steps: int = 0  # steps spent waiting for a request in flight to compute its prefix
     pin_hits: dict[str, int] = field(default_factory=dict)  # pin id -> boundary the hit covered

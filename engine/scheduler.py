@@ -7,24 +7,23 @@ One step flows one way: `schedule()` (lookup, allocate, queue copies) -> the run
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import deque
 
 from engine.cache.coordinator import ATTENTION, MAMBA, CacheHit, HybridCoordinator
 from engine.cache.entry import CheckpointReason
 from engine.cache.manager import BlockCopy
+from engine.capacity import check_fits
 from engine.chunking import Chunk, checkpoint_targets, plan_chunk, state_positions
 from engine.config import CacheConfig, SchedulerConfig
-from engine.events import BlockCopied, BlockStateChanged, EventSink, RequestFinished
-from engine.hashing import hash_prefix, num_shared_units
+from engine.events import BlockCopied, BlockStateChanged, EventSink
+from engine.inflight import InflightSharing
 from engine.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
-from engine.pins import Pin, PinState, materialize, release
-from engine.request import Request, RequestStatus, SamplingParams
+from engine.pins import Pin, PinManager
+from engine.records import request_finished
+from engine.request import CowCopy, Request, RequestStatus
 
 DECODE = "decode"
-SIBLING_LOOKAHEAD = 64  # waiting requests an admitted one keeps junctions for
-JUNCTION_RETENTION = CheckpointReason.JUNCTION.retention
 
 
 class Scheduler:
@@ -44,7 +43,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
-        self.pins: dict[str, Pin] = {}
+        self.pin_manager = PinManager(self.coordinator, cache_config, sink)
+        self.sharing = InflightSharing(self.coordinator, cache_config, scheduler_config)
         self.step_id = 0
         self._refused: list[Request] = []  # finished while scheduling: update() returns them
         # this step's interval states per request (position -> reason), registered by update()
@@ -58,30 +58,15 @@ class Scheduler:
             raise ValueError(f"request {request.request_id!r} has an empty prompt")
         if not request.is_pin and request.sampling.max_tokens < 1:
             raise ValueError(f"request {request.request_id!r}: max_tokens must be >= 1")
-        self._check_fits(request)
+        check_fits(
+            request,
+            self.cache_config,
+            self.config.max_model_len,
+            self.coordinator.pools,
+            self.pin_manager.num_pins,
+        )
         self.requests[request.request_id] = request
         self.waiting.append(request)
-
-    def _check_fits(self, request: Request) -> None:
-        total = request.num_prompt_tokens + request.sampling.max_tokens
-        if total > self.config.max_model_len:
-            raise ValueError(
-                f"request {request.request_id!r} has {total} prompt + output tokens; "
-                f"max_model_len is {self.config.max_model_len}"
-            )
-        config = self.cache_config
-        needs = {
-            ATTENTION: -(-total // config.attention_block_size) + 1,
-            MAMBA: -(-total // config.mamba_block_size) + 4 + len(self.pins),
-        }
-        for group, pool in self.coordinator.pools.items():
-            usable = pool.num_blocks - pool.num_pinned
-            if needs[group] > usable:
-                raise ValueError(
-                    f"request {request.request_id!r} ({total} tokens) may need {needs[group]} "
-                    f"{group} blocks of {pool.block_size} tokens, but the pool has {usable} "
-                    f"unpinned of {pool.num_blocks}: raise the number of blocks"
-                )
 
     def abort_request(self, request_id: str) -> Request | None:
         request = self.requests.get(request_id)
@@ -95,43 +80,23 @@ class Scheduler:
         self._emit_block_states()
         return request
 
+    # ------------------------------------------------------------------ pins
+    @property
+    def pins(self) -> dict[str, Pin]:
+        return self.pin_manager.pins
+
     def add_pin(self, pin_id: str, token_ids: list[int], cache_salt: str | None = None) -> Pin:
         """Queue a pin's materialization: a prefill of its prefix up to the boundary."""
-        if pin_id in self.pins and self.pins[pin_id].is_active:
-            raise ValueError(f"pin {pin_id!r} already exists; unpin it first")
-        alignment = self.cache_config.hit_alignment
-        boundary = len(token_ids) // alignment * alignment
-        if boundary == 0:
-            raise ValueError(
-                f"pin {pin_id!r}: its {len(token_ids)} tokens floor to a boundary of 0 on this "
-                f"engine's {alignment}-token hit grid; pin a prefix of at least {alignment} tokens"
-            )
-        prefix = list(token_ids[:boundary])
-        key = hash_prefix(prefix, self.unit, cache_salt)[-1]
-        pin = Pin(pin_id, len(token_ids), boundary, key)
-        self.pins[pin_id] = pin
-        if not self.cache_config.enable_prefix_caching:
-            self._pin_failed(pin, "prefix caching is off on this engine")
-            return pin
-        request = Request(
-            f"pin:{pin_id}",
-            prefix,
-            SamplingParams(max_tokens=0),
-            self.unit,
-            cache_salt,
-            pin_id=pin_id,
-        )
-        self.add_request(request)
-        self._emit_pin(pin)
+        pin, request = self.pin_manager.add(pin_id, token_ids, cache_salt)
+        if request is not None:
+            self.add_request(request)
+            self.pin_manager.emit(pin)
         return pin
 
     def remove_pin(self, pin_id: str) -> Pin:
-        pin = self.pins.get(pin_id)
-        if pin is None:
-            raise KeyError(f"no pin {pin_id!r}; known pins: {sorted(self.pins)}")
-        self.abort_request(f"pin:{pin_id}")
-        release(self.coordinator, pin)
-        self._emit_pin(pin)
+        pin = self.pin_manager.find(pin_id)
+        self.abort_request(pin.request_id)
+        self.pin_manager.release(pin)
         self._emit_block_states()
         return pin
 
@@ -215,29 +180,15 @@ class Scheduler:
         )
 
     def _targets(self, request: Request, junction: int | None) -> dict[int, CheckpointReason]:
-        unit, hashes = self.unit, request.block_hashes
-        if request.is_pin:
-            # its own boundary; with partial hits also the resend checkpoint an exact resend of
-            # the pinned prefix hits (every hit stops short of the whole prompt), cached, not
-            # pinned, so it may be evicted like any other; and its junction, like any request's
-            pins = [request.num_prompt_tokens]
-        else:
-            pins = [
-                pin.boundary
-                for pin in self.pins.values()
-                if pin.is_active
-                and pin.boundary <= request.num_prompt_tokens
-                and hashes[pin.boundary // unit - 1] == pin.key
-            ]
         cache = self.cache_config
         return checkpoint_targets(
             request.num_prompt_tokens,
-            unit,
+            self.unit,
             cache.scheduler_block_size,
             cache.eagle,
             cache.partial_hits,
             junction,
-            pins,
+            self.pin_manager.boundaries(request),
             request.checkpoint_offsets,
         )
 
@@ -259,14 +210,14 @@ class Scheduler:
                 del self.waiting[index]
                 self._finish_pin(request)
                 continue
-            if self._waits_for_producer(request, hit):
+            if self.sharing.waits_for_producer(request, hit, self.running):
                 index += 1  # the requests behind it may go ahead
                 continue
             junction = None
             if config.junction_checkpoints and hit.attention_length > hit.length:
                 junction = hit.attention_length
             targets = self._targets(request, junction)
-            self._keep_sibling_junctions(request, hit, targets)
+            self.sharing.keep_sibling_junctions(request, hit, targets, self.waiting)
             request.targets = targets
             request.prefill_target = request.num_tokens
             chunk = self._plan(request, hit.length, budget)
@@ -287,74 +238,13 @@ class Scheduler:
             self.running.append(request)
             budget -= self._schedule_chunk(out, request, chunk, positions)
 
-    # ------------------------------------------------------------------ in-flight sharing
-    # A request that shares a prefix with one being prefilled now would recompute what the
-    # other is about to register. It waits instead (bounded), and the producer keeps the state
-    # where the two part, so the waiter hits it; a preempted or aborted producer leaves
-    # `running` and so releases its waiters.
-
-    def _shared_hit(self, request: Request, other: Request) -> int:
-        """The hit `request` would get if everything it shares with `other` were cached."""
-        shared = num_shared_units(request.block_hashes, other.block_hashes) * self.unit
-        return self.coordinator.reachable_hit(shared, request.num_tokens)
-
-    def _waits_for_producer(self, request: Request, hit: CacheHit) -> bool:
-        """Whether `request` should wait for a prefilling request in flight that will register
-        more of its prefix than is cached now; that producer then keeps the state there."""
-        if (
-            request.is_pin
-            or not self.cache_config.junction_checkpoints
-            or request.num_wait_steps >= self.config.max_prefix_wait_steps
-        ):
-            return False
-        waits = False
-        for producer in self.running:
-            if producer.is_pin or not producer.is_prefilling:
-                continue  # decoding: what it registered is already in the cache
-            reachable = self._shared_hit(request, producer)
-            if reachable <= hit.length or producer.num_registered_tokens >= reachable:
-                continue
-            self._keep_junction(producer.targets, reachable)
-            waits = True
-        if waits:
-            request.num_wait_steps += 1
-        return waits
-
-    def _keep_sibling_junctions(
-        self, request: Request, hit: CacheHit, targets: dict[int, CheckpointReason]
-    ) -> None:
-        """A request admitted while others that share its prefix wait keeps the state where
-        each would stop hitting it: they arrive together and would otherwise all miss."""
-        if request.is_pin or not self.cache_config.junction_checkpoints:
-            return
-        for sibling in itertools.islice(self.waiting, SIBLING_LOOKAHEAD):
-            if sibling is request or sibling.is_pin:
-                continue
-            reachable = self._shared_hit(sibling, request)
-            if hit.length < reachable < request.num_prompt_tokens:
-                self._keep_junction(targets, reachable)
-
-    def _keep_junction(self, targets: dict[int, CheckpointReason], position: int) -> None:
-        cache = self.cache_config
-        floor = self.unit if cache.partial_hits else cache.scheduler_block_size
-        position = position // floor * floor
-        current = targets.get(position)
-        if position and (current is None or current.retention < JUNCTION_RETENTION):
-            targets[position] = CheckpointReason.JUNCTION
-
     def _admit(self, out: SchedulerOutput, request: Request, hit: CacheHit) -> None:
         copies = self.coordinator.admit(request.request_id, hit)
         self._queue_copies(out, request, copies)
         if request.num_cached_tokens is None:
             request.num_cached_tokens = hit.length
             request.hit_tokens_by_group = hit.by_group
-            request.pin_hits = {
-                pin.pin_id: pin.boundary
-                for pin in self.pins.values()
-                if pin.state is PinState.MATERIALIZED
-                and pin.boundary <= hit.length
-                and request.block_hashes[pin.boundary // self.unit - 1] == pin.key
-            }
+            request.pin_hits = self.pin_manager.hits(request, hit.length)
         request.num_computed_tokens = hit.length
         request.num_registered_tokens = hit.length
         request.status = RequestStatus.RUNNING
@@ -394,14 +284,7 @@ class Scheduler:
         for copy in copies:
             out.copies.append(copy)
             request.cow_copies.append(
-                {
-                    "group": copy.group,
-                    "path": copy.path,
-                    "src": copy.src,
-                    "dst": copy.dst,
-                    "position": copy.position,
-                    "step": out.step,
-                }
+                CowCopy(copy.group, copy.path, copy.src, copy.dst, copy.position, out.step)
             )
             if not self.is_recording:
                 continue
@@ -478,59 +361,15 @@ class Scheduler:
         request.finish_reason = reason
         request.finished_ts = time.time()
         if request.is_pin:
-            pin = self.pins.get(request.pin_id)
-            if pin is not None and pin.state is PinState.PENDING:
-                self._pin_failed(pin, f"materialization ended: {reason}")
+            self.pin_manager.prefill_ended(request, reason)
             return
-        if not self.is_recording:
-            return
-        self.sink.emit(
-            RequestFinished(
-                request_id=request.request_id,
-                num_prompt_tokens=request.num_prompt_tokens,
-                num_cached_tokens=request.num_cached_tokens or 0,
-                hit_tokens_by_group=dict(request.hit_tokens_by_group),
-                num_computed_tokens=request.num_prefill_computed,
-                num_output_tokens=len(request.output_token_ids),
-                chunks=list(request.chunks),
-                chunk_stop_reasons=list(request.chunk_stop_reasons),
-                checkpoints=list(request.checkpoints),
-                num_preemptions=request.num_preemptions,
-                finish_reason=reason,
-                arrival_ts=request.arrival_ts,
-                first_token_ts=request.first_token_ts,
-                finished_ts=request.finished_ts,
-                ttft_s=request.ttft_s,
-                block_ids=block_ids,
-                **self._match_record(request),
-            )
-        )
-
-    def _match_record(self, request: Request) -> dict:
-        """Where the request's attention match ended, and its tokens when no checkpoint was
-        there: what the control plane ranks junctions by and what pinning one needs."""
-        match = request.hit_tokens_by_group.get(ATTENTION, 0)
-        if match < self.unit:
-            return {"pin_hits": dict(request.pin_hits)}
-        covered = (request.num_cached_tokens or 0) >= match
-        return {
-            "pin_hits": dict(request.pin_hits),
-            "attention_match_key": request.block_hashes[match // self.unit - 1].hex(),
-            "junction_token_ids": None if covered else request.prompt_token_ids[:match],
-        }
+        if self.is_recording:
+            self.sink.emit(request_finished(request, block_ids, self.unit))
 
     def _finish_pin(self, request: Request) -> None:
-        pin = self.pins[request.pin_id]
-        materialize(self.coordinator, pin, request.block_hashes, self.cache_config.pin_max_share)
+        pin = self.pin_manager.materialize(request)
         self._finish(request, "pinned")
-        self._emit_pin(pin)
-
-    def _pin_failed(self, pin: Pin, reason: str) -> None:
-        pin.state, pin.reason = PinState.FAILED, reason
-        self._emit_pin(pin)
-
-    def _emit_pin(self, pin: Pin) -> None:
-        self.sink.emit(pin.event())
+        self.pin_manager.emit(pin)
 
     def _emit_block_states(self) -> None:
         if not self.is_recording:
@@ -549,6 +388,7 @@ class Scheduler:
 
     def check_invariants(self) -> None:
         self.coordinator.check_invariants()
+        self.pin_manager.check_invariants()
         for request in self.running:
             if request.num_computed_tokens > request.num_tokens:
                 raise AssertionError(

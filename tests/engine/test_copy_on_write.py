@@ -95,8 +95,8 @@ def test_producer_moves_its_checkpoint_and_the_moved_entry_is_hit_only_next_step
     assert c.num_cached_tokens is None
     e.step()
     assert c.num_cached_tokens == 6
-    consumer = [x for x in c.cow_copies if x["group"] == "mamba"]
-    assert consumer[0]["src"] == producer.dst
+    consumer = [x for x in c.cow_copies if x.group == "mamba"]
+    assert consumer[0].src == producer.dst
     e.run_until_done()
     e.check_invariants()
 

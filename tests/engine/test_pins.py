@@ -131,8 +131,8 @@ def test_a_pin_on_a_running_requests_live_checkpoint_leaves_it_pinned():
         e.check_invariants()
     assert pin.state is PinState.MATERIALIZED and pin.boundary == 18
     assert request.finish_reason == "length"
-    consumer = [c for c in request.cow_copies if c["path"] == "consumer"]
-    assert [(c["group"], c["src"]) for c in consumer] == [("mamba", pin.block_ids["mamba"][0])]
+    consumer = [c for c in request.cow_copies if c.path == "consumer"]
+    assert [(c.group, c.src) for c in consumer] == [("mamba", pin.block_ids["mamba"][0])]
     resend = e.add_request(prompt + tokens(10, 3), SamplingParams(max_tokens=1))
     e.run_until_done()
     assert resend.num_cached_tokens == 18  # the pinned state, intact: the ledger checked it

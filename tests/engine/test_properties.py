@@ -138,7 +138,7 @@ def test_random_traces_keep_invariants_and_reuse_only_true_prefixes(
         "hit": any(r.num_cached_tokens for r in requests),
     }
     for path in ("consumer", "producer"):
-        reached[f"{path} copy"] = any(c["path"] == path for r in requests for c in r.cow_copies)
+        reached[f"{path} copy"] = any(c.path == path for r in requests for c in r.cow_copies)
     for name, value in reached.items():
         event(f"{name}: {value}")
 

@@ -86,4 +86,4 @@ def test_producer_move_keeps_the_checkpoint_state():
     engine = Engine(CACHE, SchedulerConfig(), MODEL, runner=runner)
     first = engine.add_request(a, SamplingParams(max_tokens=3))
     engine.run_until_done()
-    assert any(c["path"] == "producer" for c in first.cow_copies)
+    assert any(c.path == "producer" for c in first.cow_copies)
