@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from pydantic import TypeAdapter
+import msgspec
 from sqlalchemy import Table, delete, insert, update
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
@@ -44,7 +44,6 @@ from engine.wire import (
     BlockRow,
     BlockStateChanged,
     Command,
-    Event,
     Hello,
     PinUpdated,
     RequestFinished,
@@ -65,7 +64,6 @@ BUCKET_COUNTERS = (
     "mamba_hit_tokens",
     "computed_tokens",
 )
-EVENT_LIST = TypeAdapter(list[Event])
 INT32, INT64 = 1 << 31, 1 << 63  # the limits of `Integer` and `BigInteger` columns
 
 
@@ -163,7 +161,7 @@ def _store_batches(
                 "ts": batch.ts,
                 "received_at": utcnow(),
                 "num_events": len(batch.events),
-                "events_json": EVENT_LIST.dump_json(batch.events).decode(),
+                "events_json": msgspec.json.encode(batch.events).decode(),
             }
             for batch in new
         ],
@@ -306,7 +304,8 @@ def _insert_requests(
     values = []
     buckets: dict[int, dict] = {}
     for event in finished:
-        row = event.model_dump(mode="json", exclude={"type"})
+        row = msgspec.to_builtins(event)  # lists for tuples, as JSON columns hold them
+        del row["type"]
         values.append({"engine_id": engine_id, "epoch": epoch, **row})
         start = math.floor(event.finished_ts / bucket_s) * bucket_s
         bucket = buckets.setdefault(

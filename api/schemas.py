@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.model.tokenizer import ByteTokenizer, render_messages
 from engine.trace import MAX_TOKEN_ID, Segment, segment_tokens
-from engine.wire import EngineId
+from engine.wire import ENGINE_ID_PATTERN
 
+EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=ENGINE_ID_PATTERN)]
 #: The longest prefix a pin may take (an engine's own `max_model_len` may be lower).
 MAX_PIN_TOKENS = 1 << 20
 

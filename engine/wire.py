@@ -14,6 +14,10 @@ in. The protocol, engine -> control plane unless marked:
 5. `ack`     (control plane) `{seq}`: every batch up to `seq` is committed.
 6. `command` (control plane) `{command: "pin" | "unpin", payload}`: operator actions.
 
+Frames are msgspec `Struct`s tagged by `type`, like the events they carry (`engine.events`, the
+one declaration of both): `encode` writes them (or plain dicts in their shape), `decode` parses
+and validates in one pass, lax as to spelling (`"1"` for 1) as the control plane always was.
+
 Close codes for bad input: 4401 missing or wrong token, 4400 a frame that is not valid JSON or
 msgpack or not a valid frame (unknown event type included), 4409 a batch for another engine,
 4422 a seq from the future, 1009 an oversized frame.
@@ -21,13 +25,32 @@ msgpack or not a valid frame (unknown event type included), 4409 a batch for ano
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any, Literal, get_args
+import re
+from typing import Annotated, Any, ClassVar, Literal
 
-import msgpack
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+import msgspec
+from msgspec import Meta, Struct
 
-from engine.events import CacheEvent
+from engine.events import (  # noqa: F401  (re-exported: the wire's vocabulary)
+    BLOCK_STATES,
+    GROUPS,
+    REASONS,
+    AllBlocksCleared,
+    BlockCopied,
+    BlockHashesMoved,
+    BlockRemoved,
+    BlockRow,
+    BlockState,
+    BlockStateChanged,
+    BlockStored,
+    Count,
+    Event,
+    Group,
+    Hex,
+    PinUpdated,
+    Reason,
+    RequestFinished,
+)
 
 SCHEMA_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -39,14 +62,10 @@ CLOSE_FUTURE_SEQ = 4422
 CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN = 1013  # the control plane's store is unavailable: reconnect later
 
-EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
-Hex = Annotated[str, Field(pattern=r"^[0-9a-f]+$", max_length=128)]
-Group = Literal["attention", "mamba"]
-Reason = Literal["interval", "block", "resend", "extension", "junction", "pin", "message"]
-BlockState = Literal["free", "cached", "in_use", "pinned"]
-GROUPS: tuple[str, ...] = get_args(Group)
-REASONS: tuple[str, ...] = get_args(Reason)
-BLOCK_STATES: tuple[str, ...] = get_args(BlockState)
+# pydantic (the REST API's engine ids) reads `$` as the end; Python's `re` (msgspec) as the end
+# or a final newline, hence `\Z` here
+ENGINE_ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
+EngineId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"\A[A-Za-z0-9._:@-]+\Z")]
 
 
 class WireError(ValueError):
@@ -58,223 +77,89 @@ class WireError(ValueError):
         self.reason = reason
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Frame(Struct, frozen=True, tag_field="type", forbid_unknown_fields=True, gc=False):
+    type: ClassVar[str]
 
 
-class BlockRow(_Model):
-    group: Group
-    block_id: Annotated[int, Field(ge=0)]
-    state: BlockState
-    keys: list[Hex]
-    token_range: tuple[int | None, int] | None
-    is_partial: bool
-    checkpoint_reason: Reason | None
-    ref_cnt: Annotated[int, Field(ge=0)]
-    pinned: bool
-    last_change: Annotated[int, Field(ge=0)]
-
-
-# ---------------------------------------------------------------------------- events
-class BlockStored(_Model):
-    type: Literal["BlockStored"]
-    block_hashes: list[Hex]
-    parent_block_hash: Hex | None
-    block_size: int
-    group_idx: int
-    group: Group
-    block_ids: list[int]
-    token_range: tuple[int, int]
-    is_partial: bool
-    checkpoint_reason: Reason | None
-    medium: str = "GPU"
-    lora_id: int | None = None
-
-
-class BlockRemoved(_Model):
-    type: Literal["BlockRemoved"]
-    block_hashes: list[Hex]
-    group_idx: int
-    group: Group
-    block_ids: list[int]
-    medium: str = "GPU"
-
-
-class AllBlocksCleared(_Model):
-    type: Literal["AllBlocksCleared"]
-    group_idx: int | None = None
-    group: Group | None = None
-
-
-class BlockCopied(_Model):
-    type: Literal["BlockCopied"]
-    group_idx: int
-    group: Group
-    src_block_id: int
-    dst_block_id: int
-    path: Literal["consumer", "producer"]
-    request_id: str
-    position: int
-    step: int
-
-
-class BlockHashesMoved(_Model):
-    type: Literal["BlockHashesMoved"]
-    group_idx: int
-    group: Group
-    block_hashes: list[Hex]
-    src_block_id: int
-    dst_block_id: int
-
-
-class BlockStateChanged(_Model):
-    type: Literal["BlockStateChanged"]
-    group_idx: int
-    group: Group
-    blocks: list[BlockRow]
-    step: int
-
-
-class RequestFinished(_Model):
-    type: Literal["RequestFinished"]
-    request_id: str
-    num_prompt_tokens: int
-    num_cached_tokens: int
-    hit_tokens_by_group: dict[str, int]
-    num_computed_tokens: int
-    num_output_tokens: int
-    chunks: list[tuple[int, int]]
-    chunk_stop_reasons: list[str]
-    checkpoints: list[int]
-    num_preemptions: int
-    finish_reason: str
-    arrival_ts: float
-    first_token_ts: float | None
-    finished_ts: float
-    ttft_s: float | None
-    pin_hits: dict[str, int] = {}
-    attention_match_key: Hex | None = None
-    junction_token_ids: list[int] | None = None
-    block_ids: dict[str, list[int | None]] = {}
-
-
-class PinUpdated(_Model):
-    type: Literal["PinUpdated"]
-    pin_id: str
-    state: Literal["pending", "materialized", "failed", "released"]
-    num_tokens: int
-    boundary: int
-    keys: dict[str, str] = {}
-    block_ids: dict[str, list[int]] = {}
-    reason: str | None = None
-
-
-Event = Annotated[
-    BlockStored
-    | BlockRemoved
-    | AllBlocksCleared
-    | BlockCopied
-    | BlockHashesMoved
-    | BlockStateChanged
-    | RequestFinished
-    | PinUpdated,
-    Field(discriminator="type"),
-]
-
-
-# ---------------------------------------------------------------------------- frames
-class Hello(_Model):
-    type: Literal["hello"]
+class Hello(_Frame, tag="hello", kw_only=True):
+    type: ClassVar[str] = "hello"
     version: Literal[1] = SCHEMA_VERSION
     engine_id: EngineId
-    epoch: Annotated[int, Field(ge=0)]
+    epoch: Count
     geometry: dict[str, Any] = {}
     model: dict[str, Any] = {}
 
 
-class Welcome(_Model):
-    type: Literal["welcome"] = "welcome"
+class Welcome(_Frame, tag="welcome"):
+    type: ClassVar[str] = "welcome"
     epoch: int
     next_seq: int
 
 
-class Batch(_Model):
-    type: Literal["batch"]
+class Batch(_Frame, tag="batch"):
+    type: ClassVar[str] = "batch"
     engine_id: EngineId
-    epoch: Annotated[int, Field(ge=0)]
-    seq: Annotated[int, Field(ge=0)]
+    epoch: Count
+    seq: Count
     ts: float
     events: list[Event]
 
 
-class Snapshot(_Model):
-    type: Literal["snapshot"]
+class Snapshot(_Frame, tag="snapshot"):
+    type: ClassVar[str] = "snapshot"
     engine_id: EngineId
-    epoch: Annotated[int, Field(ge=0)]
-    seq: Annotated[int, Field(ge=0)]
+    epoch: Count
+    seq: Count
     ts: float
     blocks: list[BlockRow]
     pins: list[PinUpdated] = []
 
 
-class Ack(_Model):
-    type: Literal["ack"] = "ack"
+class Ack(_Frame, tag="ack"):
+    type: ClassVar[str] = "ack"
     seq: int
 
 
-class Command(_Model):
+class Command(_Frame, tag="command"):
     """Control plane -> engine: `pin {pin_id, token_ids, cache_salt}`, with `messages` (chat
     messages the engine renders with its template) for a pin of a system prompt; `unpin
     {pin_id}`."""
 
-    type: Literal["command"] = "command"
+    type: ClassVar[str] = "command"
     command: Literal["pin", "unpin"]
     payload: dict[str, Any]
 
 
-Frame = Annotated[Hello | Welcome | Batch | Snapshot | Ack | Command, Field(discriminator="type")]
-_FRAME = TypeAdapter(Frame)
-_EVENT = TypeAdapter(Event)
+Frame = Hello | Welcome | Batch | Snapshot | Ack | Command
+_JSON_ENCODER = msgspec.json.Encoder()
+_MSGPACK_ENCODER = msgspec.msgpack.Encoder()
+_JSON = msgspec.json.Decoder(Frame, strict=False)
+_MSGPACK = msgspec.msgpack.Decoder(Frame, strict=False)
+_WHERE = re.compile(r" - at `\$\.?(.*)`$")
 
 
-def event_dict(event: CacheEvent) -> dict:
-    """An engine event as its wire dict (validated when decoded, not here: the hot path)."""
-    return event.to_dict()
-
-
-def encode(frame: BaseModel | dict, binary: bool = False) -> str | bytes:
-    data = frame.model_dump(mode="json") if isinstance(frame, BaseModel) else frame
+def encode(frame: Struct | dict, binary: bool = False) -> str | bytes:
+    """A frame (or a dict in a frame's shape) as a text frame's JSON or a binary frame's
+    msgpack."""
     if binary:
-        return msgpack.packb(data, use_bin_type=True)
-    return json.dumps(data, separators=(",", ":"))
+        return _MSGPACK_ENCODER.encode(frame)
+    return _JSON_ENCODER.encode(frame).decode()
 
 
-def decode(
-    data: str | bytes, max_bytes: int = MAX_FRAME_BYTES
-) -> Hello | Welcome | Batch | Snapshot | Ack | Command:
+def decode(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> Frame:
     """Parse and validate one frame; raises `WireError` with the close code to answer."""
     if len(data) > max_bytes:
         raise WireError(CLOSE_TOO_BIG, f"frame of {len(data)} bytes exceeds {max_bytes}")
-    if isinstance(data, str):
-        try:  # parsed and validated in one pass, without the dicts of `json.loads`
-            return _FRAME.validate_json(data)
-        except ValidationError:
-            pass  # the two steps below say what is wrong, as they always have
+    binary = isinstance(data, bytes)
     try:
-        if isinstance(data, bytes):
-            raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
-        else:
-            raw = json.loads(data)
-    except (ValueError, msgpack.UnpackException) as exc:
-        kind = "msgpack" if isinstance(data, bytes) else "JSON"
+        return _MSGPACK.decode(data) if binary else _JSON.decode(data)
+    except msgspec.ValidationError as exc:  # before DecodeError, its base
+        message = str(exc)
+        match = _WHERE.search(message)
+        where = match.group(1).replace("[", ".").replace("]", "") if match else "top level"
+        detail = message[: match.start()] if match else message
+        reason = f"invalid frame at {where or 'top level'}: {detail}"
+        raise WireError(CLOSE_BAD_FRAME, reason) from exc
+    except msgspec.DecodeError as exc:
+        kind = "msgpack" if binary else "JSON"
         raise WireError(CLOSE_BAD_FRAME, f"frame is not valid {kind}: {exc}") from exc
-    try:
-        return _FRAME.validate_python(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise WireError(CLOSE_BAD_FRAME, f"invalid frame at {where}: {first['msg']}") from exc
-
-
-def validate_event(raw: dict) -> Event:
-    return _EVENT.validate_python(raw)

@@ -2,10 +2,11 @@
 control plane's ingest socket by a background thread (DESIGN.md section 4, `engine/wire.py`).
 
 The engine thread only batches: after every step a listener drains the engine's `ListSink`
-into one `batch` frame with the next seq and appends it to a bounded buffer of frames the store
-has not acknowledged; no step ever waits on the network. `PublisherLink` (publisher_link.py)
-owns the socket: hello, welcome (the seq the store wants next), resend from there, stream,
-drop what the cumulative acks cover, reconnect with backoff.
+into one `batch` frame with the next seq and puts it in the `Outbox` (outbox.py), the bounded
+buffer of frames the store has not acknowledged; no step ever waits on the network.
+`PublisherLink` (publisher_link.py) owns the socket: hello, welcome (the seq the store wants
+next), resend from there, stream, drop what the cumulative acks cover, reconnect with backoff.
+Both sides meet only in the outbox.
 
 The store always converges to the engine's block table: when the buffer overflows (the control
 plane away too long) or the store has a gap the buffer cannot fill, everything unacknowledged is
@@ -16,33 +17,24 @@ state, with the next seq; batches after it continue from there.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from engine.server.outbox import Outbox
 from engine.server.publisher_link import Backoff, PublisherLink, ingest_url
-from engine.wire import MAX_FRAME_BYTES, SCHEMA_VERSION, Command
+from engine.wire import MAX_FRAME_BYTES, SCHEMA_VERSION, Batch, Command, Hello, Snapshot
 
 if TYPE_CHECKING:
+    import threading
+
     from engine.engine import Engine
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCHES = 10_000
-
-
-@dataclass(slots=True)
-class OutFrame:
-    """One unacknowledged frame; `body` is encoded once, on the sending thread, into `payload`."""
-
-    seq: int
-    is_snapshot: bool
-    body: dict | None
-    payload: str | bytes | None = None
-    was_sent: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,8 +73,7 @@ class EventPublisher:
     ) -> None:
         if not token:
             raise ValueError("a bearer token for the control plane is required")
-        if max_batches < 1:
-            raise ValueError(f"max_batches must be >= 1, got {max_batches}")
+        self.outbox = Outbox(max_batches)
         self.url = ingest_url(control_plane)
         self.token = token
         self.model = model
@@ -92,25 +83,24 @@ class EventPublisher:
         self.backoff = backoff or Backoff()
         self.open_timeout_s = open_timeout_s
         self.max_frame_bytes = max_frame_bytes
-        # The buffer holds consecutive seqs, oldest first; `cond` guards it and every counter.
-        self.cond = threading.Condition()
-        self.buffer: deque[OutFrame] = deque()
-        self.next_seq = 0  # the seq of the next frame the engine thread makes
-        self.seq_floor = 0  # a store ahead of us: the next snapshot jumps to here
-        self.needs_snapshot = False
-        self.is_overflowing = False  # logged once per connection, not at every overflow
-        self.counts = dict.fromkeys(
-            ("sent", "resent", "acked", "dropped", "snapshots", "connections"), 0
-        )
-        self.is_connected = False
-        self.last_error: str | None = None
         self.engine: Engine | None = None
         self.engine_id = ""
         self.epoch = 0
-        self.hello: dict = {}
-        self.call_on_engine: Callable[[Callable[[Engine], None]], Any] | None = None
         self.link: PublisherLink | None = None
         self.closed = False
+
+    @property
+    def cond(self) -> threading.Condition:
+        """The outbox's lock: holding it keeps frames from the sender."""
+        return self.outbox.cond
+
+    @property
+    def next_seq(self) -> int:
+        return self.outbox.next_seq
+
+    @property
+    def needs_snapshot(self) -> bool:
+        return self.outbox.needs_snapshot
 
     # ------------------------------------------------------------------ engine side
     def attach(
@@ -130,22 +120,33 @@ class EventPublisher:
         if not callable(getattr(engine.sink, "drain", None)):
             raise TypeError(f"the engine's sink must be a ListSink, got {type(engine.sink)!r}")
         table = engine.snapshot()
-        self.engine, self.call_on_engine = engine, call_on_engine
+        self.engine = engine
         self.engine_id, self.epoch = engine.engine_id, engine.epoch
-        self.hello = {
-            "type": "hello",
-            "version": SCHEMA_VERSION,
-            "engine_id": self.engine_id,
-            "epoch": self.epoch,
+        hello = Hello(
+            version=SCHEMA_VERSION,
+            engine_id=self.engine_id,
+            epoch=self.epoch,
             # the block counts per group let a store lay out a new epoch's table before rows come
-            "geometry": {**table["geometry"], "groups": table["groups"]},
-            "model": self.model if self.model is not None else {"name": engine.model_config.name},
-        }
+            geometry={**table["geometry"], "groups": table["groups"]},
+            model=self.model if self.model is not None else {"name": engine.model_config.name},
+        )
         if engine.num_steps or engine.pins:
-            self.needs_snapshot = True  # events before we came may be gone: start from the table
+            self.outbox.ask_snapshot()  # events before we came may be gone: start from the table
         engine.step_listeners.append(self.on_step)
         self.on_step(engine)
-        self.link = PublisherLink(self)
+        build_snapshot = partial(call_on_engine, self.on_step) if call_on_engine else None
+        self.link = PublisherLink(
+            self.outbox,
+            self.url,
+            self.token,
+            hello,
+            binary=self.binary,
+            backoff=self.backoff,
+            open_timeout_s=self.open_timeout_s,
+            max_frame_bytes=self.max_frame_bytes,
+            on_command=self._command,
+            build_snapshot=build_snapshot,
+        )
         self.link.start()
 
     def on_step(self, engine: Engine) -> None:
@@ -154,58 +155,43 @@ class EventPublisher:
             return
         try:
             events = engine.sink.drain()
-            if self.needs_snapshot:
+            if self.outbox.needs_snapshot:
                 self.enqueue_snapshot(engine)
                 return
             if not events:
                 return
-            body = {
-                "type": "batch",
-                "engine_id": self.engine_id,
-                "epoch": self.epoch,
-                "seq": 0,
-                "ts": time.time(),
-                "events": [event.to_dict() for event in events],
-            }
-            with self.cond:
-                if len(self.buffer) < self.max_batches:
-                    body["seq"] = self.next_seq
-                    self.buffer.append(OutFrame(self.next_seq, False, body))
-                    self.next_seq += 1
-                    self.cond.notify_all()
-                    return
-                self.needs_snapshot = True
-                repeated, self.is_overflowing = self.is_overflowing, True
+            ts = time.time()
+            if self.outbox.put_batch(
+                lambda seq: Batch(
+                    engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, events=events
+                )
+            ):
+                return
             log.log(
-                logging.DEBUG if repeated else logging.WARNING,
+                logging.WARNING if self.outbox.overflowed() else logging.DEBUG,
                 "event buffer full (%d batches unacknowledged): replacing them with a snapshot",
                 self.max_batches,
             )
             self.enqueue_snapshot(engine)
         except Exception:
-            self.needs_snapshot = True  # events may be lost: the next call sends the table
+            self.outbox.ask_snapshot()  # events may be lost: the next call sends the table
             log.exception("event publisher failed to batch a step's events")
 
     def enqueue_snapshot(self, engine: Engine) -> None:
         """Replace every unacknowledged frame with the block table (on the engine thread)."""
-        body = {
-            "type": "snapshot",
-            "engine_id": self.engine_id,
-            "epoch": self.epoch,
-            "seq": 0,
-            "ts": time.time(),
-            "blocks": engine.snapshot()["blocks"],
-            "pins": [pin.event().to_dict() for pin in engine.pins.values()],
-        }
-        with self.cond:
-            seq = max(self.next_seq, self.seq_floor)
-            body["seq"] = seq
-            self.counts["dropped"] += sum(1 for f in self.buffer if not f.is_snapshot)
-            self.buffer.clear()
-            self.buffer.append(OutFrame(seq, True, body))
-            self.next_seq = seq + 1
-            self.needs_snapshot = False
-            self.cond.notify_all()
+        ts, blocks = time.time(), engine.snapshot()["blocks"]
+        pins = [pin.event() for pin in engine.pins.values()]
+        self.outbox.put_snapshot(
+            lambda seq: Snapshot(
+                engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, blocks=blocks, pins=pins
+            )
+        )
+
+    def _command(self, command: Command) -> None:
+        if self.on_command is None:
+            log.warning("no handler for the control plane's %s command", command.command)
+            return
+        self.on_command(command)
 
     # ------------------------------------------------------------------ caller side
     def flush(self, timeout_s: float = 30.0) -> bool:
@@ -217,19 +203,20 @@ class EventPublisher:
         if self.engine is None:
             return True
         deadline = time.monotonic() + timeout_s
+        outbox = self.outbox
         while True:
             self.on_step(self.engine)  # events still in the sink, or the snapshot asked for
-            with self.cond:
-                while self.buffer and not self.needs_snapshot and not self.closed:
+            with outbox.cond:
+                while outbox.num_buffered and not outbox.needs_snapshot and not self.closed:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return False
-                    self.cond.wait(min(left, 0.5))
-                if not self.buffer and not self.needs_snapshot:
+                    outbox.cond.wait(min(left, 0.5))
+                if not outbox.num_buffered and not outbox.needs_snapshot:
                     return True
                 if self.closed or time.monotonic() >= deadline:
                     return False
-                self.cond.wait(0.05)
+                outbox.cond.wait(0.05)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the background threads and detach from the engine. Idempotent."""
@@ -240,18 +227,18 @@ class EventPublisher:
             self.link.stop(timeout_s)
 
     def stats(self) -> PublisherStats:
-        with self.cond:
-            c = self.counts
+        outbox, link = self.outbox, self.link
+        with outbox.cond:
             return PublisherStats(
-                num_sent=c["sent"],
-                num_resent=c["resent"],
-                num_acked=c["acked"],
-                num_dropped=c["dropped"],
-                num_snapshots=c["snapshots"],
-                num_buffered=len(self.buffer),
-                num_connections=c["connections"],
-                is_connected=self.is_connected,
-                last_error=self.last_error,
+                num_sent=outbox.num_sent,
+                num_resent=outbox.num_resent,
+                num_acked=outbox.num_acked,
+                num_dropped=outbox.num_dropped,
+                num_snapshots=outbox.num_snapshots,
+                num_buffered=outbox.num_buffered,
+                num_connections=link.num_connections if link else 0,
+                is_connected=link.is_connected if link else False,
+                last_error=link.last_error if link else None,
             )
 
     def __enter__(self) -> EventPublisher:

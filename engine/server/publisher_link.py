@@ -1,12 +1,13 @@
 """`PublisherLink`: the publisher's side of the ingest socket, on threads of its own.
 
 One sender thread connects, says hello, takes the welcome's `next_seq` (frames below it are
-already stored), sends the buffer from there in seq order and then each new frame as the engine
-thread appends it. A reader thread per connection takes cumulative acks (dropping every frame up
-to the seq) and commands. Any error or close ends the connection; the sender waits a backoff
-(0.1 s doubling to 5 s, jittered; 30 s after the control plane refused the token) and connects
-again. A gap the buffer cannot fill (the store lost frames we dropped, or said 4422) asks the
-engine thread for a snapshot.
+already stored), sends the outbox's frames from there in seq order and then each new frame as
+the engine thread puts it (`Outbox.take`). A reader thread per connection hands cumulative acks
+to the outbox (`Outbox.ack`, dropping every frame up to the seq) and commands to `on_command`.
+Any error or close ends the connection; the sender waits a backoff (0.1 s doubling to 5 s,
+jittered; 30 s after the control plane refused the token) and connects again. A gap the outbox
+cannot fill (the store lost frames we dropped, or said 4422) asks the engine thread for a
+snapshot (`build_snapshot`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import asyncio
 import logging
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from engine.server.outbox import ASK_SNAPSHOT, Outbox
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
@@ -31,14 +34,12 @@ from engine.wire import (
     CLOSE_WRONG_ENGINE,
     Ack,
     Command,
+    Hello,
     Welcome,
     WireError,
     decode,
     encode,
 )
-
-if TYPE_CHECKING:
-    from engine.server.publisher import EventPublisher, OutFrame
 
 log = logging.getLogger("engine.server.publisher")
 
@@ -69,9 +70,6 @@ class Backoff:
         return base * random.uniform(0.5, 1.0)
 
 
-_ASK_SNAPSHOT = object()
-
-
 class _Refused(Exception):
     """The control plane refused the token (close 4401 or HTTP 401/403)."""
 
@@ -84,10 +82,35 @@ class _Connection:
 
 
 class PublisherLink:
-    def __init__(self, publisher: EventPublisher) -> None:
-        self.pub = publisher
-        self.cond = publisher.cond
-        self.send_seq = 0  # the seq the store expects next on this connection
+    """Streams `outbox` to `url` until stopped. `build_snapshot()` has the engine thread put a
+    snapshot now (it may return a coroutine to run); without it one comes after a step."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        url: str,
+        token: str,
+        hello: Hello,
+        *,
+        binary: bool,
+        backoff: Backoff,
+        open_timeout_s: float,
+        max_frame_bytes: int,
+        on_command: Callable[[Command], None],
+        build_snapshot: Callable[[], Any] | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.cond = outbox.cond  # also guards the status below, read with the outbox's counts
+        self.url, self.token, self.hello = url, token, hello
+        self.binary = binary
+        self.backoff = backoff
+        self.open_timeout_s = open_timeout_s
+        self.max_frame_bytes = max_frame_bytes
+        self.on_command = on_command
+        self.build_snapshot = build_snapshot
+        self.is_connected = False
+        self.num_connections = 0  # connections that got as far as a welcome
+        self.last_error: str | None = None
         self.stopping = threading.Event()
         self.current: _Connection | None = None
         self.last_logged: str | None = None
@@ -119,23 +142,22 @@ class PublisherLink:
             except Exception as exc:  # never let the thread die: log, back off, reconnect
                 self._error(f"{type(exc).__name__}: {exc}", logging.WARNING)
             with self.cond:
-                self.pub.is_connected = False
+                self.is_connected = False
                 self.current = None
             if welcomed:
                 attempt = 0
-            delay = self.pub.backoff.unauthorized_s if refused else self.pub.backoff.delay(attempt)
+            delay = self.backoff.unauthorized_s if refused else self.backoff.delay(attempt)
             attempt += 1
             self.stopping.wait(delay)
 
     def _session(self) -> bool:
         """One connection, until it closes; True when it got as far as a welcome."""
-        pub = self.pub
         try:
             ws = connect(
-                pub.url,
-                additional_headers={"Authorization": f"Bearer {pub.token}"},
-                max_size=pub.max_frame_bytes,
-                open_timeout=pub.open_timeout_s,
+                self.url,
+                additional_headers={"Authorization": f"Bearer {self.token}"},
+                max_size=self.max_frame_bytes,
+                open_timeout=self.open_timeout_s,
                 close_timeout=1.0,
             )
         except InvalidStatus as exc:
@@ -151,8 +173,8 @@ class PublisherLink:
             try:
                 if self.stopping.is_set():
                     return False
-                ws.send(encode(pub.hello, pub.binary))
-                welcome = decode(ws.recv(timeout=pub.open_timeout_s), pub.max_frame_bytes)
+                ws.send(encode(self.hello, self.binary))
+                welcome = decode(ws.recv(timeout=self.open_timeout_s), self.max_frame_bytes)
                 if not isinstance(welcome, Welcome):
                     raise WireError(CLOSE_BAD_FRAME, f"expected a welcome, got {welcome.type!r}")
                 self._welcome(welcome)
@@ -172,86 +194,36 @@ class PublisherLink:
         return reader is not None
 
     def _welcome(self, welcome: Welcome) -> None:
-        pub = self.pub
+        if welcome.epoch != self.hello.epoch:
+            log.warning("welcome for epoch %d, ours is %d", welcome.epoch, self.hello.epoch)
         with self.cond:
-            if welcome.epoch != pub.epoch:
-                log.warning("welcome for epoch %d, ours is %d", welcome.epoch, pub.epoch)
-            if welcome.next_seq > pub.next_seq:  # a store ahead of us: only a snapshot can help
-                log.warning("the store wants seq %d, ours is %d", welcome.next_seq, pub.next_seq)
-                pub.seq_floor = welcome.next_seq
-                pub.needs_snapshot = True
-            while pub.buffer and pub.buffer[0].seq < welcome.next_seq:
-                pub.buffer.popleft()
-                pub.counts["acked"] += 1
-            self.send_seq = welcome.next_seq
+            if self.outbox.welcome(welcome.next_seq):
+                ours = self.outbox.next_seq
+                log.warning("the store wants seq %d, ours is %d", welcome.next_seq, ours)
             self.last_logged = None
-            pub.is_overflowing = False
-            pub.is_connected = True
-            pub.counts["connections"] += 1
-            self.cond.notify_all()
-        log.info("connected to %s; the store wants seq %d", pub.url, welcome.next_seq)
+            self.is_connected = True
+            self.num_connections += 1
+        log.info("connected to %s; the store wants seq %d", self.url, welcome.next_seq)
 
     def _stream(self, conn: _Connection) -> None:
         while True:
-            with self.cond:
-                frame = self._take_frame(conn)
+            may_ask = self.build_snapshot is not None and not conn.asked_snapshot
+            frame = self.outbox.take(lambda: self.stopping.is_set() or conn.closed, may_ask)
             if frame is None:
                 return
-            if frame is _ASK_SNAPSHOT:
+            if frame is ASK_SNAPSHOT:
                 conn.asked_snapshot = True
                 self._ask_snapshot()
                 continue
-            if frame.payload is None:
-                frame.payload, frame.body = encode(frame.body, self.pub.binary), None
-            if len(frame.payload) > self.pub.max_frame_bytes:
-                log.error("frame seq %d is %d bytes: over the limit", frame.seq, len(frame.payload))
-            conn.ws.send(frame.payload)
-
-    def _take_frame(self, conn: _Connection) -> OutFrame | object | None:
-        """Wait for the next frame to send and count it sent (under `cond`); `_ASK_SNAPSHOT`
-        when the engine thread should build a snapshot now; None when the connection ends."""
-        pub = self.pub
-        while not (self.stopping.is_set() or conn.closed):
-            frame = self._next_frame()
-            if frame is not None:
-                self.send_seq = frame.seq + 1  # before it goes: its ack may beat `send` returning
-                pub.counts["sent"] += 1
-                pub.counts["resent"] += frame.was_sent
-                pub.counts["snapshots"] += frame.is_snapshot
-                frame.was_sent = True
-                return frame
-            if self._has_gap() and not pub.needs_snapshot:
-                log.warning("the store wants seq %d, no longer buffered", self.send_seq)
-                pub.needs_snapshot = True
-                self.cond.notify_all()  # a flush waiting on the engine thread builds it
-            if pub.needs_snapshot and pub.call_on_engine and not conn.asked_snapshot:
-                return _ASK_SNAPSHOT
-            self.cond.wait(1.0)
-        return None
-
-    def _next_frame(self) -> OutFrame | None:
-        """The frame to send now: seq `send_seq`, or a snapshot past it (under `cond`)."""
-        buffer = self.pub.buffer
-        if not buffer:
-            return None
-        index = max(0, self.send_seq - buffer[0].seq)  # the buffer holds consecutive seqs
-        if index >= len(buffer):
-            return None
-        frame = buffer[index]
-        return frame if frame.seq == self.send_seq or frame.is_snapshot else None
-
-    def _has_gap(self) -> bool:
-        """The store wants a seq that is neither buffered nor yet to come (under `cond`)."""
-        buffer, pub = self.pub.buffer, self.pub
-        if buffer:
-            return buffer[0].seq > self.send_seq and not buffer[0].is_snapshot
-        return self.send_seq < pub.next_seq
+            payload = frame.encoded(self.binary)
+            if len(payload) > self.max_frame_bytes:
+                log.error("frame seq %d is %d bytes: over the limit", frame.seq, len(payload))
+            conn.ws.send(payload)
 
     def _ask_snapshot(self) -> None:
         """Have the engine thread build the snapshot now, even if it is idle."""
-        call = self.pub.call_on_engine
         try:
-            result = call(self.pub.on_step)
+            result = self.build_snapshot()
             if asyncio.iscoroutine(result):
                 asyncio.run(result)
         except Exception as exc:
@@ -272,25 +244,16 @@ class PublisherLink:
                 self.cond.notify_all()
 
     def _receive(self, data: str | bytes) -> None:
-        pub = self.pub
         try:
-            frame = decode(data, pub.max_frame_bytes)
+            frame = decode(data, self.max_frame_bytes)
         except WireError as exc:
             log.warning("ignoring a bad frame from the control plane: %s", exc.reason)
             return
         if isinstance(frame, Ack):
-            with self.cond:
-                upto = min(frame.seq, self.send_seq - 1)  # never drop what was not sent
-                while pub.buffer and pub.buffer[0].seq <= upto:
-                    pub.buffer.popleft()
-                    pub.counts["acked"] += 1
-                self.cond.notify_all()
+            self.outbox.ack(frame.seq)
         elif isinstance(frame, Command):
-            if pub.on_command is None:
-                log.warning("no handler for the control plane's %s command", frame.command)
-                return
             try:
-                pub.on_command(frame)
+                self.on_command(frame)
             except Exception:
                 log.exception("command handler failed on %s", frame.command)
         else:
@@ -302,8 +265,7 @@ class PublisherLink:
         if code == CLOSE_UNAUTHORIZED:
             raise _Refused(f"control plane refused the token ({where})")
         if code == CLOSE_FUTURE_SEQ:
-            with self.cond:
-                self.pub.needs_snapshot = True
+            self.outbox.ask_snapshot()
             self._error(f"the store has a gap ({where}): sending a snapshot", logging.WARNING)
         elif code in (CLOSE_BAD_FRAME, CLOSE_WRONG_ENGINE, CLOSE_TOO_BIG):
             self._error(f"control plane rejected a frame ({where})", logging.ERROR)
@@ -320,6 +282,6 @@ class PublisherLink:
     def _error(self, message: str, level: int) -> None:
         """Record `message`; log it at `level` unless it repeats the last one (a long outage)."""
         with self.cond:
-            self.pub.last_error = message
+            self.last_error = message
         repeated, self.last_logged = message == self.last_logged, message
         log.log(logging.DEBUG if repeated else level, "event publisher: %s", message)

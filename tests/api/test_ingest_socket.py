@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import msgpack
+import msgspec
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -113,7 +114,7 @@ def test_commands_go_down_the_engines_socket(client, engine_run) -> None:
         ws.receive_bytes()
         assert registry.engine_ids() == [engine_run.engine_id]
         ws.portal.call(registry.send_command, engine_run.engine_id, command)
-        assert msgpack.unpackb(ws.receive_bytes()) == command.model_dump(mode="json")
+        assert msgpack.unpackb(ws.receive_bytes()) == msgspec.to_builtins(command)
         with pytest.raises(EngineNotConnected, match="engine 'nobody' is not connected"):
             ws.portal.call(registry.send_command, "nobody", command)
     assert wait_until(lambda: registry.engine_ids() == [])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+import msgspec
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
@@ -101,7 +102,7 @@ class WireEngine:
         applied = []
         while commands := self.sync():
             for command in commands:
-                apply_command(self.engine, Command.model_validate(command))
+                apply_command(self.engine, msgspec.convert(command, Command))
             self.engine.run_until_done()
             applied += commands
         return applied
@@ -274,7 +275,7 @@ def test_commands_again_after_a_reconnect_and_a_restart(client: TestClient, wire
         ("pin", doomed["pin_id"]),
     ]
     for command in engine.received[-3:]:
-        apply_command(engine.engine, Command.model_validate(command))
+        apply_command(engine.engine, msgspec.convert(command, Command))
     engine.engine.run_until_done()
     engine.serve()
     for pin in (first, second, doomed):
@@ -290,7 +291,7 @@ def test_commands_again_after_a_reconnect_and_a_restart(client: TestClient, wire
         ("unpin", doomed["pin_id"]),
     ]
     for command in engine.received[-3:]:
-        apply_command(engine.engine, Command.model_validate(command))
+        apply_command(engine.engine, msgspec.convert(command, Command))
     engine.serve()
     assert engine.engine.pins[doomed["pin_id"]].state.value == "released"
     engine.close()

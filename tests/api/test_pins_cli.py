@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
@@ -51,7 +52,7 @@ class SocketEngine:
         """Take the next command, apply it, and stream the events it made (up to the ack)."""
         command = json.loads(self.ws.recv(timeout=10))
         assert command["type"] == "command", command
-        apply_command(self.engine, Command.model_validate(command))
+        apply_command(self.engine, msgspec.convert(command, Command))
         self.engine.run_until_done()
         events = [e.to_dict() for e in self.engine.sink.events[self.num_sent :]]
         self.num_sent += len(events)

@@ -72,13 +72,13 @@ class Store:
         for event in batch.events:
             if event.type == "BlockStateChanged":
                 for row in event.blocks:
-                    self.blocks[row.group, row.block_id] = row.model_dump(mode="json")
+                    self.blocks[row.group, row.block_id] = json.loads(encode(row))
             elif event.type == "PinUpdated":
-                self.pins[event.pin_id] = event.model_dump(mode="json")
+                self.pins[event.pin_id] = json.loads(encode(event))
 
     def apply_snapshot(self, snapshot: Snapshot) -> None:
-        self.blocks = {(r.group, r.block_id): r.model_dump(mode="json") for r in snapshot.blocks}
-        self.pins = {p.pin_id: p.model_dump(mode="json") for p in snapshot.pins}
+        self.blocks = {(r.group, r.block_id): json.loads(encode(r)) for r in snapshot.blocks}
+        self.pins = {p.pin_id: json.loads(encode(p)) for p in snapshot.pins}
         self.num_snapshots += 1
 
     def rows(self) -> list[dict]:
