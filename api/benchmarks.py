@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from api.broker import BrokerUnavailable as BrokerUnavailable  # what a failed `send` raises
 from api.models import BenchmarkRun, utcnow
 from api.paging import fetch_page
 
@@ -29,10 +30,6 @@ LIVE_HEARTBEAT_S = 90.0
 
 #: Puts a run's message on the broker: `send(run_id, task_id)`.
 Send = Callable[[int, str], None]
-
-
-class BrokerUnavailable(RuntimeError):
-    """The run's message could not be put on the broker."""
 
 
 class Started(NamedTuple):

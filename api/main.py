@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from fastapi import FastAPI
-from sqlalchemy import update
-from sqlalchemy.exc import SQLAlchemyError
 
 from api.errors import install_error_handlers
-from api.models import Engine
-from api.routes import benchmarks as benchmark_routes
+from api.lifespan import lifespan
 from api.routes import (
+    benchmarks,
     block_grid,
     blocks,
     engines,
@@ -28,7 +22,6 @@ from api.routes import (
 from api.settings import Settings, get_settings
 from api.state import AppState
 
-log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
 DESCRIPTION = """\
 Engines stream their cache events to the websocket **`/api/v1/ingest`** (not listed below:
@@ -40,19 +33,23 @@ future, 1009 too big. The control plane sends `command` frames down the same soc
 {pin_id, token_ids, cache_salt}` and `unpin {pin_id}`, every active pin again after each
 hello. Reads are open; writes need the bearer token.
 """
+ROUTERS = (
+    engines,
+    blocks,
+    block_grid,
+    requests,
+    hit_rate,
+    events,
+    pins,
+    junctions,
+    ingest,
+    benchmarks,
+)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The app over `settings`' database (default: `get_settings()`); the schema must exist
     (`alembic upgrade head`, which `junction api` runs first)."""
-    state = AppState.from_settings(settings or get_settings())
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        forget_connections(state)
-        yield
-        state.db.dispose()
-
     app = FastAPI(
         title="Junction control plane",
         version="1",
@@ -60,23 +57,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
     )
-    app.state.junction = state
+    app.state.junction = AppState.from_settings(settings or get_settings())
     install_error_handlers(app)
-    routers = (engines, blocks, block_grid, requests, hit_rate, events, pins, junctions, ingest)
-    for module in routers:
+    for module in ROUTERS:
         app.include_router(module.router, prefix=API_PREFIX)
-    app.include_router(benchmark_routes.router, prefix=API_PREFIX)
     app.include_router(health.router)
     return app
-
-
-def forget_connections(state: AppState) -> None:
-    """No engine is connected to an app that is starting: clear what a previous run that
-    stopped without saying goodbye left marked."""
-    try:
-        with state.sessions() as session, session.begin():
-            session.execute(update(Engine).values(connected=False))
-    except SQLAlchemyError as exc:
-        log.warning(
-            "could not reset the engines' connected flags (is the schema migrated?): %s", exc
-        )

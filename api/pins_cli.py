@@ -7,28 +7,30 @@
     junction pins [--state active|released] [--engine ID]
 
 The control plane's URL comes from `--control-plane` (default `$JUNCTION_CONTROL_PLANE_URL`,
-else http://127.0.0.1:8080) and writes send `--token` (default `$JUNCTION_API_TOKEN`). Exit
-status: 0 done, 2 refused (the API's message is printed), 1 the API could not be reached.
+else http://127.0.0.1:8080) and writes send `--token` (default `$JUNCTION_API_TOKEN`); both
+defaults are `engine.control_plane`'s. Exit status: 0 done, 2 refused (the API's message is
+printed), 1 the API could not be reached or failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
+from api.client import ApiClient, ApiError
+from engine.control_plane import DEFAULT_URL, ControlPlaneSettings
 
-DEFAULT_URL = "http://127.0.0.1:8080"
 EXIT_REFUSED = 2
 EXIT_FAILED = 1
 TIMEOUT_S = 30.0
 
 
 class CliError(Exception):
+    """Input the command cannot send (a file it cannot read, ids that are not integers)."""
+
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
@@ -96,8 +98,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
             body["engine_ids"] = args.engine_ids
         if args.priority:
             body["priority"] = args.priority
-        pin = call(args, "POST", "/pins", json=body)
-    except CliError as exc:
+        pin = client(args).create_pin(body)
+    except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
         print(json.dumps(pin, indent=2))
@@ -112,8 +114,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 def cmd_unpin(args: argparse.Namespace) -> int:
     try:
-        pin = call(args, "DELETE", f"/pins/{args.pin_id}")
-    except CliError as exc:
+        pin = client(args).release_pin(args.pin_id)
+    except ApiError as exc:
         return fail(args, exc)
     if args.json:
         print(json.dumps(pin, indent=2))
@@ -123,10 +125,9 @@ def cmd_unpin(args: argparse.Namespace) -> int:
 
 
 def cmd_pins(args: argparse.Namespace) -> int:
-    params = {k: v for k, v in (("state", args.state), ("engine_id", args.engine_id)) if v}
     try:
-        pins = call(args, "GET", "/pins", params=params)
-    except CliError as exc:
+        pins = client(args).pins(state=args.state, engine_id=args.engine_id)
+    except ApiError as exc:
         return fail(args, exc)
     if args.json:
         print(json.dumps(pins, indent=2))
@@ -163,46 +164,26 @@ def prefix_of(args: argparse.Namespace) -> dict[str, Any]:
     return {"segments": segments}
 
 
-def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    """The JSON answer of `method path` under `/api/v1`; raises `CliError` saying why not."""
-    base = (
-        args.control_plane or os.environ.get("JUNCTION_CONTROL_PLANE_URL") or DEFAULT_URL
-    ).rstrip("/")
-    token = args.token or os.environ.get("JUNCTION_API_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = f"{base}/api/v1{path}"
-    try:
-        response = httpx.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
-    except httpx.HTTPError as exc:
-        raise CliError(
-            f"cannot reach the control plane at {base}: {exc or type(exc).__name__}", EXIT_FAILED
-        ) from exc
-    if response.is_success:
-        return response.json()
-    raise CliError(
-        f"{method} {path}: HTTP {response.status_code}: {error_message(response)}",
-        EXIT_REFUSED if response.is_client_error else EXIT_FAILED,
+def client(args: argparse.Namespace) -> ApiClient:
+    """The control plane of `--control-plane` and `--token`, else of the settings."""
+    settings = ControlPlaneSettings()
+    return ApiClient(
+        args.control_plane or settings.url, args.token or settings.api_token, timeout_s=TIMEOUT_S
     )
 
 
-def error_message(response: httpx.Response) -> str:
-    """FastAPI's `detail`: a message, or a list of validation errors (`where: what`)."""
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        return response.text.strip() or response.reason_phrase
-    if isinstance(detail, list):
-        parts = []
-        for item in detail:
-            where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
-            parts.append(f"{where}: {item.get('msg')}" if where else str(item.get("msg")))
-        return "; ".join(parts)
-    return str(detail)
+def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    """The JSON answer of `method path` under `/api/v1`; raises `ApiError` saying why not."""
+    return client(args).call(method, path, **kwargs)
 
 
-def fail(args: argparse.Namespace, error: CliError) -> int:
+def fail(args: argparse.Namespace, error: CliError | ApiError) -> int:
+    """Say why the command failed; its exit status: refused (bad input, a 4xx) or failed."""
     print(f"junction {args.cli_name}: {error}", file=sys.stderr)
-    return error.status
+    if isinstance(error, CliError):
+        return error.status
+    is_refused = error.status is not None and 400 <= error.status < 500
+    return EXIT_REFUSED if is_refused else EXIT_FAILED
 
 
 def pins_table(pins: list[dict]) -> str:

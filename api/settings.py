@@ -1,4 +1,7 @@
-"""The control plane's settings, from `JUNCTION_*` environment variables and a `.env` file."""
+"""The control plane's settings, from `JUNCTION_*` environment variables and a `.env` file.
+
+Its clients' settings (where the control plane is, the token they send) are
+`engine.control_plane`'s."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from functools import lru_cache
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engine.control_plane import DEV_TOKEN
 from engine.wire import MAX_FRAME_BYTES
 
 
@@ -14,14 +18,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JUNCTION_", env_file=".env", extra="ignore")
 
     database_url: str = "sqlite:///./junction.db"
-    api_token: str = "junction-dev-token"
+    api_token: str = DEV_TOKEN
     max_frame_bytes: int = MAX_FRAME_BYTES
     hit_rate_bucket_s: int = 60
     log_level: str = "info"
-
-    # Where the dashboard and the benchmark jobs find the control plane's REST API (engines
-    # stream to the same address).
-    control_plane_url: str = "http://127.0.0.1:8080"
     # Celery (jobs/): the embedded default is Celery's SQLAlchemy transport on SQLite files;
     # compose and CI use Redis (`redis://127.0.0.1:6379/0`).
     broker_url: str = "sqla+sqlite:///./junction-broker.db"

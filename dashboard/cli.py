@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from engine.control_plane import DEFAULT_URL
+
 APP = Path(__file__).with_name("app.py")
 
 
@@ -18,8 +20,7 @@ def add_dashboard_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--api-url",
         default=None,
-        help="the control plane's URL (default: JUNCTION_CONTROL_PLANE_URL, else "
-        "http://127.0.0.1:8080)",
+        help=f"the control plane's URL (default: JUNCTION_CONTROL_PLANE_URL, else {DEFAULT_URL})",
     )
     parser.set_defaults(func=cmd_dashboard)
 

@@ -1,8 +1,9 @@
 """The dashboard's client of the control plane, from settings, and how its failures show.
 
 `JUNCTION_CONTROL_PLANE_URL` and `JUNCTION_API_TOKEN` (environment or `.env`, read on every
-run: `junction dashboard --api-url` sets the first for the Streamlit process) say where the
-API is and what to send for writes.
+run by `engine.control_plane`: `junction dashboard --api-url` sets the first for the Streamlit
+process) say where the API is and what to send for writes; without a token the dashboard sends
+the one a control plane started without one checks.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from contextlib import contextmanager
 
 import streamlit as st
 
+from api.client import ApiClient, ApiError, ApiUnreachable
 from api.settings import Settings
-from dashboard.client import ApiClient, ApiError, ApiUnreachable
+from engine.control_plane import DEV_TOKEN, ControlPlaneSettings
 
 START_ENGINE = (
     "No engine has connected to the control plane at {url} yet. Start one with "
@@ -24,12 +26,13 @@ START_ENGINE = (
 
 
 def settings() -> Settings:
+    """The dashboard's own settings (its refresh period), read on every run."""
     return Settings()
 
 
 def api_client() -> ApiClient:
-    current = settings()
-    return ApiClient(current.control_plane_url, current.api_token)
+    current = ControlPlaneSettings()
+    return ApiClient(current.url, current.api_token or DEV_TOKEN)
 
 
 @contextmanager
@@ -39,13 +42,13 @@ def api_errors(client: ApiClient) -> Iterator[None]:
         yield
     except ApiUnreachable as exc:
         st.error(
-            f"Cannot reach the control plane: {exc}\n\n"
+            f"Cannot reach the control plane at {exc.url}: {exc.reason}\n\n"
             f"Start it with `junction api`, or point the dashboard at it: "
             f"`junction dashboard --api-url URL` (or `JUNCTION_CONTROL_PLANE_URL`; "
             f"now {client.base_url})."
         )
     except ApiError as exc:
-        st.error(f"The control plane refused a request: {exc}")
+        st.error(f"The control plane at {client.base_url} refused a request: {exc}")
 
 
 def pick_engine(engines: list[dict], key: str) -> dict | None:

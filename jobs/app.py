@@ -5,30 +5,24 @@ Run it with `junction worker` and `junction beat` (`jobs.cli`). The configuratio
 `get_settings()` when first needed, not at import. The broker is Redis in compose and CI, and
 on the embedded default Celery's SQLAlchemy transport on a SQLite file (`sqla+sqlite:///...`,
 with `db+sqlite:///...` results). The tasks live in `jobs.tasks`; the API sends them by name
-(`send_run`), so it imports neither the tasks nor the engine.
+(`api.broker.send_run`), so it imports neither the tasks nor the engine, and the transport
+options and the run task's name are the API's (`api.broker`).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
-from kombu.exceptions import OperationalError as KombuOperationalError
-from kombu.utils.url import maybe_sanitize_url
 
-from api.benchmarks import BrokerUnavailable
+from api.broker import transport_options
 from api.settings import Settings, get_settings
 
-TASK_RUN = "junction.run_benchmark"
 TASK_SUITE = "junction.enqueue_suite"
 TASK_SWEEP = "junction.sweep_stale_runs"
 #: How often beat sweeps running runs whose worker stopped heartbeating.
 SWEEP_EVERY_S = 300.0
-#: Redis redelivers a message not acked within this (acks are late: after the run). Longer
-#: than any run, so a live run is never delivered twice; a lost one is swept well before.
-VISIBILITY_TIMEOUT_S = 12 * 3600
 
 
 def parse_crontab(spec: str) -> crontab:
@@ -44,15 +38,6 @@ def parse_crontab(spec: str) -> crontab:
         return crontab(minute, hour, day_of_week, day_of_month, month_of_year)
     except ValueError as exc:
         raise ValueError(f"benchmark_schedule {spec!r} is not a valid crontab: {exc}") from exc
-
-
-def transport_options(broker_url: str) -> dict[str, Any]:
-    if broker_url.startswith("sqla+sqlite"):
-        # SQLAlchemy engine options: wait for SQLite's lock instead of failing at once
-        return {"connect_args": {"timeout": 30}}
-    if broker_url.startswith(("redis", "rediss")):
-        return {"visibility_timeout": VISIBILITY_TIMEOUT_S}
-    return {}
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -87,33 +72,3 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 app = Celery("junction", include=["jobs.tasks"])
 app.add_defaults(lambda: celery_config(get_settings()))
-
-
-@lru_cache(maxsize=8)
-def producer(broker_url: str) -> Celery:
-    """A Celery app that only sends (no result backend: the store holds the outcome)."""
-    sender = Celery("junction-producer", set_as_current=False)
-    sender.conf.update(
-        broker_url=broker_url,
-        broker_transport_options=transport_options(broker_url),
-        broker_connection_timeout=3,
-        task_serializer="json",
-        accept_content=["json"],
-    )
-    return sender
-
-
-def send_run(broker_url: str, run_id: int, task_id: str) -> None:
-    """Put run `run_id`'s message on the broker, or raise `BrokerUnavailable` saying where."""
-    try:
-        producer(broker_url).send_task(
-            TASK_RUN,
-            args=[run_id],
-            task_id=task_id,
-            retry=True,
-            retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.3},
-        )
-    except (KombuOperationalError, OSError) as exc:
-        raise BrokerUnavailable(
-            f"the Celery broker at {maybe_sanitize_url(broker_url)} is unreachable: {exc}"
-        ) from exc

@@ -21,7 +21,7 @@ from api import benchmarks as store
 from api.benchmarks import Busy, Send, Skipped
 from api.db import make_engine, make_sessionmaker
 from api.settings import get_settings
-from jobs.specs import standard_suite
+from api.specs import standard_suite
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""The Celery tasks: thin wrappers of `jobs.runs`, named as `jobs.app` sends and schedules them.
+"""The Celery tasks: thin wrappers of `jobs.runs`, named as `api.broker` sends them and
+`jobs.app` schedules them.
 
 `run_benchmark` is acked late and rejected (so redelivered) when its worker process dies; it
 retries the store's transient errors a few times; a run whose task gives up is marked failed
@@ -12,8 +13,9 @@ from typing import Any
 from celery import Task
 
 from api.benchmarks import Busy
+from api.broker import TASK_RUN
 from jobs import runs
-from jobs.app import TASK_RUN, TASK_SUITE, TASK_SWEEP, app
+from jobs.app import TASK_SUITE, TASK_SWEEP, app
 
 #: Looks at a run another worker holds before leaving it to that worker.
 BUSY_MAX_RETRIES = 5

@@ -11,9 +11,11 @@ from fastapi import APIRouter, Body, HTTPException, Path, Query, status
 from pydantic import ValidationError
 
 from api import benchmarks
+from api.broker import BrokerUnavailable, send_run
 from api.deps import MAX_INT64, Offset, RequireToken, SessionDep, StateDep
 from api.models import BenchmarkRun
 from api.schemas import BenchmarkRunOut, BenchmarkRunPage, RunStatus
+from api.specs import validate_spec
 
 router = APIRouter(prefix="/benchmarks", tags=["benchmarks"])
 MAX_LIMIT = 1000
@@ -44,9 +46,6 @@ def create_benchmark(
 ) -> BenchmarkRunOut:
     """Queue a run of `spec` (an `engine.bench.BenchmarkSpec`: workload, geometry, runner,
     modes); a worker picks it up (`junction worker`). The stored spec has its defaults filled."""
-    from jobs.app import send_run  # the Celery client loads on the first run queued
-    from jobs.specs import validate_spec
-
     try:
         valid = validate_spec(spec)
     except ValidationError as exc:
@@ -63,7 +62,7 @@ def create_benchmark(
             valid["name"],
             lambda run_id, task_id: send_run(broker_url, run_id, task_id),
         )
-    except benchmarks.BrokerUnavailable as exc:
+    except BrokerUnavailable as exc:
         raise HTTPException(
             status.HTTP_503_SERVICE_UNAVAILABLE, f"{exc}; the run was not queued"
         ) from exc

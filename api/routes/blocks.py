@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from api import blocks
 from api.deps import EngineDep, Offset, SessionDep
 from api.models import Block
-from api.paging import fetch_page
 from api.schemas import BlockOut, BlockPage
 from engine.wire import BlockState, Group
 
@@ -26,12 +26,7 @@ def list_blocks(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
 ) -> BlockPage:
     """Rows ordered by group, then block id; `group` and `state` filter them."""
-    where = [Block.engine_id == engine.engine_id]
-    if group is not None:
-        where.append(Block.group == group)
-    if state is not None:
-        where.append(Block.state == state)
-    total, rows = fetch_page(session, Block, where, (Block.group, Block.block_id), offset, limit)
+    total, rows = blocks.block_page(session, engine.engine_id, group, state, offset, limit)
     return BlockPage(
         engine_id=engine.engine_id,
         total=total,

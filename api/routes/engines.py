@@ -3,40 +3,31 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
-from sqlalchemy import delete, func, select
 
+from api import engines
 from api.deps import EngineDep, RequireToken, SessionDep, StateDep
-from api.models import Block, Engine, EventBatch, HitRateBucket, Request
+from api.models import Engine
 from api.schemas import EngineDetail, EngineOut, GroupUsage
-from engine.wire import BLOCK_STATES, GROUPS
 
 router = APIRouter(prefix="/engines", tags=["engines"])
 
 
 @router.get("", response_model=list[EngineOut])
 def list_engines(session: SessionDep) -> list[Engine]:
-    return list(session.scalars(select(Engine).order_by(Engine.engine_id)))
+    return engines.list_engines(session)
 
 
 @router.get("/{engine_id}", response_model=EngineDetail)
 def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
-    counts = session.execute(
-        select(Block.group, Block.state, func.count())
-        .where(Block.engine_id == engine.engine_id)
-        .group_by(Block.group, Block.state)
-    ).all()
-    by_group = {group: dict.fromkeys(BLOCK_STATES, 0) for group in GROUPS}
-    for group, state, count in counts:
-        by_group.setdefault(group, dict.fromkeys(BLOCK_STATES, 0))[state] = count
-    num_requests = session.scalar(
-        select(func.count()).select_from(Request).where(Request.engine_id == engine.engine_id)
-    )
+    groups = engine.geometry.get("groups", {})
     cache = {
-        group: _usage(states, engine.geometry.get("groups", {}).get(group, {}).get("num_blocks"))
-        for group, states in by_group.items()
+        group: _usage(states, groups.get(group, {}).get("num_blocks"))
+        for group, states in engines.block_counts(session, engine.engine_id).items()
     }
     return EngineDetail(
-        **EngineOut.model_validate(engine).model_dump(), cache=cache, num_requests=num_requests
+        **EngineOut.model_validate(engine).model_dump(),
+        cache=cache,
+        num_requests=engines.num_requests(session, engine.engine_id),
     )
 
 
@@ -48,9 +39,7 @@ def delete_engine(engine: EngineDep, session: SessionDep, state: StateDep, _: Re
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"engine {engine.engine_id!r} is connected; stop it first"
         )
-    for table in (Block, EventBatch, Request, HitRateBucket):
-        session.execute(delete(table).where(table.engine_id == engine.engine_id))
-    session.delete(engine)
+    engines.forget_engine(session, engine)
     session.commit()
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
-from sqlalchemy import select
 
+from api import hit_rate
 from api.deps import EngineDep, SessionDep
 from api.models import HitRateBucket
 from api.schemas import HitRateBucketOut, HitRateOut, HitRateTotals
@@ -25,12 +25,7 @@ def get_hit_rate(
         raise HTTPException(
             status.HTTP_400_BAD_REQUEST, f"since ({since}) is after until ({until})"
         )
-    stmt = select(HitRateBucket).where(HitRateBucket.engine_id == engine.engine_id)
-    if since is not None:
-        stmt = stmt.where(HitRateBucket.bucket_start + HitRateBucket.bucket_s > since)
-    if until is not None:
-        stmt = stmt.where(HitRateBucket.bucket_start < until)
-    rows = list(session.scalars(stmt.order_by(HitRateBucket.bucket_start)))
+    rows = hit_rate.buckets(session, engine.engine_id, since, until)
     buckets = [
         HitRateBucketOut(
             bucket_start=row.bucket_start, bucket_s=row.bucket_s, **_totals([row]).model_dump()

@@ -14,9 +14,8 @@ from typing import Literal
 
 import anyio.from_thread
 from fastapi import APIRouter, HTTPException, status
-from sqlalchemy import select
 
-from api import pins
+from api import pin_reads, pins
 from api.deps import RequireToken, SessionDep, StateDep
 from api.models import Pin, PinTarget
 from api.schemas import PinCreate, PinDetail, PinOut, PinTargetOut
@@ -62,24 +61,15 @@ def list_pins(
 ) -> list[PinOut]:
     """Newest first; `state` keeps active (not released) or released pins, `engine_id` the
     pins that target that engine."""
-    stmt = select(Pin).order_by(Pin.created_at.desc(), Pin.pin_id)
-    if state == "active":
-        stmt = stmt.where(Pin.released_at.is_(None))
-    elif state == "released":
-        stmt = stmt.where(Pin.released_at.is_not(None))
-    if engine_id is not None:
-        stmt = stmt.where(
-            Pin.pin_id.in_(select(PinTarget.pin_id).where(PinTarget.engine_id == engine_id))
-        )
-    rows = list(session.scalars(stmt))
-    targets = _targets(session, [pin.pin_id for pin in rows])
+    rows = pin_reads.list_pins(session, state, engine_id)
+    targets = pin_reads.targets_by_pin(session, [pin.pin_id for pin in rows])
     return [pin_out(pin, targets.get(pin.pin_id, [])) for pin in rows]
 
 
 @router.get("/{pin_id}", response_model=PinDetail, responses=ERRORS)
 def get_pin(pin_id: str, session: SessionDep) -> PinDetail:
     pin = _pin(session, pin_id)
-    out = pin_out(pin, _targets(session, [pin_id]).get(pin_id, []))
+    out = pin_out(pin, pin_reads.targets_by_pin(session, [pin_id]).get(pin_id, []))
     return PinDetail(**out.model_dump(), token_ids=pin.token_ids)
 
 
@@ -88,7 +78,7 @@ def release_pin(pin_id: str, session: SessionDep, state: StateDep, _: RequireTok
     """Release the pin: its engines are sent an unpin (one that is not connected gets it when
     it next says hello). Releasing a released pin changes nothing."""
     pin = _pin(session, pin_id)
-    targets = _targets(session, [pin_id]).get(pin_id, [])
+    targets = pin_reads.targets_by_pin(session, [pin_id]).get(pin_id, [])
     engine_ids = pins.release_pin(session, pin, targets)
     session.commit()
     send(state, engine_ids, pins.unpin_command(pin_id))
@@ -138,15 +128,7 @@ def _state(pin: Pin, targets: list[PinTarget]) -> str:
 
 
 def _pin(session, pin_id: str) -> Pin:
-    pin = session.get(Pin, pin_id)
+    pin = pin_reads.find_pin(session, pin_id)
     if pin is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"pin {pin_id!r} not found")
     return pin
-
-
-def _targets(session, pin_ids: list[str]) -> dict[str, list[PinTarget]]:
-    by_pin: dict[str, list[PinTarget]] = {}
-    if pin_ids:
-        for target in session.scalars(select(PinTarget).where(PinTarget.pin_id.in_(pin_ids))):
-            by_pin.setdefault(target.pin_id, []).append(target)
-    return by_pin

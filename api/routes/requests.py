@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
-from sqlalchemy import select
 
+from api import requests
 from api.deps import EngineDep, Offset, SessionDep
 from api.models import Request
-from api.paging import fetch_page
 from api.schemas import RequestOut, RequestPage
 
 router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"])
@@ -22,14 +21,7 @@ def list_requests(
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> RequestPage:
-    total, rows = fetch_page(
-        session,
-        Request,
-        [Request.engine_id == engine.engine_id],
-        (Request.finished_ts.desc(), Request.id.desc()),
-        offset,
-        limit,
-    )
+    total, rows = requests.request_page(session, engine.engine_id, offset, limit)
     return RequestPage(
         engine_id=engine.engine_id,
         total=total,
@@ -42,12 +34,7 @@ def list_requests(
 @router.get("/{request_id}", response_model=RequestOut)
 def get_request(engine: EngineDep, session: SessionDep, request_id: str) -> Request:
     """The request's latest record (an id may come back in a later epoch)."""
-    row = session.scalar(
-        select(Request)
-        .where(Request.engine_id == engine.engine_id, Request.request_id == request_id)
-        .order_by(Request.id.desc())
-        .limit(1)
-    )
+    row = requests.latest_request(session, engine.engine_id, request_id)
     if row is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,

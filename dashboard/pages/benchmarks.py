@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard.client import ApiError
+from api.client import ApiError
 from dashboard.connection import api_client, api_errors
 from dashboard.figures.benchmarks import hit_rate_by_mode_figure, modes_frame, ttft_by_mode_figure
 from dashboard.live import live

@@ -4,7 +4,7 @@ request's blocks outlined with its hit boundary, recent copies and moves as link
 import pandas as pd
 import streamlit as st
 
-from dashboard.client import ApiClient, ApiError
+from api.client import ApiClient, ApiError
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
 from dashboard.figures.block_grid import block_grid_figure
 from dashboard.grid import MAX_CELLS, grid_cells, link_frame, request_outline

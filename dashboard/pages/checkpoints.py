@@ -4,7 +4,7 @@ to pin a prefix, unpin buttons, and the suggested junctions, each with a pin but
 import pandas as pd
 import streamlit as st
 
-from dashboard.client import ApiError
+from api.client import ApiError
 from dashboard.connection import api_client, api_errors
 from dashboard.live import live
 

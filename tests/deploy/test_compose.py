@@ -15,9 +15,12 @@ import yaml
 
 from api.settings import Settings
 from engine.cli import build_parser
+from engine.control_plane import ControlPlaneSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = {f"JUNCTION_{name.upper()}" for name in Settings.model_fields}
+# the control plane's own settings and its clients' (where it is, the token they send)
+SETTINGS_CLASSES = (Settings, ControlPlaneSettings)
+SETTINGS = {f"JUNCTION_{name.upper()}" for cls in SETTINGS_CLASSES for name in cls.model_fields}
 PROJECT_SERVICES = {"migrate", "api", "engine", "dashboard", "worker", "beat"}
 
 
@@ -72,7 +75,8 @@ def test_every_setting_passed_is_one_the_settings_know() -> None:
             key[len("JUNCTION_") :].lower(): re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
             for key, value in services[name]["environment"].items()
         }
-        Settings(_env_file=None, **values)
+        for cls in SETTINGS_CLASSES:
+            cls(_env_file=None, **values)
     assert compose("docker-compose.yml")["services"]["api"]["environment"][
         "JUNCTION_DATABASE_URL"
     ].startswith("postgresql://")
@@ -98,7 +102,8 @@ def test_env_example_names_every_setting_and_only_settings() -> None:
         for line in (ROOT / ".env.example").read_text().splitlines()
         if line.startswith("JUNCTION_")
     )
-    Settings(_env_file=None, **{k[len("JUNCTION_") :].lower(): v for k, v in env.items()})
+    for cls in SETTINGS_CLASSES:
+        cls(_env_file=None, **{k[len("JUNCTION_") :].lower(): v for k, v in env.items()})
 
 
 def test_the_image_runs_the_junction_entry_point() -> None:

@@ -8,18 +8,10 @@ import pytest
 from celery.schedules import crontab
 
 import jobs.tasks  # noqa: F401 (registers the tasks, as the worker's `include` does)
+from api.broker import TASK_RUN, transport_options
 from api.settings import Settings
 from engine.cli import build_parser
-from jobs.app import (
-    TASK_RUN,
-    TASK_SUITE,
-    TASK_SWEEP,
-    app,
-    beat_schedule,
-    celery_config,
-    parse_crontab,
-    transport_options,
-)
+from jobs.app import TASK_SUITE, TASK_SWEEP, app, beat_schedule, celery_config, parse_crontab
 from jobs.cli import worker_argv
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from api.broker import TASK_RUN
 from api.main import create_app
 from api.settings import Settings
-from jobs.app import TASK_RUN
 from tests.jobs.specs import tiny_spec
 
 URL = "/api/v1/benchmarks"
