@@ -19,6 +19,7 @@ COPY api api
 COPY dashboard dashboard
 COPY jobs jobs
 COPY stack stack
+COPY cli cli
 COPY examples examples
 # editable: `junction migrate` finds alembic.ini and migrations/ beside the code
 RUN pip install -e . && chown -R junction /app

@@ -63,7 +63,7 @@ def main() -> int:
         for label, extra in (("no listener", []), ("--events-out", ["--events-out"])):
             cells = []
             for size, trace in traces.items():
-                argv = [sys.executable, "-m", "engine.cli", "replay", str(trace)]
+                argv = [sys.executable, "-m", "cli.main", "replay", str(trace)]
                 argv += ["--runner", args.runner, "--out", os.devnull, "--quiet"]
                 if extra:
                     argv += [*extra, str(directory / f"events-{size}.jsonl")]

@@ -48,15 +48,18 @@ def add_up_parser(commands: argparse._SubParsersAction) -> None:
 def check_serve_args(serve_args: list[str]) -> tuple[str, ...]:
     """The pass-through options, checked by `junction serve`'s own parser (and the cache
     geometry they make) before anything starts; raises `ValueError` with the reason."""
-    from engine.cli import build_parser, configs_from_args
+    from engine.options import configs_from_args
+    from engine.server.cli import add_serve_parser
 
     args = serve_args[1:] if serve_args[:1] == ["--"] else serve_args
     if not args:
         return ()
+    parser = argparse.ArgumentParser(prog="junction")  # as `junction serve` parses them
+    add_serve_parser(parser.add_subparsers(dest="command", required=True))
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):
-            parsed = build_parser().parse_args(["serve", *args])
+            parsed = parser.parse_args(["serve", *args])
     except SystemExit:
         reason = (said.getvalue().strip().splitlines() or ["not accepted"])[-1]
         raise ValueError(f"engine options {' '.join(args)!r}: {reason}") from None

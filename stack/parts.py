@@ -31,7 +31,7 @@ def api_url(host: str, ports: Ports) -> str:
 
 def junction(*args: str) -> list[str]:
     """`junction ARGS` with this interpreter (the venv `make run` made)."""
-    return [sys.executable, "-m", "engine.cli", *args]
+    return [sys.executable, "-m", "cli.main", *args]
 
 
 def plan(

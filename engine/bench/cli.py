@@ -1,6 +1,6 @@
 """`junction bench SPEC`: run a benchmark spec in the terminal, with a progress bar and a table.
 
-`engine/cli.py` registers it with `add_bench_parser(commands)`. A spec is a JSON file; or give
+`cli/main.py` registers it with `add_bench_parser(commands)`. A spec is a JSON file; or give
 `--workload KIND` and `--set key=value` params instead. `--runner`, `--modes`, `--concurrency`
 and `--set geometry.key=value` override the file. `--engine URL` sends the workload to a live
 `junction serve` instead of in-process engines. Exit 2 on a bad spec, 1 when the run fails (a
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli import EXIT_BAD_INPUT, EXIT_FAILED
+from engine.options import EXIT_BAD_INPUT, EXIT_FAILED
 
 BENCH = "junction bench"
 

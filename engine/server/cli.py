@@ -1,6 +1,6 @@
 """`junction serve`: the engine behind its OpenAI-compatible server.
 
-`engine/cli.py` registers it with `add_serve_parser(commands)`. Web libraries are imported
+`cli/main.py` registers it with `add_serve_parser(commands)`. Web libraries are imported
 only when the command runs, so the rest of the command line stays light.
 """
 
@@ -9,14 +9,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.cli import (
+from engine.options import (
     EXIT_BAD_INPUT,
     add_cache_options,
-    add_control_plane_options,
     add_model_options,
     configs_from_args,
-    make_publisher,
     model_config_from_args,
+)
+from engine.server.streaming import (
+    add_control_plane_options,
+    connect,
+    finish_publishing,
+    make_publisher,
 )
 
 DEFAULT_MODEL_NAME = "junction-hybrid-tiny"
@@ -57,7 +61,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from engine.engine import Engine
     from engine.server.app import create_app
     from engine.server.async_engine import AsyncEngine
-    from engine.server.commands import CommandQueue
 
     try:
         engine = Engine(cache, scheduler, model, runner=args.runner, engine_id=args.engine_id)
@@ -66,30 +69,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     async_engine = AsyncEngine(engine)
     if publisher is not None:
-        commands = CommandQueue(wake=async_engine.submit)
-        commands.attach(engine)
-        publisher.on_command = commands.on_command
         # the listener runs on the engine loop's thread; `call` reaches it while it is idle
-        publisher.attach(engine, call_on_engine=async_engine.call)
+        connect(publisher, engine, wake=async_engine.submit, call_on_engine=async_engine.call)
         print(f"junction serve: streaming cache events to {publisher.url}", file=sys.stderr)
     app = create_app(async_engine, args.model_name)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:
         if publisher is not None:
-            close_publisher(publisher)
+            # after the engine loop stopped: a last flush of its events
+            finish_publishing(publisher, "serve", timeout_s=5.0, quiet=True)
     return 0
-
-
-def close_publisher(publisher, timeout_s: float = 5.0) -> None:
-    """After the engine loop stopped: a last flush of its events, then stop streaming."""
-    try:
-        if not publisher.flush(timeout_s):
-            stats = publisher.stats()
-            print(
-                f"junction serve: warning: {stats.num_buffered} event frames were not "
-                f"acknowledged by the control plane (last error: {stats.last_error or 'none'})",
-                file=sys.stderr,
-            )
-    finally:
-        publisher.close()

@@ -45,7 +45,7 @@ class ApiProcess:
             "JUNCTION_LOG_LEVEL": "warning",
         }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "api", "--port", str(self.port)],
+            [sys.executable, "-m", "cli.main", "api", "--port", str(self.port)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -114,7 +114,7 @@ class Serve:
             [
                 sys.executable,
                 "-m",
-                "engine.cli",
+                "cli.main",
                 "serve",
                 "--port",
                 str(self.port),

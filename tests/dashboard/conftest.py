@@ -60,7 +60,7 @@ def replay(api_url: str, trace: Path, out: Path, engine_id: str = REPLAY_ENGINE)
     command = [
         sys.executable,
         "-m",
-        "engine.cli",
+        "cli.main",
         "replay",
         str(trace),
         "--runner",

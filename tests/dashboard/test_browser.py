@@ -54,7 +54,7 @@ def dashboard_url(stack: Stack) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "engine.cli",
+            "cli.main",
             "dashboard",
             "--port",
             str(port),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from cli.main import build_parser
 from dashboard import cli
-from engine.cli import build_parser
 
 
 def test_dashboard_command_runs_streamlit_headless_on_the_app():

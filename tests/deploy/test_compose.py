@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from api.settings import Settings
-from engine.cli import build_parser
+from cli.main import build_parser
 from engine.control_plane import ControlPlaneSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,10 +109,10 @@ def test_env_example_names_every_setting_and_only_settings() -> None:
 def test_the_image_runs_the_junction_entry_point() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["junction"] == "engine.cli:main"
+    assert scripts["junction"] == "cli.main:main"
     entrypoint = re.search(r"^ENTRYPOINT (.+)$", dockerfile, re.M).group(1)
     cmd = re.search(r"^CMD (.+)$", dockerfile, re.M).group(1)
     assert json.loads(entrypoint) == ["junction"]
     assert parses(json.loads(cmd)) == "up"
-    for folder in ("engine", "api", "dashboard", "jobs", "stack", "migrations"):
+    for folder in ("engine", "api", "dashboard", "jobs", "stack", "cli", "migrations"):
         assert f"COPY {folder} {folder}" in dockerfile, folder

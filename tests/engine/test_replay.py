@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from cli.main import main
 
 GEOMETRY = ["--block-size", "16", "--mamba-block-size", "512", "--prefix-match-unit", "16"]
 FIELDS = {
@@ -223,7 +223,7 @@ def test_a_bad_geometry_is_reported_not_raised(tmp_path, capsys):
 def test_console_script_runs_a_trace_to_stdout(tmp_path):
     trace = write_trace(tmp_path / "t.jsonl", [{"id": "a", "prompt": "abc", "max_tokens": 2}])
     done = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "replay", str(trace), "--runner", "null"],
+        [sys.executable, "-m", "cli.main", "replay", str(trace), "--runner", "null"],
         capture_output=True,
         text=True,
         check=True,
@@ -313,7 +313,7 @@ def test_without_a_listener_the_engine_builds_no_events():
 
 def test_a_closed_stdout_ends_the_replay_quietly(tmp_path):
     trace = write_trace(tmp_path / "trace.jsonl", FAMILY)
-    shell = f"{sys.executable} -m engine.cli replay {trace} --runner ledger | head -c 10"
+    shell = f"{sys.executable} -m cli.main replay {trace} --runner ledger | head -c 10"
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
     assert done.stdout == '{"type":"r'
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -26,7 +26,7 @@ class WorkerProcess:
     def start(self) -> None:
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "worker", "--pool", self.pool]
+            [sys.executable, "-m", "cli.main", "worker", "--pool", self.pool]
             + ["--concurrency", "1", "--loglevel", "info", "--hostname", self.name],
             env={**os.environ, "PYTHONPATH": pythonpath(), **self.env},
             cwd=self.log_path.parent,

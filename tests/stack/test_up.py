@@ -35,7 +35,7 @@ class Up:
         env = {k: v for k, v in os.environ.items() if not k.startswith("JUNCTION_")}
         env |= {"JUNCTION_API_TOKEN": TOKEN, "JUNCTION_LOG_LEVEL": "warning"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "up", *args],
+            [sys.executable, "-m", "cli.main", "up", *args],
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,
@@ -145,7 +145,7 @@ def test_junction_up_refuses_a_taken_port(tmp_path: Path) -> None:
         holder.listen()
         taken = holder.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "engine.cli", "up", "--api-port", str(taken)],
+            [sys.executable, "-m", "cli.main", "up", "--api-port", str(taken)],
             cwd=tmp_path,
             capture_output=True,
             text=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.bench.cli import add_bench_parser
-from engine.cli import EXIT_BAD_INPUT, EXIT_FAILED
+from engine.options import EXIT_BAD_INPUT, EXIT_FAILED
 from engine.runners.ledger import LedgerRunner
 from engine.trace import TracePin, read_trace
 
@@ -118,7 +118,7 @@ def test_a_wrong_reuse_exits_1_and_writes_nothing(tmp_path, capsys, monkeypatch)
 
 
 def test_junction_registers_bench(capsys):
-    from engine.cli import main
+    from cli.main import main
 
     assert main(["bench", "--workload", "seed_multi_turn", "--modes", "partial", "--quiet"]) == 0
     assert " partial " in capsys.readouterr().out

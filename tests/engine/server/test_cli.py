@@ -6,7 +6,7 @@ import argparse
 import subprocess
 import sys
 
-from engine.cli import EXIT_BAD_INPUT
+from engine.options import EXIT_BAD_INPUT
 from engine.server.cli import add_serve_parser, cmd_serve
 
 
@@ -40,7 +40,7 @@ def test_bad_geometry_is_refused_before_serving(capsys):
 
 def test_the_core_and_the_command_line_import_no_web_library():
     code = (
-        "import sys, engine.engine, engine.cli, engine.server.cli; "
+        "import sys, engine.engine, engine.server.replay_cli, engine.server.cli; "
         "print(sorted(m for m in ('fastapi', 'uvicorn', 'prometheus_client', 'starlette') "
         "if m in sys.modules))"
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from websockets.sync.server import Server, ServerConnection, serve
 
-from engine.cli import build_parser, main
+from cli.main import build_parser, main
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams

@@ -1,0 +1,48 @@
+"""The `junction` command line: one parser gathering each package's subcommands.
+
+Every package offers its own through an `add_*_parser(commands)` function, imported here and
+nowhere else, so no package needs one above it: the engine (`replay`, `serve`, `bench`), the
+control plane (`api`, `migrate`, `pin`, `unpin`, `pins`), the jobs (`worker`, `beat`), the
+dashboard and the stack (`up`). Each command loads its heavy libraries only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from api.cli import add_api_parser
+from api.pins_cli import add_pin_parsers
+from dashboard.cli import add_dashboard_parser
+from engine.bench.cli import add_bench_parser
+from engine.server.cli import add_serve_parser
+from engine.server.replay_cli import add_replay_parser
+from jobs.cli import add_jobs_parsers
+from stack.cli import add_up_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="junction",
+        description="Prefix-cache engine and control plane for hybrid attention + Mamba models.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    # the order of `junction --help`
+    add_replay_parser(commands)
+    add_serve_parser(commands)
+    add_api_parser(commands)
+    add_pin_parsers(commands)
+    add_bench_parser(commands)
+    add_jobs_parsers(commands)
+    add_dashboard_parser(commands)
+    add_up_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
