@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
+
+EXIT_BAD_INPUT = 2
 
 
 def add_api_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "api",
         help="run the control plane (REST API and ingest socket)",
-        description="Run `alembic upgrade head` on JUNCTION_DATABASE_URL, then serve the API.",
+        description="Run `alembic upgrade head` on JUNCTION_DATABASE_URL, then serve the API. "
+        "Every route but /healthz and /metrics needs JUNCTION_API_TOKEN (reads: it or "
+        "JUNCTION_READ_TOKEN); unset, a token is made at first start and kept in "
+        "JUNCTION_API_TOKEN_FILE (default: junction-api-token beside the SQLite store).",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
@@ -41,8 +47,16 @@ def run_api(args: argparse.Namespace) -> int:
     from api import migrate
     from api.main import create_app
     from api.settings import get_settings
+    from api.token import TokenError, resolve_token, where
 
     settings = get_settings()
+    try:
+        api_token = resolve_token(settings)
+    except TokenError as exc:
+        print(f"junction api: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"junction api: {where(api_token)}", flush=True)
+    settings = settings.model_copy(update={"api_token": api_token.token})
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -54,5 +68,12 @@ def run_api(args: argparse.Namespace) -> int:
         log_level=settings.log_level.lower(),
         # frames up to the limit reach `engine.wire.decode`, which answers larger ones with 1009
         ws_max_size=settings.max_frame_bytes + 1024 * 1024,
+        # limits (docs/api.md, "Limits"): h11 with a read timeout on each request's headers
+        # (uvicorn has none), the head's size, idle keep-alive connections, and the
+        # connections and requests at once (above: 503)
+        http="api.header_timeout:HeaderTimeoutProtocol",
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        limit_concurrency=settings.max_connections,
     )
     return 0

@@ -37,7 +37,9 @@ class ApiUnreachable(ApiError):
 
 
 class ApiClient:
-    """One control plane at `base_url`; writes send `token` as a bearer token."""
+    """One control plane at `base_url`; every call sends `token` as a bearer token (reads take
+    the write token or the read-only one, writes only the write token: a client that reads
+    with one and writes with the other is two clients)."""
 
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")

@@ -1,4 +1,4 @@
-"""Route dependencies as `Annotated` aliases: the app state, a session, the token check."""
+"""Route dependencies as `Annotated` aliases: the app state, a session, the token checks."""
 
 from __future__ import annotations
 
@@ -31,9 +31,19 @@ SessionDep = Annotated[Session, Depends(get_session)]
 
 
 def is_valid_token(state: AppState, token: str | None) -> bool:
-    if token is None:
+    """Whether `token` is the write token (a control plane without one accepts none)."""
+    return _matches(token, state.settings.api_token)
+
+
+def is_read_token(state: AppState, token: str | None) -> bool:
+    """Whether `token` is the read-only token (a control plane without one accepts none)."""
+    return _matches(token, state.settings.read_token)
+
+
+def _matches(token: str | None, expected: str | None) -> bool:
+    if not token or not expected:
         return False
-    return secrets.compare_digest(token.encode(), state.settings.api_token.encode())
+    return secrets.compare_digest(token.encode(), expected.encode())
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -44,29 +54,50 @@ def bearer_token(authorization: str | None) -> str | None:
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
-_bearer = HTTPBearer(auto_error=False, description="JUNCTION_API_TOKEN")
+_bearer = HTTPBearer(
+    auto_error=False, description="JUNCTION_API_TOKEN (or, for reads, JUNCTION_READ_TOKEN)"
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def require_token(
-    state: StateDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def require_read(state: StateDep, credentials: Credentials) -> None:
+    """A read: the write token or the read-only token."""
     if credentials is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN>)",
-            headers={"WWW-Authenticate": "Bearer"},
+        raise _unauthorized(
+            "missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN or "
+            "JUNCTION_READ_TOKEN>)"
         )
-    if not is_valid_token(state, credentials.credentials):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "wrong bearer token",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    token = credentials.credentials
+    if not (is_valid_token(state, token) or is_read_token(state, token)):
+        raise _unauthorized("wrong bearer token")
 
 
-#: Writes take `_: RequireToken`; reads are open.
-RequireToken = Annotated[None, Depends(require_token)]
+def require_write(state: StateDep, credentials: Credentials) -> None:
+    """A write: the write token only; the read-only token is a 403."""
+    if credentials is None:
+        raise _unauthorized("missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN>)")
+    token = credentials.credentials
+    if is_valid_token(state, token):
+        return
+    if is_read_token(state, token):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "the read-only token (JUNCTION_READ_TOKEN) cannot write: send JUNCTION_API_TOKEN",
+        )
+    raise _unauthorized("wrong bearer token")
+
+
+#: Every REST router takes `dependencies=[READ]`, so no route of it (not even a lookup of its
+#: path's resource) runs without a token; writes take `_: RequireWrite` before any other
+#: parameter, so a wrong token is refused before the path's resource is looked up.
+READ = Depends(require_read)
+RequireWrite = Annotated[None, Depends(require_write)]
 
 
 def get_engine(engine_id: str, session: SessionDep) -> Engine:

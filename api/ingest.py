@@ -3,16 +3,21 @@
 Each function is one transaction: it commits what the frame means, or raises and leaves the
 store as it was. The seq bookkeeping is `Engine.next_seq`, per engine and epoch:
 
-- `apply_hello`: an epoch other than the stored one is a restarted engine: its block rows go,
+- `apply_hello`: an epoch newer than the stored one is a restarted engine: its block rows go,
   the pins it held are lost (`api.pins.on_hello`: active ones are pending again, to be resent),
   and `next_seq` starts at 0. The same epoch (a reconnect) keeps `next_seq`, so the engine
-  resends from there.
+  resends from there. An older epoch is refused (`CLOSE_WRONG_ENGINE`) and changes nothing: a
+  stale engine, or anyone with the token, cannot wipe the live engine's table.
 - `apply_batch`: `seq < next_seq` was committed before: acknowledged, not applied again.
   `seq == next_seq`: stored and applied, `next_seq += 1`. `seq > next_seq` is a gap the
   engine must fill (resend or snapshot): `CLOSE_FUTURE_SEQ`. `apply_batches` takes
   consecutive batches in one transaction, as `apply_batch` would one after another.
-- `apply_snapshot`: any `seq >= next_seq` replaces the engine's block rows and pin states and
-  sets `next_seq = seq + 1`; an older snapshot is acknowledged and dropped.
+- `apply_snapshot`: any `seq >= next_seq` replaces the engine's block rows and pin states,
+  stores the finished requests it carries (those of batches it replaced that the store had not
+  committed) and sets `next_seq = seq + 1`; an older snapshot is acknowledged and dropped.
+- `apply_parked`: a batch or snapshot the store refused (`Unstorable`: a constraint, a value
+  beyond its column, a limit of the database; retrying will not help) becomes a dead letter
+  (`api.dead_letters`) and its seq counts as applied, so the stream goes on without it.
 
 Only `BlockStateChanged` (whole block rows), `RequestFinished` (requests, buckets, pin hits)
 and `PinUpdated` (pin targets) change tables besides `event_batches`; the other events are
@@ -30,10 +35,10 @@ from typing import NamedTuple
 
 import msgspec
 from sqlalchemy import Table, delete, insert, update
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from api import bulk, pins
+from api import bulk, dead_letters, pins
 from api.models import Block, Engine, EventBatch, HitRateBucket, Request, utcnow
 from engine.wire import (
     CLOSE_BAD_FRAME,
@@ -65,6 +70,10 @@ BUCKET_COUNTERS = (
     "computed_tokens",
 )
 INT32, INT64 = 1 << 31, 1 << 63  # the limits of `Integer` and `BigInteger` columns
+# PostgreSQL's class 54, "program limit exceeded" (an index row over the btree's limit, a
+# statement too complex): psycopg reports it as an `OperationalError`, like a lost connection,
+# but it is the frame's fault and comes back at every retry
+PROGRAM_LIMIT_EXCEEDED = "54"
 
 
 class Applied(NamedTuple):
@@ -72,22 +81,39 @@ class Applied(NamedTuple):
     is_duplicate: bool
     num_events: int
     commands: tuple[Command, ...] = ()  # to send the engine after the ack
+    is_parked: bool = False  # refused by the store, kept as a dead letter, acked all the same
+
+
+class Unstorable(WireError):
+    """A frame that decoded but that the store refuses, for a reason retrying will not fix.
+    The socket parks a batch or snapshot (`apply_parked`); anything else closes with 4400."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(CLOSE_BAD_FRAME, reason)
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """Whether the database refused the statement for what it holds (a constraint, a value
+    beyond its column, a limit), not because it could not be reached."""
+    if isinstance(exc, DataError | IntegrityError | OverflowError):
+        return True
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return isinstance(exc, OperationalError) and str(sqlstate).startswith(PROGRAM_LIMIT_EXCEEDED)
 
 
 @contextmanager
 def transaction(session: Session) -> Iterator[None]:
-    """Commit, or roll back and raise; a value the store cannot hold (an integer beyond 64
-    bits) is the frame's fault, a `WireError`."""
+    """Commit, or roll back and raise; what the database refuses to hold (an integer beyond
+    its column, a broken constraint, an index row too big) is the frame's fault: `Unstorable`."""
     try:
         yield
         session.commit()
-    except (DataError, OverflowError) as exc:
+    except BaseException as exc:
         session.rollback()
-        detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise WireError(CLOSE_BAD_FRAME, f"the store cannot hold a value: {detail}") from exc
-    except BaseException:
-        session.rollback()
-        raise
+        if not is_refusal(exc):
+            raise
+        detail = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)])[0]
+        raise Unstorable(f"the store cannot hold a value: {detail}") from exc
 
 
 # ---------------------------------------------------------------------------- frames
@@ -95,6 +121,11 @@ def apply_hello(session: Session, hello: Hello) -> Welcome:
     with transaction(session):
         now = utcnow()
         engine = session.get(Engine, hello.engine_id, with_for_update=True, populate_existing=True)
+        if engine is not None and hello.epoch < engine.epoch:
+            raise WireError(
+                CLOSE_WRONG_ENGINE,
+                f"hello of epoch {hello.epoch} is older than the stored epoch {engine.epoch}",
+            )
         restarted = engine is not None and engine.epoch != hello.epoch
         if engine is None:
             engine = Engine(engine_id=hello.engine_id, epoch=hello.epoch, next_seq=0)
@@ -104,6 +135,8 @@ def apply_hello(session: Session, hello: Hello) -> Welcome:
             session.execute(delete(Block).where(Block.engine_id == hello.engine_id))
             engine.epoch = hello.epoch
             engine.next_seq = 0
+            engine.num_batches_dropped = engine.num_requests_dropped = 0  # counts are per epoch
+            engine.last_drop = None
         engine.geometry = dict(hello.geometry)
         engine.model = dict(hello.model)
         engine.connected = True
@@ -187,12 +220,19 @@ def _store_batches(
     return commands
 
 
-def apply_snapshot(session: Session, hello: Hello, snapshot: Snapshot) -> Applied:
+def apply_snapshot(
+    session: Session, hello: Hello, snapshot: Snapshot, bucket_s: int = 60
+) -> Applied:
     with transaction(session):
         _check_frame(hello, snapshot)
         engine = _locked_engine(session, hello)
         if snapshot.seq < engine.next_seq:
             return Applied(Ack(seq=snapshot.seq), True, 0)
+        # the finished requests of the batches the snapshot replaced, but those of a batch the
+        # store committed already (its seq below next_seq: the engine never saw the ack)
+        carried = [r.event for r in snapshot.requests if r.seq >= engine.next_seq]
+        _insert_requests(session, snapshot.engine_id, snapshot.epoch, carried, bucket_s)
+        pins.record_hits(session, snapshot.engine_id, carried)
         rows = {(row.group, row.block_id): row for row in snapshot.blocks}
         session.execute(delete(Block).where(Block.engine_id == snapshot.engine_id))
         bulk.insert_rows(
@@ -203,7 +243,35 @@ def apply_snapshot(session: Session, hello: Hello, snapshot: Snapshot) -> Applie
         )
         engine.next_seq = snapshot.seq + 1
         engine.last_seen = utcnow()
+        engine.num_batches_dropped = snapshot.num_batches_dropped
+        engine.num_requests_dropped = snapshot.num_requests_dropped
+        engine.last_drop = snapshot.last_drop
         return Applied(Ack(seq=snapshot.seq), False, 0, tuple(commands))
+
+
+def apply_parked(
+    session: Session,
+    hello: Hello,
+    frame: Batch | Snapshot,
+    reason: str,
+    keep: int = 1000,
+    max_bytes: int = 64 * 1024,
+) -> Applied:
+    """Park a frame the store refused (`Unstorable`, with its `reason`): it becomes the engine's
+    newest dead letter (of at most `keep`, its first `max_bytes` of JSON) and its seq counts as
+    applied, so the frames after it go on. None of its events are applied: block rows it
+    carried come back with their blocks' next change or the next snapshot."""
+    with transaction(session):
+        _check_frame(hello, frame)
+        engine = _locked_engine(session, hello)
+        if frame.seq < engine.next_seq:  # committed meanwhile, by another socket of the engine
+            return Applied(Ack(seq=frame.seq), True, 0)
+        if isinstance(frame, Batch) and frame.seq > engine.next_seq:
+            raise WireError(CLOSE_FUTURE_SEQ, f"expected seq {engine.next_seq}, got {frame.seq}")
+        dead_letters.park(session, hello.engine_id, hello.epoch, frame, reason, keep, max_bytes)
+        engine.next_seq = frame.seq + 1
+        engine.last_seen = utcnow()
+        return Applied(Ack(seq=frame.seq), False, 0, is_parked=True)
 
 
 def mark_disconnected(session: Session, engine_id: str, epoch: int) -> None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from api.errors import install_error_handlers
 from api.lifespan import lifespan
+from api.limits import RequestLimits, refuse_nul_parameters
+from api.read_limit import ReadLimit
 from api.routes import (
     benchmarks,
     block_grid,
     blocks,
+    dead_letters,
     engines,
     events,
     health,
@@ -28,16 +31,21 @@ Engines stream their cache events to the websocket **`/api/v1/ingest`** (not lis
 OpenAPI has no websockets). Send `Authorization: Bearer <JUNCTION_API_TOKEN>` (or `?token=`),
 then the frames of `engine.wire`: `hello` (answered by `welcome {epoch, next_seq}`), then
 `batch` and `snapshot` frames, each answered by `ack {seq}` once committed. Bad input closes
-the socket: 4401 token, 4400 bad frame, 4409 another engine or epoch, 4422 a seq from the
-future, 1009 too big. The control plane sends `command` frames down the same socket: `pin
-{pin_id, token_ids, cache_salt}` and `unpin {pin_id}`, every active pin again after each
-hello. Reads are open; writes need the bearer token.
+the socket: 4403 a browser `Origin` not in `JUNCTION_ALLOWED_ORIGINS`, 4401 token, 4400 bad
+frame, 4409 another engine or epoch, 4422 a seq from the future, 1009 too big. The control
+plane sends `command` frames down the same socket: `pin {pin_id, token_ids, cache_salt}` and
+`unpin {pin_id}`, every active pin again after each hello.
+
+Every route but `/healthz` and `/metrics` needs a bearer token: reads take
+`JUNCTION_API_TOKEN` or the read-only `JUNCTION_READ_TOKEN`; writes and the socket only
+`JUNCTION_API_TOKEN`.
 """
 ROUTERS = (
     engines,
     blocks,
     block_grid,
     requests,
+    dead_letters,
     hit_rate,
     events,
     pins,
@@ -45,6 +53,8 @@ ROUTERS = (
     ingest,
     benchmarks,
 )
+# Routes whose bodies may be larger than `max_body_bytes`, and the setting of their limit.
+BODY_LIMITS = {("POST", f"{API_PREFIX}/pins"): "max_pin_body_bytes"}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -56,8 +66,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="The store of every engine's prefix-cache events, and a REST API over it.",
         description=DESCRIPTION,
         lifespan=lifespan,
+        dependencies=[Depends(refuse_nul_parameters)],
     )
     app.state.junction = AppState.from_settings(settings or get_settings())
+    app.add_middleware(RequestLimits, settings=app.state.junction.settings, body_limits=BODY_LIMITS)
+    app.add_middleware(ReadLimit, settings=app.state.junction.settings)  # outermost: reads wait
     install_error_handlers(app)
     for module in ROUTERS:
         app.include_router(module.router, prefix=API_PREFIX)

@@ -35,6 +35,11 @@ class ApiMetrics:
             "Engines with an open ingest socket",
             registry=self.registry,
         )
+        self.dead_letters = Counter(
+            "junction_ingest_dead_letters",
+            "Frames the store refused, parked as dead letters and acknowledged",
+            registry=self.registry,
+        )
         self.rejected_frames = Counter(
             "junction_ingest_rejected",
             "Connections closed for bad input, by close code",

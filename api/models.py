@@ -3,7 +3,8 @@
 `blocks` mirrors each engine's block table row for row (`BlockPool.row`, with `token_range`
 split into `token_start`/`token_end`); `event_batches` keeps every batch as it came;
 `requests` and `hit_rate_buckets` are what `RequestFinished` events add up to; `pins` and
-`pin_targets` hold the operator's pins and each engine's state of them (`api.pins`).
+`pin_targets` hold the operator's pins and each engine's state of them (`api.pins`);
+`dead_letters` the frames the store refused, parked so the stream went on (`api.dead_letters`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ class Engine(Base):
     connected: Mapped[bool] = mapped_column(Boolean, default=False)
     first_seen: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    # what the engine's outbox gave up in this epoch, as its last snapshot said
+    num_batches_dropped: Mapped[int] = mapped_column(BigInteger, default=0)
+    num_requests_dropped: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_drop: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class EventBatch(Base):
@@ -142,6 +147,26 @@ class Request(Base):
     junction_token_ids: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
     # each group's block table when the request finished (the dashboard outlines these)
     block_ids: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'"))
+
+
+class DeadLetter(Base):
+    """A frame that decoded but that the store refused (`api.ingest.Unstorable`), parked so the
+    engine's stream went on: its seq counts as applied, its events were not. `frame` is the
+    frame as JSON (a msgpack frame re-encoded), its first bytes only; `frame_bytes` its whole
+    length. Each engine keeps its newest `JUNCTION_DEAD_LETTERS_PER_ENGINE`."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (Index("ix_dead_letters_engine_id", "engine_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    engine_id: Mapped[str] = mapped_column(ForeignKey(ENGINE_FK, ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    frame_type: Mapped[str] = mapped_column(String(16))
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    reason: Mapped[str] = mapped_column(Text)
+    frame: Mapped[str] = mapped_column(Text)
+    frame_bytes: Mapped[int] = mapped_column(BigInteger)
 
 
 class HitRateBucket(Base):

@@ -7,9 +7,11 @@
     junction pins [--state active|released] [--engine ID]
 
 The control plane's URL comes from `--control-plane` (default `$JUNCTION_CONTROL_PLANE_URL`,
-else http://127.0.0.1:8080) and writes send `--token` (default `$JUNCTION_API_TOKEN`); both
-defaults are `engine.control_plane`'s. Exit status: 0 done, 2 refused (the API's message is
-printed), 1 the API could not be reached or failed.
+else http://127.0.0.1:8080) and every command sends `--token` (default `$JUNCTION_API_TOKEN`;
+`junction pins`, a read, also takes `$JUNCTION_READ_TOKEN`); the defaults are
+`engine.control_plane`'s, and a command without a token refuses to run. Exit status: 0 done,
+2 refused (the API's message, or what is missing, is printed), 1 the API could not be reached
+or failed.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ def add_pin_parsers(commands: argparse._SubParsersAction) -> None:
         metavar="URL",
         help=f"the control plane (default: $JUNCTION_CONTROL_PLANE_URL or {DEFAULT_URL})",
     )
-    common.add_argument("--token", default=None, help="bearer token (default: $JUNCTION_API_TOKEN)")
+    common.add_argument(
+        "--token",
+        default=None,
+        help="bearer token (default: $JUNCTION_API_TOKEN; for `pins`, else $JUNCTION_READ_TOKEN)",
+    )
     common.add_argument("--json", action="store_true", help="print the API's JSON answer")
 
     pin = commands.add_parser(
@@ -115,7 +121,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def cmd_unpin(args: argparse.Namespace) -> int:
     try:
         pin = client(args).release_pin(args.pin_id)
-    except ApiError as exc:
+    except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
         print(json.dumps(pin, indent=2))
@@ -126,8 +132,8 @@ def cmd_unpin(args: argparse.Namespace) -> int:
 
 def cmd_pins(args: argparse.Namespace) -> int:
     try:
-        pins = client(args).pins(state=args.state, engine_id=args.engine_id)
-    except ApiError as exc:
+        pins = client(args, is_read=True).pins(state=args.state, engine_id=args.engine_id)
+    except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
         print(json.dumps(pins, indent=2))
@@ -164,17 +170,23 @@ def prefix_of(args: argparse.Namespace) -> dict[str, Any]:
     return {"segments": segments}
 
 
-def client(args: argparse.Namespace) -> ApiClient:
-    """The control plane of `--control-plane` and `--token`, else of the settings."""
+def client(args: argparse.Namespace, is_read: bool = False) -> ApiClient:
+    """The control plane of `--control-plane` and `--token`, else of the settings (a read
+    takes the read-only token too); raises `CliError` when there is no token to send."""
     settings = ControlPlaneSettings()
-    return ApiClient(
-        args.control_plane or settings.url, args.token or settings.api_token, timeout_s=TIMEOUT_S
-    )
+    token = args.token or settings.api_token or (settings.read_token if is_read else None)
+    if not token:
+        tokens = "JUNCTION_API_TOKEN (or JUNCTION_READ_TOKEN)" if is_read else "JUNCTION_API_TOKEN"
+        raise CliError(
+            f"no token to send: pass --token or set {tokens} to the control plane's", EXIT_REFUSED
+        )
+    return ApiClient(args.control_plane or settings.url, token, timeout_s=TIMEOUT_S)
 
 
 def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    """The JSON answer of `method path` under `/api/v1`; raises `ApiError` saying why not."""
-    return client(args).call(method, path, **kwargs)
+    """The JSON answer of `method path` under `/api/v1`; raises `ApiError` saying why not (or
+    `CliError` when there is no token to send)."""
+    return client(args, is_read=method == "GET").call(method, path, **kwargs)
 
 
 def fail(args: argparse.Namespace, error: CliError | ApiError) -> int:

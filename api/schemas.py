@@ -14,6 +14,8 @@ from engine.wire import ENGINE_ID_PATTERN
 EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=ENGINE_ID_PATTERN)]
 #: The longest prefix a pin may take (an engine's own `max_model_len` may be lower).
 MAX_PIN_TOKENS = 1 << 20
+#: The most engines a pin may name.
+MAX_PIN_ENGINES = 1000
 
 
 class _Out(BaseModel):
@@ -29,6 +31,9 @@ class EngineOut(_Out):
     last_seen: datetime
     geometry: dict[str, Any]
     model: dict[str, Any]
+    num_batches_dropped: int  # event batches its outbox gave up for a snapshot (this epoch)
+    num_requests_dropped: int  # finished requests it gave up: past its outbox's limits
+    last_drop: str | None  # why, the last time it gave up requests
 
 
 class GroupUsage(BaseModel):
@@ -158,8 +163,11 @@ class Health(BaseModel):
 
 
 # ---------------------------------------------------------------------------- pins
+# The lists of a pin's body stop at their first bad item (`fail_fast`): a million bad token ids
+# are one error, not a million, each a dict to build and answer.
 TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
-PinTokenIds = Annotated[list[TokenId], Field(max_length=MAX_PIN_TOKENS)]
+PinTokenIds = Annotated[list[TokenId], Field(max_length=MAX_PIN_TOKENS, fail_fast=True)]
+PinSegments = Annotated[list[Segment], Field(max_length=MAX_PIN_TOKENS, fail_fast=True)]
 
 
 class PinMessage(BaseModel):
@@ -180,8 +188,8 @@ class PinPrefix(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str | None = None
     token_ids: PinTokenIds | None = None
-    segments: list[Segment] | None = None
-    messages: Annotated[list[PinMessage], Field(min_length=1)] | None = None
+    segments: PinSegments | None = None
+    messages: Annotated[list[PinMessage], Field(min_length=1, fail_fast=True)] | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> PinPrefix:
@@ -237,7 +245,10 @@ class PinCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prefix: PinPrefix
     label: Annotated[str, Field(min_length=1, max_length=200)]
-    engine_ids: Annotated[list[EngineId], Field(min_length=1)] | None = None
+    engine_ids: (
+        Annotated[list[EngineId], Field(min_length=1, max_length=MAX_PIN_ENGINES, fail_fast=True)]
+        | None
+    ) = None
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
 
 
@@ -341,3 +352,28 @@ class BenchmarkRunPage(BaseModel):
     offset: int
     limit: int
     runs: list[BenchmarkRunOut]
+
+
+# ---------------------------------------------------------------------------- dead letters
+class DeadLetterOut(_Out):
+    """A frame the store refused, parked so the engine's stream went on: its seq counted as
+    applied, its events were not. `frame` is the frame as JSON (a msgpack frame re-encoded),
+    its first `JUNCTION_DEAD_LETTER_FRAME_BYTES` bytes; `frame_bytes` its whole length."""
+
+    id: int
+    engine_id: str
+    epoch: int
+    seq: int
+    frame_type: str
+    received_at: datetime
+    reason: str
+    frame: str
+    frame_bytes: int
+
+
+class DeadLetterPage(BaseModel):
+    engine_id: str
+    total: int
+    offset: int
+    limit: int
+    dead_letters: list[DeadLetterOut]

@@ -6,11 +6,12 @@ Its clients' settings (where the control plane is, the token they send) are
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
 
 from pydantic import field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from engine.control_plane import DEV_TOKEN
 from engine.wire import MAX_FRAME_BYTES
 
 
@@ -18,8 +19,19 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JUNCTION_", env_file=".env", extra="ignore")
 
     database_url: str = "sqlite:///./junction.db"
-    api_token: str = DEV_TOKEN
+    # The write token (writes, ingest, and reads). None: `junction api` makes one at first start
+    # and keeps it in `api_token_file` (`api.token`); there is no built-in token.
+    api_token: str | None = None
+    # None: `junction-api-token` beside the SQLite store, else in the working directory.
+    api_token_file: Path | None = None
+    # An optional read-only token: it reads, it cannot write. None (or empty): there is none.
+    read_token: str | None = None
+    # The browser origins the ingest socket accepts (comma-separated); engines send no Origin.
+    # Empty: a connection that sends one is refused.
+    allowed_origins: Annotated[list[str], NoDecode] = []
     max_frame_bytes: int = MAX_FRAME_BYTES
+    # the most frame bytes one snapshot's chunks may take (a table bigger than a frame)
+    max_snapshot_bytes: int = 1024 * 1024 * 1024
     hit_rate_bucket_s: int = 60
     log_level: str = "info"
     # Celery (jobs/): the embedded default is Celery's SQLAlchemy transport on SQLite files;
@@ -41,9 +53,61 @@ class Settings(BaseSettings):
                 return "postgresql+psycopg://" + url[len(prefix) :]
         return url
 
-    @field_validator("max_frame_bytes", "hit_rate_bucket_s")
+    @field_validator("read_token", "api_token_file", mode="before")
     @classmethod
-    def _positive(cls, value: int) -> int:
+    def _empty_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [origin.strip() for origin in value.split(",") if origin.strip()]
+        return value
+
+    # Limits of `junction api` (docs/api.md, "Limits"): a request body's size (the pin route's
+    # own, for its token ids), the seconds a client may take to send its headers and between
+    # two chunks of its body, the seconds an idle keep-alive connection stays open, the
+    # connections (and requests) served at once (above it: 503), and a request's head in bytes.
+    max_body_bytes: int = 1024 * 1024
+    max_pin_body_bytes: int = 16 * 1024 * 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    keep_alive_timeout_s: int = 5
+    max_connections: int = 1000
+    max_header_bytes: int = 16 * 1024
+    # Reads of the REST API run at most `max_concurrent_reads` at once, the next ones wait (at
+    # most `max_waiting_reads` of them, for `read_wait_s`), so the ingest socket keeps its
+    # priority (`api.read_limit`).
+    max_concurrent_reads: int = 4
+    max_waiting_reads: int = 256
+    read_wait_s: float = 30.0
+
+    # Dead letters (`api.dead_letters`): the frames the store refused, parked so the stream
+    # goes on. Each engine keeps its newest `dead_letters_per_engine`, each frame's first
+    # `dead_letter_frame_bytes` bytes of JSON.
+    dead_letters_per_engine: int = 1000
+    dead_letter_frame_bytes: int = 64 * 1024
+
+    @field_validator(
+        "max_frame_bytes",
+        "max_snapshot_bytes",
+        "hit_rate_bucket_s",
+        "max_body_bytes",
+        "max_pin_body_bytes",
+        "header_timeout_s",
+        "body_timeout_s",
+        "keep_alive_timeout_s",
+        "max_connections",
+        "max_header_bytes",
+        "max_concurrent_reads",
+        "max_waiting_reads",
+        "read_wait_s",
+        "dead_letters_per_engine",
+        "dead_letter_frame_bytes",
+    )
+    @classmethod
+    def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError(f"must be positive, got {value}")
         return value

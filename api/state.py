@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import anyio
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -11,6 +12,10 @@ from api.db import make_engine, make_sessionmaker
 from api.metrics import ApiMetrics
 from api.registry import EngineRegistry
 from api.settings import Settings
+
+# Worker threads the ingest socket's decoding and commits may take at once: its own, apart from
+# the pool the REST routes share, so reads cannot keep it waiting for a thread (`api.read_limit`).
+INGEST_THREADS = 16
 
 
 @dataclass
@@ -20,6 +25,9 @@ class AppState:
     sessions: sessionmaker[Session]
     registry: EngineRegistry = field(default_factory=EngineRegistry)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
+    ingest_threads: anyio.CapacityLimiter = field(
+        default_factory=lambda: anyio.CapacityLimiter(INGEST_THREADS)
+    )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppState:

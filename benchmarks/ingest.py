@@ -19,6 +19,7 @@ to evict, with a publisher attached (one batch frame per step).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -50,7 +51,8 @@ from engine.server.publisher import EventPublisher
 from engine.wire import decode, encode
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}  # reads need the token too
 TARGET_EVENTS_S, TARGET_P99_S, TARGET_RATE = 20_000, 1.0, 5_000
 IN_FLIGHT, NUM_BLOCKS = 8, 1024
 
@@ -132,21 +134,75 @@ def differences(base: str, engine: Engine) -> int:
     """Rows where the store's block table differs from the engine's (untouched ones are free)."""
     rows = json.loads(json.dumps(engine.snapshot()["blocks"]))  # tuples as lists, as stored
     table = {(row["group"], row["block_id"]): row for row in rows}
-    page = httpx.get(f"{base}/api/v1/engines/{engine.engine_id}/blocks?limit=10000").json()
+    url = f"{base}/api/v1/engines/{engine.engine_id}/blocks?limit=10000"
+    page = httpx.get(url, headers=AUTH).json()
     stored = {(row["group"], row["block_id"]): row for row in page["blocks"]}
     wrong = sum(row != table[key] for key, row in stored.items())
     return wrong + sum(row["state"] != "free" for k, row in table.items() if k not in stored)
 
 
-def lag(base: str, rate: int, duration: float) -> None:
-    work = Workload(f"bench-lag-{rate}", seed=rate)
+class Readers:
+    """`num` threads reading what a dashboard reads (a block-table page, requests, the hit
+    rate) as fast as the API answers, until `stop`; counts the reads and the 503s."""
+
+    def __init__(self, base: str, engine_id: str, num: int) -> None:
+        self.base, self.engine_id = base, engine_id
+        self.stopping = threading.Event()
+        self.num_reads = self.num_busy = 0
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._read, daemon=True) for _ in range(num)]
+        for thread in self.threads:
+            thread.start()
+
+    def _read(self) -> None:
+        paths = [
+            f"/api/v1/engines/{self.engine_id}/blocks?limit=1000",
+            f"/api/v1/engines/{self.engine_id}/requests?limit=100",
+            f"/api/v1/engines/{self.engine_id}/hit-rate",
+        ]
+        with httpx.Client(base_url=self.base, headers=AUTH, timeout=60) as client:
+            while not self.stopping.is_set():
+                for path in paths:
+                    status = client.get(path).status_code
+                    with self.lock:
+                        self.num_reads += 1
+                        self.num_busy += status == 503
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(60)
+
+
+def percentiles(values: list[float]) -> tuple[float, float]:
+    """The median and the p99."""
+    values = sorted(values)
+    return statistics.median(values), values[int(0.99 * (len(values) - 1))]
+
+
+def lag(base: str, rate: int, duration: float, readers: int = 0) -> dict[str, float]:
+    """The lag run at `rate` events/s, with `readers` reader threads beside it; prints its
+    figures and returns the p99s in seconds: `visible` (a batch made until a reader of
+    `/api/v1/events` first saw it) and `committed` (made until the store acknowledged it)."""
+    work = Workload(f"bench-lag-{rate}-{readers}", seed=rate)
     publisher = work.publish(base, binary=True)
     lags: list[float] = []
     last_seq = [-1]  # set at the end: the poller stops once it has seen it
+    made: collections.deque[tuple[int, float]] = collections.deque()  # (seq, when it was made)
+    commit_lags: list[float] = []
+    outbox_ack = publisher.outbox.ack
+
+    def ack(seq: int) -> None:  # on the publisher's reader thread
+        outbox_ack(seq)
+        now = time.time()
+        while made and made[0][0] <= seq:
+            commit_lags.append(now - made.popleft()[1])
+
+    publisher.outbox.ack = ack
 
     def poll() -> None:
         params = {"engine_id": work.engine.engine_id, "after_seq": -1, "limit": 1000}
-        with httpx.Client(base_url=base, timeout=30) as client:
+        with httpx.Client(base_url=base, headers=AUTH, timeout=30) as client:
             while last_seq[0] < 0 or params["after_seq"] < last_seq[0]:
                 page = client.get("/api/v1/events", params=params).json()
                 now = time.time()
@@ -157,27 +213,42 @@ def lag(base: str, rate: int, duration: float) -> None:
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
+    reading = Readers(base, work.engine.engine_id, readers) if readers else None
     started = time.perf_counter()
     with tqdm(total=int(rate * duration), desc=f"{rate:,} events/s", unit="ev", leave=False) as bar:
         while (elapsed := time.perf_counter() - started) < duration:
+            seq = publisher.next_seq
             bar.update(work.step())
+            made.extend((s, time.time()) for s in range(seq, publisher.next_seq))
             time.sleep(max(0.0, work.num_events / rate - elapsed))  # paced to `rate`
     achieved = work.num_events / (time.perf_counter() - started)
+    read_s = time.perf_counter() - started
+    if reading is not None:
+        reading.stop()
     # what was still unacknowledged when the engine stopped, in seconds of events
     behind_s = publisher.stats().num_buffered * work.num_events / publisher.next_seq / rate
     flush(publisher)
     last_seq[0] = publisher.next_seq - 1
     poller.join(120)
     publisher.close()
-    lags.sort()
-    p50, p99 = statistics.median(lags), lags[int(0.99 * (len(lags) - 1))]
+    p50, p99 = percentiles(lags)
+    c50, c99 = percentiles(commit_lags)
     target = f" [target p99 < {TARGET_P99_S:.0f} s: {verdict(p99 < TARGET_P99_S)}]"
+    beside = ""
+    if reading is not None:
+        beside = (
+            f" beside {readers} readers ({reading.num_reads / read_s:,.0f} reads/s, "
+            f"{reading.num_busy:,} answered 503)"
+        )
     print(
-        f"lag at {rate:>6,} events/s: achieved {achieved:,.0f} events/s, {len(lags):,} batches, "
+        f"lag at {rate:>6,} events/s{beside}: achieved {achieved:,.0f} events/s, "
+        f"{len(lags):,} batches, "
         f"{behind_s:.2f} s of events unacked as the engine stopped "
         f"({'kept up' if achieved >= 0.95 * rate and behind_s < 1 else 'FELL BEHIND'}): "
         f"median {p50 * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms{target if rate == TARGET_RATE else ''}"
     )
+    print(f"  made to committed (acked): median {c50 * 1e3:.0f} ms, p99 {c99 * 1e3:.0f} ms")
+    return {"visible": p99, "committed": c99}
 
 
 def breakdown(url: str, num_events: int) -> None:

@@ -1,5 +1,6 @@
 """`junction dashboard`: Streamlit on `dashboard/app.py`, headless, against the control plane
-at `--api-url` (default `JUNCTION_CONTROL_PLANE_URL`); writes use `JUNCTION_API_TOKEN`."""
+at `--api-url` (default `JUNCTION_CONTROL_PLANE_URL`); it reads with `JUNCTION_READ_TOKEN`, else
+`JUNCTION_API_TOKEN`, and writes only with the token a visitor enters (`dashboard.connection`)."""
 
 from __future__ import annotations
 

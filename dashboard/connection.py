@@ -1,9 +1,12 @@
-"""The dashboard's client of the control plane, from settings, and how its failures show.
+"""The dashboard's clients of the control plane, from settings and the operator, and how
+their failures show.
 
-`JUNCTION_CONTROL_PLANE_URL` and `JUNCTION_API_TOKEN` (environment or `.env`, read on every
-run by `engine.control_plane`: `junction dashboard --api-url` sets the first for the Streamlit
-process) say where the API is and what to send for writes; without a token the dashboard sends
-the one a control plane started without one checks.
+`JUNCTION_CONTROL_PLANE_URL` says where the API is, and the dashboard reads with
+`JUNCTION_READ_TOKEN`, else `JUNCTION_API_TOKEN` (environment or `.env`, read on every run by
+`engine.control_plane`: `junction dashboard --api-url` sets the URL for the Streamlit process).
+It never writes with a token of its own: a visitor who may write enters the write token in
+the sidebar (kept in their session only), and until then the pin and benchmark controls are
+disabled.
 """
 
 from __future__ import annotations
@@ -15,13 +18,24 @@ import streamlit as st
 
 from api.client import ApiClient, ApiError, ApiUnreachable
 from api.settings import Settings
-from engine.control_plane import DEV_TOKEN, ControlPlaneSettings
+from engine.control_plane import ControlPlaneSettings
 
 START_ENGINE = (
     "No engine has connected to the control plane at {url} yet. Start one with "
     "`junction serve --control-plane {url} --token $JUNCTION_API_TOKEN`, or stream a trace: "
     "`junction replay examples/shared_system_prompt.jsonl --runner ledger "
     "--control-plane {url} --token $JUNCTION_API_TOKEN`."
+)
+NO_TOKEN = (
+    "The dashboard has no token to read the control plane at {url} with. Set "
+    "`JUNCTION_READ_TOKEN` (a read-only token the control plane also has) or "
+    "`JUNCTION_API_TOKEN` in its environment or `.env` (`junction up` sets it), and reload."
+)
+#: The session's write token, as the operator entered it in the sidebar (never a setting).
+WRITE_TOKEN = "write_token"
+WRITE_TOKEN_FIELD = "write_token_field"
+NEEDS_WRITE_TOKEN = (
+    "Enter the write token (the control plane's `JUNCTION_API_TOKEN`) in the sidebar to {what}."
 )
 
 
@@ -31,8 +45,33 @@ def settings() -> Settings:
 
 
 def api_client() -> ApiClient:
+    """The client the pages read with; without a token, says which to set and stops the run."""
     current = ControlPlaneSettings()
-    return ApiClient(current.url, current.api_token or DEV_TOKEN)
+    token = current.read_token or current.api_token
+    if token is None:
+        st.error(NO_TOKEN.format(url=current.url))
+        st.stop()
+    return ApiClient(current.url, token)
+
+
+def write_client() -> ApiClient | None:
+    """The sidebar's field for the write token, and a client that writes with what was
+    entered there this session; None until something is."""
+    st.session_state[WRITE_TOKEN_FIELD] = st.session_state.get(WRITE_TOKEN, "")
+    st.sidebar.text_input(
+        "Write token",
+        type="password",
+        key=WRITE_TOKEN_FIELD,
+        on_change=_keep_write_token,
+        help="JUNCTION_API_TOKEN, to pin, unpin and queue runs; kept in this session only",
+    )
+    token = st.session_state.get(WRITE_TOKEN, "").strip()
+    return ApiClient(ControlPlaneSettings().url, token) if token else None
+
+
+def _keep_write_token() -> None:
+    # a widget's own state goes when a page without it runs: keep the token under a plain key
+    st.session_state[WRITE_TOKEN] = st.session_state[WRITE_TOKEN_FIELD]
 
 
 @contextmanager
@@ -48,7 +87,10 @@ def api_errors(client: ApiClient) -> Iterator[None]:
             f"now {client.base_url})."
         )
     except ApiError as exc:
-        st.error(f"The control plane at {client.base_url} refused a request: {exc}")
+        hint = ""
+        if exc.status == 401:
+            hint = " (the dashboard's JUNCTION_READ_TOKEN or JUNCTION_API_TOKEN is not the API's)"
+        st.error(f"The control plane at {client.base_url} refused a request: {exc}{hint}")
 
 
 def pick_engine(engines: list[dict], key: str) -> dict | None:

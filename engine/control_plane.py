@@ -1,22 +1,21 @@
-"""Where a client finds the control plane: its URL and bearer token, read in one place.
+"""Where a client finds the control plane: its URL and bearer tokens, read in one place.
 
 Every client of the control plane reads these settings here: the engine (`--control-plane` and
 `--token` of `replay` and `serve`, where it streams its cache events), the pins CLI, and the
-dashboard. They come from `JUNCTION_CONTROL_PLANE_URL` and `JUNCTION_API_TOKEN`, in the
-environment or a `.env` file, read when `ControlPlaneSettings()` is built (a command builds
-it once; the dashboard once a run), not at import. The control plane's own settings, the
-token it checks included, are `api.settings`.
+dashboard. They come from `JUNCTION_CONTROL_PLANE_URL`, `JUNCTION_API_TOKEN` and
+`JUNCTION_READ_TOKEN`, in the environment or a `.env` file, read when `ControlPlaneSettings()`
+is built (a command builds it once; the dashboard once a run), not at import. There is no
+default token: the control plane's own settings, and the tokens it checks, are `api.settings`
+and `api.token`.
 """
 
 from __future__ import annotations
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Where a REST client looks when no URL is set (`junction api`'s default address).
 DEFAULT_URL = "http://127.0.0.1:8080"
-#: The token a control plane started without `JUNCTION_API_TOKEN` checks (`junction up` and
-#: `make run` use it); change it anywhere but on a laptop.
-DEV_TOKEN = "junction-dev-token"
 
 
 class ControlPlaneSettings(BaseSettings):
@@ -24,8 +23,15 @@ class ControlPlaneSettings(BaseSettings):
 
     # None: not set. The engine then streams nowhere; REST clients use `url` (DEFAULT_URL).
     control_plane_url: str | None = None
-    # None: not set. The engine refuses to stream without one; the pins CLI sends none.
+    # The write token. None: not set; the engine refuses to stream and the pins CLI to run.
     api_token: str | None = None
+    # A read-only token (the dashboard reads with it first). None (or empty): not set.
+    read_token: str | None = None
+
+    @field_validator("api_token", "read_token", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @property
     def url(self) -> str:

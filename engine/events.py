@@ -9,16 +9,37 @@ publisher and the control plane share: building one checks nothing (the engine's
 encoding it to JSON or msgpack writes `{"type": <class name>, <field>: ...}`, and decoding it
 (`engine.wire.decode`) checks every constraint below. `engine.wire` batches them into
 `{"engine_id", "epoch", "seq", "ts", "events"}` frames.
+
+The constraints are what the control plane's store can hold, checked at its edge before any
+of it reaches the database: ids (`Id`) are 1-256 characters with no control character; every
+other string (`Text`) holds no NUL and no lone surrogate; integers fit the column that keeps
+them (`Int`, `Count`: signed 64 bits; `Int32`, `Count32`: an `Integer` column's 32); floats
+(`Finite`) are finite (NaN fails `ge`, an infinity `le`). Nesting is bounded by the types
+themselves: a typed field refuses the first level that is not its shape.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, ClassVar, Literal, Protocol, get_args
 
 from msgspec import Meta, Struct, structs
 
-Hex = Annotated[str, Meta(pattern=r"\A[0-9a-f]+\Z", max_length=128)]
-Count = Annotated[int, Meta(ge=0)]
+INT32_MAX, INT64_MAX = (1 << 31) - 1, (1 << 63) - 1
+MAX_ID_LENGTH = 256  # request and pin ids: the store indexes them (a btree row holds ~2.7 KB)
+MAX_TEXT_LENGTH = 4096
+ID_PATTERN = r"\A[^\x00-\x1f\x7f-\x9f\ud800-\udfff]+\Z"  # no control character, no surrogate
+TEXT_PATTERN = r"\A[^\x00\ud800-\udfff]*\Z"  # no NUL (PostgreSQL's text cannot), no surrogate
+HEX_PATTERN = r"\A[0-9a-f]+\Z"
+
+Hex = Annotated[str, Meta(pattern=HEX_PATTERN, max_length=128)]
+Id = Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)]
+Text = Annotated[str, Meta(max_length=MAX_TEXT_LENGTH, pattern=TEXT_PATTERN)]
+Int = Annotated[int, Meta(ge=-INT64_MAX - 1, le=INT64_MAX)]
+Int32 = Annotated[int, Meta(ge=-INT32_MAX - 1, le=INT32_MAX)]
+Count = Annotated[int, Meta(ge=0, le=INT64_MAX)]
+Count32 = Annotated[int, Meta(ge=0, le=INT32_MAX)]
+Finite = Annotated[float, Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
 Group = Literal["attention", "mamba"]
 Reason = Literal["interval", "block", "resend", "extension", "junction", "pin", "message"]
 BlockState = Literal["free", "cached", "in_use", "pinned"]
@@ -69,13 +90,13 @@ class BlockRow(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     keeps. `token_range` is `[start, end)` of the block's valid tokens, null with no entry."""
 
     group: Group
-    block_id: Count
+    block_id: Count32
     state: BlockState
     keys: list[Hex]
-    token_range: tuple[int | None, int] | None
+    token_range: tuple[Int | None, Int] | None
     is_partial: bool
     checkpoint_reason: Reason | None
-    ref_cnt: Count
+    ref_cnt: Count32
     pinned: bool
     last_change: Count
 
@@ -97,29 +118,29 @@ class BlockStored(CacheEvent):
     type: ClassVar[str] = "BlockStored"
     block_hashes: list[Hex]
     parent_block_hash: Hex | None
-    block_size: int
-    group_idx: int
+    block_size: Int
+    group_idx: Int
     group: Group
-    block_ids: list[int]
-    token_range: tuple[int, int]
+    block_ids: list[Int]
+    token_range: tuple[Int, Int]
     is_partial: bool
     checkpoint_reason: Reason | None
-    medium: str = "GPU"
-    lora_id: int | None = None
+    medium: Text = "GPU"
+    lora_id: Int | None = None
 
 
 class BlockRemoved(CacheEvent):
     type: ClassVar[str] = "BlockRemoved"
     block_hashes: list[Hex]
-    group_idx: int
+    group_idx: Int
     group: Group
-    block_ids: list[int]
-    medium: str = "GPU"
+    block_ids: list[Int]
+    medium: Text = "GPU"
 
 
 class AllBlocksCleared(CacheEvent):
     type: ClassVar[str] = "AllBlocksCleared"
-    group_idx: int | None = None
+    group_idx: Int | None = None
     group: Group | None = None
 
 
@@ -127,23 +148,23 @@ class BlockCopied(CacheEvent):
     """A copy queued for the step `step`: `consumer` (shared -> private) or `producer`."""
 
     type: ClassVar[str] = "BlockCopied"
-    group_idx: int
+    group_idx: Int
     group: Group
-    src_block_id: int
-    dst_block_id: int
+    src_block_id: Int
+    dst_block_id: Int
     path: Literal["consumer", "producer"]
-    request_id: str
-    position: int
-    step: int
+    request_id: Id
+    position: Int
+    step: Int
 
 
 class BlockHashesMoved(CacheEvent):
     type: ClassVar[str] = "BlockHashesMoved"
-    group_idx: int
+    group_idx: Int
     group: Group
     block_hashes: list[Hex]
-    src_block_id: int
-    dst_block_id: int
+    src_block_id: Int
+    dst_block_id: Int
 
 
 class BlockStateChanged(CacheEvent):
@@ -152,45 +173,47 @@ class BlockStateChanged(CacheEvent):
     dicts (encoded as they are); decoding gives `BlockRow`s."""
 
     type: ClassVar[str] = "BlockStateChanged"
-    group_idx: int
+    group_idx: Int
     group: Group
     blocks: list[BlockRow]
-    step: int
+    step: Int
 
 
 class RequestFinished(CacheEvent):
+    """A request ended. The counts are 32-bit (`Integer` columns of `requests`)."""
+
     type: ClassVar[str] = "RequestFinished"
-    request_id: str
-    num_prompt_tokens: int
-    num_cached_tokens: int
-    hit_tokens_by_group: dict[str, int]
-    num_computed_tokens: int
-    num_output_tokens: int
-    chunks: list[tuple[int, int]]
-    chunk_stop_reasons: list[str]
-    checkpoints: list[int]
-    num_preemptions: int
-    finish_reason: str
-    arrival_ts: float
-    first_token_ts: float | None
-    finished_ts: float
-    ttft_s: float | None
-    pin_hits: dict[str, int] = {}
+    request_id: Id
+    num_prompt_tokens: Int32
+    num_cached_tokens: Int32
+    hit_tokens_by_group: dict[Text, Int]
+    num_computed_tokens: Int32
+    num_output_tokens: Int32
+    chunks: list[tuple[Int, Int]]
+    chunk_stop_reasons: list[Text]
+    checkpoints: list[Int]
+    num_preemptions: Int32
+    finish_reason: Text
+    arrival_ts: Finite
+    first_token_ts: Finite | None
+    finished_ts: Finite
+    ttft_s: Finite | None
+    pin_hits: dict[Id, Int] = {}
     attention_match_key: Hex | None = None
-    junction_token_ids: list[int] | None = None
+    junction_token_ids: list[Int] | None = None
     # each group's block table when the request finished (`None`: a Mamba slot kept no state)
-    block_ids: dict[str, list[int | None]] = {}
+    block_ids: dict[Text, list[Int | None]] = {}
 
 
 class PinUpdated(CacheEvent):
     type: ClassVar[str] = "PinUpdated"
-    pin_id: str
+    pin_id: Id
     state: PinState
-    num_tokens: int
-    boundary: int
-    keys: dict[str, str] = {}
-    block_ids: dict[str, list[int]] = {}
-    reason: str | None = None
+    num_tokens: Int
+    boundary: Int
+    keys: dict[Text, Text] = {}
+    block_ids: dict[Text, list[Int]] = {}
+    reason: Text | None = None
 
 
 Event = (

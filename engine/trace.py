@@ -16,6 +16,7 @@ then read it one line at a time, so a replay's memory does not grow with the tra
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Annotated
 
 import numpy as np
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -32,12 +34,27 @@ from pydantic import (
     model_validator,
 )
 
+from engine.events import ID_PATTERN, MAX_ID_LENGTH
+
 MAX_TOKEN_ID = 2**32 - 1
 SEGMENT_VOCAB = 256
 
 
 class TraceError(ValueError):
     """A trace that cannot be replayed; the message names every bad line."""
+
+
+def _event_id(value: str) -> str:
+    """An id the events can carry to the control plane (`engine.events.Id`): checked here, so
+    a trace is refused before it runs rather than its events at the store."""
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"at most {MAX_ID_LENGTH} characters, got {len(value)}")
+    if not re.fullmatch(ID_PATTERN, value):
+        raise ValueError("must be non-empty, without control characters or lone surrogates")
+    return value
+
+
+TraceId = Annotated[str, AfterValidator(_event_id)]
 
 
 class Segment(BaseModel):
@@ -77,7 +94,7 @@ PinPrompt = Annotated[
 
 class RequestLine(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: str | None = None
+    id: TraceId | None = None
     prompt: Prompt | None = None
     prompt_token_ids: TokenIds | None = None
     max_tokens: Annotated[int, Field(ge=1)] = 1
@@ -105,7 +122,7 @@ class RequestLine(BaseModel):
 
 class PinSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: str | None = None
+    id: TraceId | None = None
     prompt: Prompt | None = None
     prompt_token_ids: TokenIds | None = None
     segments: list[Segment] | None = None
@@ -120,7 +137,7 @@ class PinLine(BaseModel):
         | Annotated[TokenIds, Tag("token_ids")],
         Discriminator(lambda v: "spec" if isinstance(v, dict | PinSpec) else _prompt_kind(v)),
     ]
-    id: str | None = None
+    id: TraceId | None = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
-"""`junction up`: migrate the embedded store, start the control plane, one engine (torch
-runner, CUDA when present), the dashboard, a Celery worker and beat; print the URLs; stream
-every part's log with its name; stop everything on Ctrl-C."""
+"""`junction up`: settle the API token (`JUNCTION_API_TOKEN`, else the one kept in its file,
+made at first start: `api.token`), migrate the embedded store, start the control plane, one
+engine (torch runner, CUDA when present), the dashboard, a Celery worker and beat, each given
+the token; print the URLs and where the token is; stream every part's log with its name; stop
+everything on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ def add_up_parser(commands: argparse._SubParsersAction) -> None:
         description="Migrate JUNCTION_DATABASE_URL (default: the SQLite file ./junction.db), "
         "then start `junction api`, `junction serve` streaming to it, `junction dashboard`, "
         "`junction worker` and `junction beat` (Celery on JUNCTION_BROKER_URL, by default its "
-        "SQLAlchemy transport on ./junction-broker.db). Ctrl-C stops them all.",
+        "SQLAlchemy transport on ./junction-broker.db), all with one JUNCTION_API_TOKEN (unset: "
+        "made at first start and kept in JUNCTION_API_TOKEN_FILE, by default "
+        "./junction-api-token beside the SQLite store). Ctrl-C stops them all.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address every part listens on")
     parser.add_argument("--api-port", type=int, default=8080)
@@ -73,12 +77,19 @@ def check_serve_args(serve_args: list[str]) -> tuple[str, ...]:
 def cmd_up(args: argparse.Namespace) -> int:
     from api import migrate
     from api.settings import get_settings
-    from stack.parts import Ports, api_url, plan
+    from api.token import TokenError, resolve_token, where
+    from stack.parts import Ports, environment, plan
     from stack.supervisor import PartFailed, PortTaken, Supervisor, check_ports
 
     try:
         serve_args = check_serve_args(args.serve_args)
     except ValueError as exc:
+        print(f"junction up: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    settings = get_settings()
+    try:
+        api_token = resolve_token(settings)
+    except TokenError as exc:
         print(f"junction up: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     ports = Ports(args.api_port, args.engine_port, args.dashboard_port)
@@ -96,7 +107,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     except PortTaken as exc:
         print(f"junction up: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    settings = get_settings()
+    print(f"junction up: {where(api_token)}", flush=True)
     print(f"junction up: migrating the store at {settings.database_url}", flush=True)
     try:
         migrate.upgrade(settings.database_url)
@@ -104,12 +115,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"junction up: could not migrate {settings.database_url}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    # every part talks to the same control plane with the same token
-    env = {
-        "JUNCTION_API_TOKEN": settings.api_token,
-        "JUNCTION_CONTROL_PLANE_URL": api_url(args.host, ports),
-    }
-    supervisor = Supervisor(parts, env)
+    supervisor = Supervisor(parts, environment(args.host, ports, api_token.token))
 
     def on_signal(signum: int, _frame) -> None:
         supervisor.stopping.set()
@@ -120,7 +126,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         supervisor.start(args.ready_timeout)
         if not supervisor.stopping.is_set():
-            print_urls(parts, settings.api_token)
+            print_urls(parts, api_token)
             died = supervisor.watch()
             if died:
                 print(f"junction up: {died}; stopping the rest", file=sys.stderr, flush=True)
@@ -134,13 +140,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     return code
 
 
-def print_urls(parts, token: str) -> None:
+def print_urls(parts, api_token) -> None:
     lines = ["", "Junction is up:"]
     for part in parts:
         if part.url:
             lines.append(f"  {part.name:<10} {part.url}")
     if any(part.name == "worker" for part in parts):
         lines.append(f"  {'worker':<10} Celery worker and beat (benchmark jobs)")
-    lines.append(f"  API token  {token} (JUNCTION_API_TOKEN)")
+    kept = api_token.file.resolve() if api_token.file else "JUNCTION_API_TOKEN"
+    lines.append(f"  {'API token':<10} {kept} (send it as Authorization: Bearer <token>)")
     lines.append("Ctrl-C stops everything.")
     print("\n".join(lines) + "\n", flush=True)

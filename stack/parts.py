@@ -29,6 +29,11 @@ def api_url(host: str, ports: Ports) -> str:
     return f"http://{host}:{ports.api}"
 
 
+def environment(host: str, ports: Ports, api_token: str) -> dict[str, str]:
+    """What every part gets in its environment: the one control plane and the one token."""
+    return {"JUNCTION_API_TOKEN": api_token, "JUNCTION_CONTROL_PLANE_URL": api_url(host, ports)}
+
+
 def junction(*args: str) -> list[str]:
     """`junction ARGS` with this interpreter (the venv `make run` made)."""
     return [sys.executable, "-m", "cli.main", *args]

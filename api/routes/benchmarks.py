@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, HTTPException, Path, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api import benchmarks
+from api import benchmarks, json_body
 from api.broker import BrokerUnavailable, send_run
-from api.deps import MAX_INT64, Offset, RequireToken, SessionDep, StateDep
+from api.deps import MAX_INT64, READ, Offset, RequireWrite, SessionDep, StateDep
 from api.models import BenchmarkRun
 from api.schemas import BenchmarkRunOut, BenchmarkRunPage, RunStatus
 from api.specs import validate_spec
 
-router = APIRouter(prefix="/benchmarks", tags=["benchmarks"])
+router = APIRouter(prefix="/benchmarks", tags=["benchmarks"], dependencies=[READ])
 MAX_LIMIT = 1000
 EXAMPLE_SPEC = {
     "name": "gsp-small",
@@ -27,6 +28,7 @@ EXAMPLE_SPEC = {
     "geometry": {"block_size": 16, "mamba_block_size": 512},
     "concurrency": 8,
 }
+SpecBody = Annotated[dict[str, Any], Depends(json_body.JsonBody(dict[str, Any]))]
 
 
 @router.post(
@@ -37,23 +39,23 @@ EXAMPLE_SPEC = {
         422: {"description": "not a valid benchmark spec (what is wrong: `detail`)"},
         503: {"description": "the Celery broker is unreachable; nothing was queued"},
     },
+    openapi_extra=json_body.openapi(dict[str, Any], examples=[EXAMPLE_SPEC]),
 )
 def create_benchmark(
-    spec: Annotated[dict[str, Any], Body(examples=[EXAMPLE_SPEC])],
+    _: RequireWrite,
+    spec: SpecBody,
     session: SessionDep,
     state: StateDep,
-    _: RequireToken,
 ) -> BenchmarkRunOut:
     """Queue a run of `spec` (an `engine.bench.BenchmarkSpec`: workload, geometry, runner,
     modes); a worker picks it up (`junction worker`). The stored spec has its defaults filled."""
     try:
         valid = validate_spec(spec)
     except ValidationError as exc:
-        detail = [
-            {**error, "loc": ["body", *error["loc"]]}
-            for error in exc.errors(include_url=False, include_context=False, include_input=False)
-        ]
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from exc
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        raise RequestValidationError(
+            [{**error, "loc": ["body", *error["loc"]]} for error in errors]
+        ) from exc
     broker_url = state.settings.broker_url
     try:
         run = benchmarks.submit_run(

@@ -15,11 +15,14 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
 from api import block_grid as grid
-from api.deps import EngineDep, SessionDep
+from api.deps import MAX_INT64, READ, EngineDep, SessionDep
 from engine.wire import Group
 
-router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"])
+router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"], dependencies=[READ])
 MAX_LINK_BATCHES = 1000
+# The store keeps block ids as 32-bit integers (`Block.block_id`): a larger start or stop could
+# name no block, and would fail in PostgreSQL's comparison (a 500) rather than find none.
+MAX_BLOCK_ID = 2**31 - 1
 
 
 class GridLink(BaseModel):
@@ -84,10 +87,14 @@ def block_grid(
     engine: EngineDep,
     session: SessionDep,
     group: Group = "attention",
-    start: Annotated[int, Query(ge=0)] = 0,
-    stop: Annotated[int | None, Query(ge=0, description="default: the pool's size")] = None,
+    start: Annotated[int, Query(ge=0, le=MAX_BLOCK_ID)] = 0,
+    stop: Annotated[
+        int | None, Query(ge=0, le=MAX_BLOCK_ID, description="default: the pool's size")
+    ] = None,
     keys: bool = False,
-    max_cells: Annotated[int | None, Query(ge=1, description="aggregate above this")] = None,
+    max_cells: Annotated[
+        int | None, Query(ge=1, le=MAX_INT64, description="aggregate above this")
+    ] = None,
     link_batches: Annotated[int, Query(ge=0, le=MAX_LINK_BATCHES)] = 64,
 ) -> Response:
     """The grid's columns, serialized without a model per row (the response is `BlockGrid`)."""

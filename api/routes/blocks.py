@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api import blocks
-from api.deps import EngineDep, Offset, SessionDep
+from api.deps import READ, EngineDep, Offset, SessionDep
 from api.models import Block
 from api.schemas import BlockOut, BlockPage
 from engine.wire import BlockState, Group
 
-router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"])
+router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"], dependencies=[READ])
 MAX_LIMIT = 10_000
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 
 from api import engines
-from api.deps import EngineDep, RequireToken, SessionDep, StateDep
+from api.deps import READ, EngineDep, RequireWrite, SessionDep, StateDep
 from api.models import Engine
 from api.schemas import EngineDetail, EngineOut, GroupUsage
 
-router = APIRouter(prefix="/engines", tags=["engines"])
+router = APIRouter(prefix="/engines", tags=["engines"], dependencies=[READ])
 
 
 @router.get("", response_model=list[EngineOut])
@@ -32,7 +32,7 @@ def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
 
 
 @router.delete("/{engine_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_engine(engine: EngineDep, session: SessionDep, state: StateDep, _: RequireToken) -> None:
+def delete_engine(_: RequireWrite, engine: EngineDep, session: SessionDep, state: StateDep) -> None:
     """Forget an engine that is gone: its rows, batches, requests, buckets and its side of
     every pin (the pins stay, for their other engines)."""
     if engine.engine_id in state.registry:

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api import batches, engines
-from api.deps import MAX_INT64, SessionDep
+from api.deps import MAX_INT64, READ, SessionDep
 from api.schemas import BatchOut, EventPage
 
-router = APIRouter(prefix="/events", tags=["events"])
+router = APIRouter(prefix="/events", tags=["events"], dependencies=[READ])
 
 
 @router.get("", response_model=EventPage)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
 
 from api import hit_rate
-from api.deps import EngineDep, SessionDep
+from api.deps import READ, EngineDep, SessionDep
 from api.models import HitRateBucket
 from api.schemas import HitRateBucketOut, HitRateOut, HitRateTotals
 
-router = APIRouter(prefix="/engines/{engine_id}/hit-rate", tags=["hit-rate"])
+router = APIRouter(prefix="/engines/{engine_id}/hit-rate", tags=["hit-rate"], dependencies=[READ])
 COUNTERS = ("num_requests", "prompt_tokens", "cached_tokens", "computed_tokens")
 
 
@@ -17,8 +19,8 @@ COUNTERS = ("num_requests", "prompt_tokens", "cached_tokens", "computed_tokens")
 def get_hit_rate(
     engine: EngineDep,
     session: SessionDep,
-    since: float | None = None,
-    until: float | None = None,
+    since: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    until: Annotated[float | None, Query(allow_inf_nan=False)] = None,
 ) -> HitRateOut:
     """Buckets that overlap `[since, until)` (unix seconds), oldest first, and their total."""
     if since is not None and until is not None and since > until:

@@ -1,9 +1,11 @@
 """The ingest socket: engines stream their event batches here (protocol: `engine.wire`).
 
-Per connection: the bearer token (header, or `?token=` for browsers), then a hello answered by
-a welcome and the pin commands the engine is owed (`api.pins.hello_commands`: its active pins,
-again after a reconnect or a restart), then batches and snapshots, each committed before its
-ack (and followed by any command its pin reports call for). Bad input closes the
+Per connection: the `Origin`, when one is sent (a browser's; engines send none), must be one
+of `JUNCTION_ALLOWED_ORIGINS` (else 4403: a page elsewhere cannot have a visitor's browser
+stream into the store); then the write token (header, or `?token=` for browsers), then a hello
+answered by a welcome and the pin commands the engine is owed (`api.pins.hello_commands`: its
+active pins, again after a reconnect or a restart), then batches and snapshots, each committed
+before its ack (and followed by any command its pin reports call for). Bad input closes the
 socket with the wire's close code and a reason, is logged, and leaves the store unchanged
 (the frame's transaction rolls back). Replies use the encoding of the engine's hello.
 
@@ -13,31 +15,39 @@ up decoded behind one another are committed in one transaction (`apply_batches`)
 one by one; should that transaction fail, they are committed one at a time, so the frames
 before a bad one are stored and acked and it is refused as it would be alone. A frame that
 fails to decode is answered when its turn comes, after the frames before it.
+
+A batch or snapshot that decodes but that the database refuses (`api.ingest.Unstorable`: a
+constraint, a value beyond its column, a limit) is parked as a dead letter (`apply_parked`)
+and acknowledged, so one poison frame cannot stop the stream; only a store out of reach
+closes with 1013 ("try again"), and an internal error with 1011, each naming the seq.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import NamedTuple
 
 import anyio
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from starlette.concurrency import run_in_threadpool
 
 from api.deps import StateDep, bearer_token, is_valid_token
 from api.errors import is_store_unavailable, store_unavailable_message
 from api.ingest import (
     Applied,
+    Unstorable,
     apply_batch,
     apply_batches,
     apply_hello,
+    apply_parked,
     apply_snapshot,
     mark_disconnected,
 )
 from api.pins import hello_commands
 from api.registry import Connection
+from api.snapshot_chunks import SnapshotChunks
 from api.state import AppState
 from engine.wire import (
     CLOSE_BAD_FRAME,
@@ -55,11 +65,20 @@ from engine.wire import (
 router = APIRouter(tags=["ingest"])
 log = logging.getLogger(__name__)
 CLOSE_INTERNAL = 1011
+CLOSE_FORBIDDEN_ORIGIN = 4403
 MAX_REASON_BYTES = 123  # a close frame's reason must fit in 125 bytes with its code
 # Frames decoded ahead of the ones being committed: up to DECODE_AHEAD of them, while they
 # hold less than AHEAD_BYTES (so a few big frames, snapshots, do not pile up).
 DECODE_AHEAD = 32
 AHEAD_BYTES = 8 * 1024 * 1024
+
+
+class FrameFailed(Exception):
+    """What failed applying frame `seq` (its `__cause__`), for a close reason that names it."""
+
+    def __init__(self, seq: int | None) -> None:
+        super().__init__(f"applying seq {seq}")
+        self.seq = seq
 
 
 class Pending(NamedTuple):
@@ -74,6 +93,11 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
     token = bearer_token(websocket.headers.get("authorization"))
     token = token or websocket.query_params.get("token")
     peer = f"{websocket.client.host}:{websocket.client.port}" if websocket.client else "?"
+    origin = websocket.headers.get("origin")
+    if origin is not None and not is_allowed_origin(state, origin):
+        reason = f"origin {origin} is not in JUNCTION_ALLOWED_ORIGINS"
+        await _reject(state, websocket, WireError(CLOSE_FORBIDDEN_ORIGIN, reason), f"at {peer}")
+        return
     if not is_valid_token(state, token):
         reason = "missing bearer token" if token is None else "wrong bearer token"
         await _reject(state, websocket, WireError(CLOSE_UNAUTHORIZED, reason), f"at {peer}")
@@ -84,7 +108,7 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
         data = await _receive(websocket)
         if data is None:
             return
-        hello, welcome = await run_in_threadpool(_hello, state, data)
+        hello, welcome = await in_ingest_thread(state, _hello, state, data)
         connection = Connection(
             hello.engine_id, hello.epoch, websocket, is_binary=isinstance(data, bytes)
         )
@@ -99,7 +123,7 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
         )
         await connection.send(welcome)
         # registered before the pins are read: a pin made meanwhile is sent by its route
-        for command in await run_in_threadpool(_hello_commands, state, hello.engine_id):
+        for command in await in_ingest_thread(state, _hello_commands, state, hello.engine_id):
             await connection.send(command)
         await _stream(state, websocket, connection, hello)
     except WireError as exc:
@@ -108,18 +132,28 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
         pass
     except Exception as exc:
         who = hello.engine_id if hello else f"at {peer}"
-        if is_store_unavailable(exc):  # the frame rolled back, unacked: the engine resends it
-            log.warning("ingest: engine %s: %s", who, store_unavailable_message(exc))
-            await _close(websocket, CLOSE_TRY_AGAIN, "store unavailable, retry later")
+        at = f" at seq {exc.seq}" if isinstance(exc, FrameFailed) else ""
+        cause = exc.__cause__ if isinstance(exc, FrameFailed) else exc
+        # only a store out of reach is "try again": what it refuses was parked, never comes here
+        if cause is not None and is_store_unavailable(cause):  # rolled back, unacked: resent
+            log.warning("ingest: engine %s%s: %s", who, at, store_unavailable_message(cause))
+            await _close(websocket, CLOSE_TRY_AGAIN, f"store unavailable{at}, retry later")
             return
-        log.exception("ingest: internal error on the socket of engine %s", who)
-        await _close(websocket, CLOSE_INTERNAL, "internal error")
+        log.exception("ingest: internal error on the socket of engine %s%s", who, at)
+        await _close(websocket, CLOSE_INTERNAL, f"internal error{at}")
     finally:
         if connection is not None and state.registry.remove(connection):
             state.metrics.connected_engines.set(len(state.registry))
             with anyio.CancelScope(shield=True):  # a cancelled handler still says goodbye
-                await run_in_threadpool(_disconnected, state, connection)
+                await in_ingest_thread(state, _disconnected, state, connection)
             log.info("engine %s disconnected", connection.engine_id)
+
+
+def is_allowed_origin(state: AppState, origin: str) -> bool:
+    """Whether a browser page from `origin` may open the socket (scheme and host compared
+    without case, a trailing slash ignored)."""
+    allowed = {o.rstrip("/").lower() for o in state.settings.allowed_origins}
+    return origin.rstrip("/").lower() in allowed
 
 
 async def _stream(
@@ -136,7 +170,7 @@ async def _stream(
         try:
             while (data := await _receive(websocket)) is not None:
                 await has_room.wait()
-                decoding = run_in_threadpool(decode, data, state.settings.max_frame_bytes)
+                decoding = in_ingest_thread(state, decode, data, state.settings.max_frame_bytes)
                 queued += len(data)
                 if queued >= AHEAD_BYTES:
                     has_room.clear()
@@ -159,9 +193,19 @@ async def _stream(
     reader = asyncio.create_task(read())
     is_open = True
     ahead: list[Pending | None] = []  # one taken from the queue that could not join a group
+    chunks = SnapshotChunks(state.settings.max_snapshot_bytes)  # a snapshot in several frames
     try:
         while (item := ahead.pop() if ahead else taken(await pending.get())) is not None:
             group, frames = [item], [await item.frame]
+            if isinstance(frames[0], Snapshot):
+                whole = chunks.add(frames[0], item.size)
+                if whole is None:
+                    continue  # acknowledged with the last chunk
+                frames = [whole]
+            elif chunks.is_pending:
+                raise WireError(
+                    CLOSE_BAD_FRAME, f"a {frames[0].type} frame inside a snapshot's chunks"
+                )
             while isinstance(frames[0], Batch) and not pending.empty():
                 following = taken(pending.get_nowait())
                 if following is None or not _is_decoded_batch(following.frame):
@@ -169,10 +213,12 @@ async def _stream(
                     break
                 group.append(following)
                 frames.append(following.frame.result())
-            results = await run_in_threadpool(_apply_group, state, hello, frames)
-            for done, applied in zip(group, results, strict=False):
-                if isinstance(applied, Exception):
+            results = await in_ingest_thread(state, _apply_group, state, hello, frames)
+            for done, frame, applied in zip(group, frames, results, strict=False):
+                if isinstance(applied, WireError):
                     raise applied
+                if isinstance(applied, Exception):
+                    raise FrameFailed(getattr(frame, "seq", None)) from applied
                 if is_open:  # frames that arrived before the peer left are committed all the same
                     try:
                         await connection.send(applied.ack)
@@ -188,6 +234,11 @@ async def _stream(
         for item in ahead:
             if item is not None:
                 item.frame.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
+def in_ingest_thread(state: AppState, fn, *args):
+    """`fn(*args)` in a worker thread of the ingest's own limiter (`AppState.ingest_threads`)."""
+    return anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=state.ingest_threads)
 
 
 async def _receive(websocket: WebSocket) -> str | bytes | None:
@@ -237,10 +288,38 @@ def _apply_group(state: AppState, hello: Hello, frames: list) -> list[Applied | 
     results: list[Applied | Exception] = []
     for frame in frames:
         try:
-            results.append(_apply(state, hello, frame))
+            try:
+                results.append(_apply(state, hello, frame))
+            except Unstorable as refused:  # retrying cannot help: park it and go on
+                if not isinstance(frame, Batch | Snapshot):
+                    raise
+                results.append(_park(state, hello, frame, refused))
         except Exception as exc:
             return [*results, exc]
     return results
+
+
+def _park(state: AppState, hello: Hello, frame: Batch | Snapshot, refused: Unstorable) -> Applied:
+    settings = state.settings
+    with state.sessions() as session:
+        applied = apply_parked(
+            session,
+            hello,
+            frame,
+            refused.reason,
+            settings.dead_letters_per_engine,
+            settings.dead_letter_frame_bytes,
+        )
+    if applied.is_parked:
+        log.warning(
+            "ingest: engine %s: %s %d parked as a dead letter: %s",
+            hello.engine_id,
+            frame.type,
+            frame.seq,
+            refused.reason,
+        )
+    _count(state, frame, applied)
+    return applied
 
 
 def _apply(state: AppState, hello: Hello, frame: object) -> Applied:
@@ -248,7 +327,7 @@ def _apply(state: AppState, hello: Hello, frame: object) -> Applied:
         if isinstance(frame, Batch):
             applied = apply_batch(session, hello, frame, state.settings.hit_rate_bucket_s)
         elif isinstance(frame, Snapshot):
-            applied = apply_snapshot(session, hello, frame)
+            applied = apply_snapshot(session, hello, frame, state.settings.hit_rate_bucket_s)
         elif isinstance(frame, Hello):
             raise WireError(CLOSE_BAD_FRAME, "a second hello on one connection")
         else:
@@ -261,6 +340,8 @@ def _count(state: AppState, frame: object, applied: Applied) -> None:
     metrics = state.metrics
     if applied.is_duplicate:
         metrics.duplicate_batches.inc()
+    elif applied.is_parked:
+        metrics.dead_letters.inc()
     elif isinstance(frame, Snapshot):
         metrics.snapshots.inc()
     else:

@@ -8,10 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api import engines, junctions
-from api.deps import SessionDep
+from api.deps import READ, SessionDep
 from api.schemas import JunctionOut, JunctionPage, JunctionPinRequest
 
-router = APIRouter(prefix="/junctions", tags=["junctions"])
+router = APIRouter(prefix="/junctions", tags=["junctions"], dependencies=[READ])
 
 
 @router.get("/suggested", response_model=JunctionPage)

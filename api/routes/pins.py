@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Literal
+from typing import Annotated, Literal
 
 import anyio.from_thread
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, Depends, HTTPException, status
 
-from api import pin_reads, pins
-from api.deps import RequireToken, SessionDep, StateDep
+from api import json_body, pin_reads, pins
+from api.deps import READ, RequireWrite, SessionDep, StateDep
 from api.models import Pin, PinTarget
 from api.schemas import PinCreate, PinDetail, PinOut, PinTargetOut
 from api.state import AppState
 from engine.wire import Command
 
-router = APIRouter(prefix="/pins", tags=["pins"])
+router = APIRouter(prefix="/pins", tags=["pins"], dependencies=[READ])
 log = logging.getLogger(__name__)
 ERRORS = {404: {"description": "an engine or pin not found"}}
+#: Up to 16 MiB of token ids (`JUNCTION_MAX_PIN_BODY_BYTES`): decoded in a worker thread.
+PinBody = Annotated[PinCreate, Depends(json_body.JsonBody(PinCreate))]
 
 
 @router.post(
@@ -32,8 +34,9 @@ ERRORS = {404: {"description": "an engine or pin not found"}}
     response_model=PinOut,
     status_code=status.HTTP_201_CREATED,
     responses=ERRORS | {422: {"description": "a prefix an engine cannot pin (why: `detail`)"}},
+    openapi_extra=json_body.openapi(PinCreate),
 )
-def create_pin(body: PinCreate, session: SessionDep, state: StateDep, _: RequireToken) -> PinOut:
+def create_pin(_: RequireWrite, body: PinBody, session: SessionDep, state: StateDep) -> PinOut:
     """Pin a prefix on `engine_ids` (default: every engine, connected now or later); a prefix
     of chat `messages` is counted here as the chat template renders it and sent to each engine
     as messages, for it to render. Refused
@@ -74,7 +77,7 @@ def get_pin(pin_id: str, session: SessionDep) -> PinDetail:
 
 
 @router.delete("/{pin_id}", response_model=PinOut, responses=ERRORS)
-def release_pin(pin_id: str, session: SessionDep, state: StateDep, _: RequireToken) -> PinOut:
+def release_pin(_: RequireWrite, pin_id: str, session: SessionDep, state: StateDep) -> PinOut:
     """Release the pin: its engines are sent an unpin (one that is not connected gets it when
     it next says hello). Releasing a released pin changes nothing."""
     pin = _pin(session, pin_id)

@@ -7,11 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api import requests
-from api.deps import EngineDep, Offset, SessionDep
+from api.deps import READ, EngineDep, Offset, SessionDep
 from api.models import Request
 from api.schemas import RequestOut, RequestPage
 
-router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"])
+router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"], dependencies=[READ])
 
 
 @router.get("", response_model=RequestPage)

@@ -1,5 +1,6 @@
 """Benchmarks: past runs and, for a finished one, hit rate and TTFT by mode against the
-oracle; a form that enqueues a run through `POST /benchmarks`."""
+oracle; a form that enqueues a run through `POST /benchmarks`, with the write token the
+operator entered in the sidebar (disabled until they do)."""
 
 import json
 
@@ -7,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from api.client import ApiError
-from dashboard.connection import api_client, api_errors
+from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
 from dashboard.figures.benchmarks import hit_rate_by_mode_figure, modes_frame, ttft_by_mode_figure
 from dashboard.live import live
 
@@ -32,6 +33,7 @@ NOTICE = "benchmarks_notice"
 
 st.title("Benchmarks")
 api = api_client()
+writer = write_client()  # None: the operator has not entered the write token
 
 
 def runs_frame(runs: list[dict]) -> pd.DataFrame:
@@ -63,7 +65,10 @@ with st.expander("Start a benchmark run", expanded=False):
         modes = st.multiselect("Modes", list(MODES), default=preset.get("modes", list(MODES)))
         runner = st.selectbox("Runner", ["ledger", "null", "torch"])
         concurrency = st.number_input("Concurrency", 1, 4096, int(preset.get("concurrency", 8)))
-        if st.form_submit_button("Enqueue", type="primary"):
+        if writer is None:
+            st.caption(NEEDS_WRITE_TOKEN.format(what="queue a run"))
+        enqueue = st.form_submit_button("Enqueue", type="primary", disabled=writer is None)
+        if enqueue and writer is not None:  # nothing is sent without the session's token
             try:
                 spec = {
                     "name": name,
@@ -74,7 +79,7 @@ with st.expander("Start a benchmark run", expanded=False):
                 }
                 if "geometry" in preset:
                     spec["geometry"] = preset["geometry"]
-                run = api.create_benchmark(spec)
+                run = writer.create_benchmark(spec)
                 st.session_state[NOTICE] = ("success", f"Run {run['id']} ({run['name']}) queued.")
             except json.JSONDecodeError as exc:
                 st.session_state[NOTICE] = ("error", f"The workload is not JSON: {exc}")

@@ -58,11 +58,17 @@ def request_summary(request: dict, engine: dict) -> pd.DataFrame:
 
 @st.cache_data(ttl=600, max_entries=16, show_spinner=False)
 def fetch_grid(
-    base_url: str, engine_id: str, group: str, start: int, stop: int | None, version: tuple
+    base_url: str,
+    token: str | None,
+    engine_id: str,
+    group: str,
+    start: int,
+    stop: int | None,
+    version: tuple,
 ) -> dict:
     """The grid, fetched again only when the engine's table may have changed (`version`: its
     epoch and next seq), so live refreshes of an idle engine cost one small request."""
-    return ApiClient(base_url).block_grid(
+    return ApiClient(base_url, token).block_grid(
         engine_id, group, start=start, stop=stop, keys=True, max_cells=MAX_CELLS
     )
 
@@ -78,7 +84,7 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
         return
     stop = None if zoom_start is None else zoom_start + MAX_CELLS
     version = (engine["epoch"], engine["next_seq"])
-    grid = fetch_grid(api.base_url, engine_id, group, zoom_start or 0, stop, version)
+    grid = fetch_grid(api.base_url, api.token, engine_id, group, zoom_start or 0, stop, version)
     num_blocks = grid["num_blocks"]
     if not num_blocks:
         st.info(f"Engine {engine_id} has reported no {group} blocks yet.")

@@ -1,15 +1,18 @@
 """Checkpoints: active pins with their state on each engine and the tokens they saved, a form
-to pin a prefix, unpin buttons, and the suggested junctions, each with a pin button."""
+to pin a prefix, unpin buttons, and the suggested junctions, each with a pin button. The
+writes go with the write token the operator entered in the sidebar; without one, the form and
+buttons are disabled."""
 
 import pandas as pd
 import streamlit as st
 
 from api.client import ApiError
-from dashboard.connection import api_client, api_errors
+from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
 from dashboard.live import live
 
 st.title("Checkpoints")
 api = api_client()
+writer = write_client()  # None: the operator has not entered the write token
 NOTICE = "checkpoints_notice"
 
 
@@ -63,14 +66,19 @@ def pin_card(pin: dict) -> None:
                 "Unpin",
                 key=f"unpin_{pin['pin_id']}",
                 on_click=act,
-                args=("Unpin", api.release_pin, pin["pin_id"]),
+                args=("Unpin", "release_pin", pin["pin_id"]),
+                disabled=writer is None,
             )
 
 
-def act(what: str, call, *args) -> None:
-    """Run an API write from a button; its outcome shows on the next run."""
+def act(what: str, call: str, *args) -> None:
+    """Run the API write `call` (an `ApiClient` method) from a button, with the session's
+    write token; its outcome shows on the next run."""
+    if writer is None:  # the controls are disabled; nothing is sent without the token
+        st.session_state[NOTICE] = ("error", NEEDS_WRITE_TOKEN.format(what=what.lower()))
+        return
     try:
-        result = call(*args)
+        result = getattr(writer, call)(*args)
     except ApiError as exc:
         st.session_state[NOTICE] = ("error", f"{what} failed: {exc}")
     else:
@@ -102,13 +110,15 @@ with st.form("pin_form", clear_on_submit=True):
     text = st.text_area("Prefix text", placeholder="Paste a system prompt", key="pin_text")
     kind = st.radio("Pin as", (AS_TEXT, AS_SYSTEM), horizontal=True, key="pin_as")
     label = st.text_input("Label", placeholder="support bot", key="pin_label")
-    if st.form_submit_button("Pin", type="primary"):
+    if writer is None:
+        st.caption(NEEDS_WRITE_TOKEN.format(what="pin and unpin"))
+    if st.form_submit_button("Pin", type="primary", disabled=writer is None):
         if not text:
             st.session_state[NOTICE] = ("error", "Paste the prefix to pin first.")
         else:
             act(
                 "Pin",
-                api.create_pin,
+                "create_pin",
                 {"prefix": prefix_body(text, kind), "label": label.strip() or text[:40]},
             )
 
@@ -151,7 +161,8 @@ def body() -> None:
                 "Pin it",
                 key=f"pin_junction_{junction['key']}",
                 on_click=act,
-                args=("Pin", api.create_pin, junction["pin_request"]),
+                args=("Pin", "create_pin", junction["pin_request"]),
+                disabled=writer is None,
             )
 
 

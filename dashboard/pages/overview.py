@@ -35,6 +35,22 @@ def geometry_frame(geometry: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["setting", "value"])
 
 
+def outbox_drops(engine: dict) -> None:
+    """What the engine's outbox gave up while the control plane was away (this epoch)."""
+    lost, batches = engine.get("num_requests_dropped", 0), engine.get("num_batches_dropped", 0)
+    if lost:
+        st.warning(
+            f"This engine gave up {lost:,} finished requests before the store had them, so "
+            f"the hit rates below miss them: {engine.get('last_drop') or 'its outbox was full'}. "
+            "Give `junction serve` a larger `--outbox-bytes`, or keep the store reachable."
+        )
+    elif batches:
+        st.caption(
+            f"The store resynced this engine's block table through a snapshot after "
+            f"{batches:,} event batches could not be held; no finished request was lost."
+        )
+
+
 def engine_section(summary: dict) -> None:
     engine_id = summary["engine_id"]
     engine = api.engine(engine_id)
@@ -47,6 +63,7 @@ def engine_section(summary: dict) -> None:
         f"epoch {engine['epoch']} · first seen {engine['first_seen'][:19]}Z · "
         f"last seen {engine['last_seen'][:19]}Z · {engine['num_requests']:,} requests stored"
     )
+    outbox_drops(engine)
     last = frame[frame["series"] == "overall"].tail(1)
     cols = st.columns(5)
     cols[0].metric("token hit rate", f"{total['hit_rate']:.1%}")

@@ -16,13 +16,22 @@ from engine.server.async_engine import AsyncEngine
 from engine.server.deps import ServerState
 from engine.server.errors import install_error_handlers
 from engine.server.metrics import ServerMetrics
+from engine.server.publisher import EventPublisher
 from engine.server.routes import chat, completions, models, ops
 
 
-def create_app(async_engine: AsyncEngine, model_name: str | None = None) -> FastAPI:
-    """`model_name` is the name clients must send (default: the engine's model config)."""
+def create_app(
+    async_engine: AsyncEngine,
+    model_name: str | None = None,
+    publisher: EventPublisher | None = None,
+) -> FastAPI:
+    """`model_name` is the name clients must send (default: the engine's model config);
+    `publisher`, the engine's stream to a control plane, if any, shows in `/metrics`."""
     model_name = model_name or async_engine.engine.model_config.name
-    metrics = ServerMetrics(num_in_flight=lambda: async_engine.num_in_flight)
+    metrics = ServerMetrics(
+        num_in_flight=lambda: async_engine.num_in_flight,
+        publisher_stats=publisher.stats if publisher is not None else None,
+    )
     async_engine.add_finish_listener(metrics.observe_finished)
 
     @asynccontextmanager

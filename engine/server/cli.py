@@ -72,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # the listener runs on the engine loop's thread; `call` reaches it while it is idle
         connect(publisher, engine, wake=async_engine.submit, call_on_engine=async_engine.call)
         print(f"junction serve: streaming cache events to {publisher.url}", file=sys.stderr)
-    app = create_app(async_engine, args.model_name)
+    app = create_app(async_engine, args.model_name, publisher)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:

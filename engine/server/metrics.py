@@ -2,9 +2,10 @@
 
 Request counters and histograms are fed by the `AsyncEngine`'s finish records (so requests a
 client abandoned count too); the cache gauges are read from `Engine.cache_usage()` at each
-scrape. A prompt counts as queried in a group once the engine has looked it up, and its hits
-are the tokens that group served from the cache (`attention`: its match; `mamba`: the hit
-length).
+scrape, and so are the event publisher's counts (`PublisherCollector`), when the engine streams
+to a control plane. A prompt counts as queried in a group once the engine has looked it up,
+and its hits are the tokens that group served from the cache (`attention`: its match;
+`mamba`: the hit length).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from engine.cache.coordinator import GROUPS
+from engine.server.publisher import PublisherStats
 from engine.server.request_stream import FinishedRequest
 from engine.stats import CacheUsage
 from engine.wire import BLOCK_STATES
@@ -32,8 +35,14 @@ E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.
 class ServerMetrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, num_in_flight: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        num_in_flight: Callable[[], int] | None = None,
+        publisher_stats: Callable[[], PublisherStats] | None = None,
+    ) -> None:
         self.registry = r = CollectorRegistry()
+        if publisher_stats is not None:
+            r.register(PublisherCollector(publisher_stats))
         self.queries = Counter(
             "junction_prefix_cache_queries_tokens",
             "Prompt tokens looked up in the prefix cache",
@@ -112,3 +121,47 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class PublisherCollector:
+    """The event publisher's counts at each scrape: what it holds for the control plane while
+    it is away, and what it had to give up (batches for a snapshot; finished requests only past
+    the outbox's stated limits, which `junction_publisher_requests_dropped` counts)."""
+
+    def __init__(self, stats: Callable[[], PublisherStats]) -> None:
+        self.stats = stats
+
+    def collect(self):
+        s = self.stats()
+        counters = (
+            ("junction_publisher_frames_sent", "Event frames sent, resends included", s.num_sent),
+            (
+                "junction_publisher_batches_dropped",
+                "Batches given up for a snapshot",
+                s.num_dropped,
+            ),
+            ("junction_publisher_snapshots", "Snapshot frames sent", s.num_snapshots),
+            (
+                "junction_publisher_requests_dropped",
+                "Finished requests given up before the control plane stored them",
+                s.num_requests_dropped,
+            ),
+        )
+        for name, help_text, value in counters:
+            yield CounterMetricFamily(name, help_text, value=value)
+        gauges = (
+            ("junction_publisher_buffered_frames", "Frames not yet acknowledged", s.num_buffered),
+            (
+                "junction_publisher_buffered_bytes",
+                "Encoded bytes held for the control plane",
+                s.num_buffered_bytes,
+            ),
+            (
+                "junction_publisher_requests_waiting",
+                "Finished requests not yet acknowledged by the control plane",
+                s.num_requests_waiting,
+            ),
+            ("junction_publisher_connected", "1 while connected", int(s.is_connected)),
+        )
+        for name, help_text, value in gauges:
+            yield GaugeMetricFamily(name, help_text, value=value)

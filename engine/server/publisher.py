@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from engine.server.outbox import Outbox
+from engine.server.outbox import DEFAULT_MAX_BATCHES, DEFAULT_MAX_BYTES, Outbox
 from engine.server.publisher_link import Backoff, PublisherLink, ingest_url
 from engine.wire import MAX_FRAME_BYTES, SCHEMA_VERSION, Batch, Command, Hello, Snapshot
 
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BATCHES = 10_000
-
 
 @dataclass(frozen=True)
 class PublisherStats:
@@ -45,6 +43,10 @@ class PublisherStats:
     num_dropped: int  # batches dropped unacknowledged for a snapshot (overflow or a gap)
     num_snapshots: int  # snapshot frames sent
     num_buffered: int  # frames waiting for an ack
+    num_buffered_bytes: int  # their encoded bytes (a snapshot's table not counted)
+    num_requests_waiting: int  # finished requests not yet acknowledged
+    num_requests_dropped: int  # finished requests given up (`last_drop` says why)
+    last_drop: str | None
     num_connections: int  # connections that got as far as a welcome
     is_connected: bool
     last_error: str | None
@@ -66,6 +68,7 @@ class EventPublisher:
         model: dict[str, Any] | None = None,
         binary: bool = False,
         max_batches: int = DEFAULT_MAX_BATCHES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         on_command: Callable[[Command], None] | None = None,
         backoff: Backoff | None = None,
         open_timeout_s: float = 5.0,
@@ -73,7 +76,7 @@ class EventPublisher:
     ) -> None:
         if not token:
             raise ValueError("a bearer token for the control plane is required")
-        self.outbox = Outbox(max_batches)
+        self.outbox = Outbox(max_batches, max_bytes, binary=binary, max_frame_bytes=max_frame_bytes)
         self.url = ingest_url(control_plane)
         self.token = token
         self.model = model
@@ -169,8 +172,10 @@ class EventPublisher:
                 return
             log.log(
                 logging.WARNING if self.outbox.overflowed() else logging.DEBUG,
-                "event buffer full (%d batches unacknowledged): replacing them with a snapshot",
-                self.max_batches,
+                "event outbox full (%d batches, %d bytes unacknowledged): replacing the batches "
+                "with a snapshot that carries their finished requests",
+                self.outbox.num_buffered,
+                self.outbox.num_buffered_bytes,
             )
             self.enqueue_snapshot(engine)
         except Exception:
@@ -178,12 +183,22 @@ class EventPublisher:
             log.exception("event publisher failed to batch a step's events")
 
     def enqueue_snapshot(self, engine: Engine) -> None:
-        """Replace every unacknowledged frame with the block table (on the engine thread)."""
+        """Replace every unacknowledged frame with the block table (on the engine thread); the
+        finished requests of the frames it replaces ride along."""
         ts, blocks = time.time(), engine.snapshot()["blocks"]
         pins = [pin.event() for pin in engine.pins.values()]
         self.outbox.put_snapshot(
-            lambda seq: Snapshot(
-                engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, blocks=blocks, pins=pins
+            lambda seq, requests: Snapshot(
+                engine_id=self.engine_id,
+                epoch=self.epoch,
+                seq=seq,
+                ts=ts,
+                blocks=blocks,
+                pins=pins,
+                requests=requests,
+                num_batches_dropped=self.outbox.num_dropped,
+                num_requests_dropped=self.outbox.num_requests_dropped,
+                last_drop=self.outbox.last_drop,
             )
         )
 
@@ -236,6 +251,10 @@ class EventPublisher:
                 num_dropped=outbox.num_dropped,
                 num_snapshots=outbox.num_snapshots,
                 num_buffered=outbox.num_buffered,
+                num_buffered_bytes=outbox.num_buffered_bytes,
+                num_requests_waiting=outbox.num_requests_waiting,
+                num_requests_dropped=outbox.num_requests_dropped,
+                last_drop=outbox.last_drop,
                 num_connections=link.num_connections if link else 0,
                 is_connected=link.is_connected if link else False,
                 last_error=link.last_error if link else None,

@@ -5,9 +5,14 @@ already stored), sends the outbox's frames from there in seq order and then each
 the engine thread puts it (`Outbox.take`). A reader thread per connection hands cumulative acks
 to the outbox (`Outbox.ack`, dropping every frame up to the seq) and commands to `on_command`.
 Any error or close ends the connection; the sender waits a backoff (0.1 s doubling to 5 s,
-jittered; 30 s after the control plane refused the token) and connects again. A gap the outbox
-cannot fill (the store lost frames we dropped, or said 4422) asks the engine thread for a
-snapshot (`build_snapshot`).
+jittered, reset once a session gets a frame acknowledged; 30 s after the control plane refused
+the token) and connects again. A gap the outbox cannot fill (the store lost frames we dropped,
+or said 4422) asks the engine thread for a snapshot (`build_snapshot`).
+
+A frame the control plane refuses (4400 a bad frame, 1009 too big, 1011 it failed on it) is
+not sent forever: the sessions stuck at one seq back off like any failure, and after
+`outbox.MAX_REJECTIONS` of them the outbox drops that frame, counts its requests lost, and the
+error says which frame it was (`PublisherStats.last_error`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from engine.server.outbox import ASK_SNAPSHOT, Outbox
+from engine.server.outbox import ASK_SNAPSHOT, MAX_REJECTIONS, Outbox
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
@@ -42,6 +47,8 @@ from engine.wire import (
 )
 
 log = logging.getLogger("engine.server.publisher")
+
+CLOSE_INTERNAL_ERROR = 1011  # the control plane failed on what we sent
 
 INGEST_PATH = "/api/v1/ingest"
 _SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
@@ -111,6 +118,7 @@ class PublisherLink:
         self.is_connected = False
         self.num_connections = 0  # connections that got as far as a welcome
         self.last_error: str | None = None
+        self.session_seq: int | None = None  # the seq the store wanted at this session's welcome
         self.stopping = threading.Event()
         self.current: _Connection | None = None
         self.last_logged: str | None = None
@@ -133,9 +141,10 @@ class PublisherLink:
     def _run(self) -> None:
         attempt = 0
         while not self.stopping.is_set():
-            refused = welcomed = False
+            refused = False
+            num_acked = self.outbox.num_acked
             try:
-                welcomed = self._session()
+                self._session()
             except _Refused as exc:
                 refused = True
                 self._error(str(exc), logging.ERROR)
@@ -144,7 +153,7 @@ class PublisherLink:
             with self.cond:
                 self.is_connected = False
                 self.current = None
-            if welcomed:
+            if self.outbox.num_acked > num_acked:  # the session made progress
                 attempt = 0
             delay = self.backoff.unauthorized_s if refused else self.backoff.delay(attempt)
             attempt += 1
@@ -152,6 +161,7 @@ class PublisherLink:
 
     def _session(self) -> bool:
         """One connection, until it closes; True when it got as far as a welcome."""
+        self.session_seq = None
         try:
             ws = connect(
                 self.url,
@@ -197,6 +207,7 @@ class PublisherLink:
         if welcome.epoch != self.hello.epoch:
             log.warning("welcome for epoch %d, ours is %d", welcome.epoch, self.hello.epoch)
         with self.cond:
+            self.session_seq = welcome.next_seq
             if self.outbox.welcome(welcome.next_seq):
                 ours = self.outbox.next_seq
                 log.warning("the store wants seq %d, ours is %d", welcome.next_seq, ours)
@@ -215,10 +226,8 @@ class PublisherLink:
                 conn.asked_snapshot = True
                 self._ask_snapshot()
                 continue
-            payload = frame.encoded(self.binary)
-            if len(payload) > self.max_frame_bytes:
-                log.error("frame seq %d is %d bytes: over the limit", frame.seq, len(payload))
-            conn.ws.send(payload)
+            for payload in frame.encoded(self.binary, self.max_frame_bytes):
+                conn.ws.send(payload)
 
     def _ask_snapshot(self) -> None:
         """Have the engine thread build the snapshot now, even if it is idle."""
@@ -267,8 +276,18 @@ class PublisherLink:
         if code == CLOSE_FUTURE_SEQ:
             self.outbox.ask_snapshot()
             self._error(f"the store has a gap ({where}): sending a snapshot", logging.WARNING)
-        elif code in (CLOSE_BAD_FRAME, CLOSE_WRONG_ENGINE, CLOSE_TOO_BIG):
-            self._error(f"control plane rejected a frame ({where})", logging.ERROR)
+        elif code in (CLOSE_BAD_FRAME, CLOSE_TOO_BIG, CLOSE_INTERNAL_ERROR):
+            dropped = None if self.session_seq is None else self.outbox.rejected(self.session_seq)
+            if dropped is None:
+                self._error(f"control plane rejected a frame ({where})", logging.ERROR)
+            else:
+                self._error(
+                    f"control plane rejected a frame ({where}) {MAX_REJECTIONS} times: "
+                    f"dropped {dropped} and resending the table",
+                    logging.ERROR,
+                )
+        elif code == CLOSE_WRONG_ENGINE:
+            self._error(f"control plane refused this engine ({where})", logging.ERROR)
         elif code == 1006:
             self._error("connection to the control plane lost", logging.WARNING)
         elif code == CLOSE_TRY_AGAIN:

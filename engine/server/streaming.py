@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from engine.control_plane import ControlPlaneSettings
+from engine.server.outbox import DEFAULT_MAX_BATCHES, DEFAULT_MAX_BYTES
 
 
 def add_control_plane_options(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,23 @@ def add_control_plane_options(parser: argparse.ArgumentParser) -> None:
         default=settings.api_token,
         help="bearer token for the control plane (env JUNCTION_API_TOKEN)",
     )
+    parser.add_argument(
+        "--outbox-bytes",
+        type=int,
+        default=DEFAULT_MAX_BYTES,
+        metavar="BYTES",
+        help="the most encoded event bytes held for the control plane while it is away; past "
+        "it the block events give way to a snapshot, finished requests are kept (default "
+        f"{DEFAULT_MAX_BYTES // 2**20} MiB, three quarters of it for finished requests)",
+    )
+    parser.add_argument(
+        "--outbox-batches",
+        type=int,
+        default=DEFAULT_MAX_BATCHES,
+        metavar="NUM",
+        help="the most event batches held for the control plane while it is away (default "
+        f"{DEFAULT_MAX_BATCHES}); past it they give way to a snapshot likewise",
+    )
 
 
 def make_publisher(args: argparse.Namespace, model_name: str):
@@ -41,8 +59,24 @@ def make_publisher(args: argparse.Namespace, model_name: str):
             file=sys.stderr,
         )
         return None
+    for option, value in (
+        ("--outbox-bytes", args.outbox_bytes),
+        ("--outbox-batches", args.outbox_batches),
+    ):
+        if value < 1:
+            print(
+                f"junction {args.command}: {option} must be a positive number, got {value}",
+                file=sys.stderr,
+            )
+            return None
     try:
-        publisher = EventPublisher(args.control_plane, args.token, model={"name": model_name})
+        publisher = EventPublisher(
+            args.control_plane,
+            args.token,
+            model={"name": model_name},
+            max_bytes=args.outbox_bytes,
+            max_batches=args.outbox_batches,
+        )
     except ValueError as exc:
         print(f"junction {args.command}: {exc}", file=sys.stderr)
         return None

@@ -28,8 +28,10 @@ from api.settings import Settings
 from engine.engine import Engine
 from tests.api import factories
 from tests.api.processes import ApiProcess, free_port
+from tests.api.tcp_proxy import TcpProxy
 
-TOKEN = "test-token"
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 POSTGRES_ADMIN_URL = os.environ.get(
     "JUNCTION_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
@@ -129,8 +131,15 @@ def session(settings: Settings) -> Iterator[Session]:
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as client:
+    """The app, every request with the write token (reads need a token too)."""
+    with TestClient(create_app(settings), headers=AUTH) as client:
         yield client
+
+
+@pytest.fixture
+def anonymous(client: TestClient) -> TestClient:
+    """The same app (started by `client`), every request without a token."""
+    return TestClient(client.app)
 
 
 @pytest.fixture
@@ -158,18 +167,39 @@ def server(settings: Settings) -> Iterator[str]:
 
 @pytest.fixture
 def auth() -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKEN}"}
+    return AUTH
 
 
 @pytest.fixture(scope="session")
 def engine_run() -> Engine:
-    """A ledger engine's run: a pinned system prompt, then 8 requests on 2 shared prefixes."""
-    return factories.run_engine()
+    """A ledger engine's run: a pinned system prompt, then 8 requests on 3 shared prefixes,
+    in pools small enough to evict, preempt and copy on write (`factories.check_reach`)."""
+    engine = factories.run_engine()
+    factories.check_reach(engine)
+    return engine
 
 
 @pytest.fixture(scope="session")
 def events(engine_run: Engine) -> list[dict]:
     return factories.event_dicts(engine_run)
+
+
+@pytest.fixture
+def proxied_api(postgres: Postgres) -> Iterator[tuple[ApiProcess, TcpProxy]]:
+    """`junction api` on a fresh PostgreSQL database reached through a proxy the test can cut
+    (the database "unreachable for a while" without stopping it)."""
+    name = postgres.create("junction_fault")
+    proxy = TcpProxy("127.0.0.1", 5432)
+    url = postgres.url(name).replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    assert str(proxy.port) in url, url
+    api = ApiProcess(url, free_port())
+    api.start()
+    try:
+        yield api, proxy
+    finally:
+        api.kill()
+        proxy.close()
+        postgres.drop(name)
 
 
 @pytest.fixture

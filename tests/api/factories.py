@@ -1,11 +1,30 @@
-"""Real engine events for the control-plane tests: a ledger engine run, cut into frames."""
+"""Real engine events for the control-plane tests: a ledger engine run, cut into frames, and
+the check that a store holds the engine's block table."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Iterable
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.models import Block
+from api.routes.blocks import block_out
+from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.wire import Batch, Hello, Snapshot, decode, encode
+
+# Pools small enough that the run evicts (the pinned prompt takes 37 of the 88 attention
+# blocks; `pin_max_share` lets it), preempts (two requests prefilling 128 tokens a step outgrow
+# the rest) and copies on write, so the store's table has rows whose keys were taken away.
+CACHE = CacheConfig(num_blocks=88, num_mamba_blocks=12, pin_max_share=0.5)
+SCHEDULER = SchedulerConfig(max_num_batched_tokens=128)
+#: What `run_engine` reaches, and `check_reach` insists on.
+REACHED_EVENTS = ("BlockRemoved", "BlockCopied", "BlockHashesMoved")
+
+Key = tuple[str, int]  # (group, block_id): a block-table row's key
 
 
 def tokens(rng: random.Random, length: int) -> list[int]:
@@ -15,14 +34,15 @@ def tokens(rng: random.Random, length: int) -> list[int]:
 def run_engine(
     engine_id: str = "engine-test",
     num_requests: int = 8,
-    num_prefixes: int = 2,
+    num_prefixes: int = 3,
     seed: int = 0,
     pin: bool = True,
 ) -> Engine:
-    """A ledger engine that pinned a system prompt (when `pin`) and served `num_requests`
-    requests on `num_prefixes` shared prefixes, two at a time; its sink holds every event."""
+    """A ledger engine (`CACHE`, `SCHEDULER`) that pinned a system prompt (when `pin`) and
+    served `num_requests` requests on `num_prefixes` shared prefixes, two at a time; its sink
+    holds every event."""
     rng = random.Random(seed)
-    engine = Engine(runner="ledger", engine_id=engine_id)
+    engine = Engine(CACHE, SCHEDULER, runner="ledger", engine_id=engine_id)
     prefixes = [tokens(rng, rng.choice((300, 600))) for _ in range(num_prefixes)]
     if pin:
         engine.pin("system", prefixes[0])
@@ -33,6 +53,24 @@ def run_engine(
             engine.run_until_done()
     engine.run_until_done()
     return engine
+
+
+def check_reach(engine: Engine) -> None:
+    """Raises unless the run evicted, copied on write, moved hashes, preempted, kept its pin,
+    and touched every block (so a store fed only its batches holds every row): what the
+    store tests need the run to show them, checked so the fixture cannot lose it unnoticed."""
+    seen = Counter(event.type for event in engine.sink.events)
+    pins = [event.state for event in engine.sink.events if event.type == "PinUpdated"]
+    untouched = [key for key, row in engine_rows(engine).items() if not row["last_change"]]
+    problems = [f"no {name} event" for name in REACHED_EVENTS if not seen[name]]
+    if not engine.stats.num_preemptions:
+        problems.append("no preemption")
+    if pins != ["pending", "materialized"]:
+        problems.append(f"the pin went {pins}, not pending then materialized")
+    if untouched:
+        problems.append(f"{len(untouched)} blocks never changed, e.g. {untouched[:3]}")
+    if problems:
+        raise AssertionError(f"the engine run lost its reach: {'; '.join(problems)} ({seen})")
 
 
 def event_dicts(engine: Engine) -> list[dict]:
@@ -87,8 +125,9 @@ def parse(frame: dict) -> Hello | Batch | Snapshot:
     return decode(encode(frame))
 
 
-def ingest(session, engine: Engine, size: int = 16) -> list[dict]:
-    """Apply the engine's hello and all its events as batches of `size`; returns the batches."""
+def ingest(session: Session, engine: Engine, size: int = 16) -> list[dict]:
+    """Apply the engine's hello and all its events as batches of `size`, and check that the
+    store holds the engine's table (`assert_same_table`); returns the batches."""
     from api.ingest import apply_batch, apply_hello
 
     hello_frame = parse(hello(engine))
@@ -96,4 +135,41 @@ def ingest(session, engine: Engine, size: int = 16) -> list[dict]:
     frames = batches(engine, event_dicts(engine), size)
     for frame in frames:
         apply_batch(session, hello_frame, parse(frame))
+    assert_same_table(store_rows(session, engine.engine_id), engine)
     return frames
+
+
+# ---------------------------------------------------------------------------- block tables
+def table(rows: Iterable[dict]) -> dict[Key, dict]:
+    """Block-table rows (the engine's snapshot, a REST page) by (group, block_id)."""
+    return {(row["group"], row["block_id"]): row for row in rows}
+
+
+def store_rows(session: Session, engine_id: str) -> dict[Key, dict]:
+    """The store's rows of the engine, as the REST API serves them, read afresh."""
+    query = select(Block).where(Block.engine_id == engine_id)
+    rows = session.scalars(query.execution_options(populate_existing=True))
+    return table(block_out(row).model_dump(mode="json") for row in rows)
+
+
+def engine_rows(engine: Engine) -> dict[Key, dict]:
+    return table(engine.snapshot()["blocks"])
+
+
+def assert_same_table(stored: dict[Key, dict], engine: Engine) -> None:
+    """`stored` (the store's rows, or those a REST read served) is the engine's table, both
+    ways: every row the engine reported is there with the same fields, and no other row is.
+    A block the engine never changed (`last_change` 0) was never in a batch: it may be absent,
+    or present (from a snapshot) as the engine has it."""
+    truth = engine_rows(engine)
+    expected = {key: row for key, row in truth.items() if row["last_change"] or key in stored}
+    missing = sorted(expected.keys() - stored.keys())
+    extra = sorted(stored.keys() - truth.keys())
+    wrong = sorted(key for key in expected.keys() & stored.keys() if stored[key] != truth[key])
+    if missing or extra or wrong:
+        shown = [f"{key}: stored {stored[key]}, engine {truth[key]}" for key in wrong[:3]]
+        raise AssertionError(
+            f"the store is not the engine's table: {len(missing)} rows missing {missing[:5]}, "
+            f"{len(extra)} rows the engine lacks {extra[:5]}, {len(wrong)} rows differ"
+            + "".join(f"\n  {line}" for line in shown)
+        )

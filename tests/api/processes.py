@@ -16,7 +16,8 @@ import openai
 from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
 
-TOKEN = "e2e-token"
+TOKEN = "e2e-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def free_port() -> int:
@@ -72,6 +73,7 @@ class ApiProcess:
             page = httpx.get(
                 f"{self.url}/api/v1/engines/{engine_id}/blocks",
                 params={"offset": offset, "limit": 10000},
+                headers=AUTH,
                 timeout=30,
             ).json()
             rows.extend(page["blocks"])
@@ -175,12 +177,12 @@ class Serve:
 
 
 def api_engine(api: ApiProcess, engine_id: str) -> dict:
-    response = httpx.get(f"{api.url}/api/v1/engines/{engine_id}", timeout=5)
+    response = httpx.get(f"{api.url}/api/v1/engines/{engine_id}", headers=AUTH, timeout=5)
     return response.json() if response.status_code == 200 else {}
 
 
 def pin_state(api: ApiProcess, pin_id: str, engine_id: str) -> str | None:
-    pin = httpx.get(f"{api.url}/api/v1/pins/{pin_id}", timeout=5).json()
+    pin = httpx.get(f"{api.url}/api/v1/pins/{pin_id}", headers=AUTH, timeout=5).json()
     for target in pin["engines"]:
         if target["engine_id"] == engine_id:
             return target["state"]

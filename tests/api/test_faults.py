@@ -12,13 +12,14 @@ is `tests/jobs`.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import threading
+import time
 
 import httpx
 import pytest
 
-from tests.api.processes import TOKEN, ApiProcess, Serve, api_engine, free_port, pin_state
-from tests.api.tcp_proxy import TcpProxy
+from tests.api.processes import TOKEN, ApiProcess, Serve, api_engine, pin_state
 from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
 
@@ -31,7 +32,7 @@ SYSTEM = text_prompt(7, 300)
 
 
 def store_requests(api: ApiProcess, engine_id: str) -> int:
-    response = httpx.get(f"{api.url}/api/v1/engines/{engine_id}/requests", timeout=5)
+    response = httpx.get(f"{api.url}/api/v1/engines/{engine_id}/requests", headers=AUTH, timeout=5)
     return response.json()["total"] if response.status_code == 200 else -1
 
 
@@ -58,29 +59,13 @@ def batch_seqs(api: ApiProcess, engine_id: str) -> list[tuple[int, int]]:
         page = httpx.get(
             f"{api.url}/api/v1/events",
             params={"engine_id": engine_id, "after_seq": after, "limit": 500},
+            headers=AUTH,
             timeout=10,
         ).json()
         seqs += [(b["epoch"], b["seq"]) for b in page["batches"]]
         if not page["batches"]:
             return seqs
         after = page["next_after_seq"]
-
-
-@pytest.fixture
-def proxied_api(postgres) -> Iterator[tuple[ApiProcess, TcpProxy]]:
-    """`junction api` on a fresh PostgreSQL database reached through a proxy the test can cut."""
-    name = postgres.create("junction_fault")
-    proxy = TcpProxy("127.0.0.1", 5432)
-    url = postgres.url(name).replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-    assert str(proxy.port) in url, url
-    api = ApiProcess(url, free_port())
-    api.start()
-    try:
-        yield api, proxy
-    finally:
-        api.kill()
-        proxy.close()
-        postgres.drop(name)
 
 
 def test_the_database_unreachable_for_a_while(proxied_api):
@@ -103,17 +88,18 @@ def test_the_database_unreachable_for_a_while(proxied_api):
         )
         assert pin.status_code == 503, pin.text
         assert "database is unreachable" in pin.json()["detail"]
-        engines = httpx.get(f"{api.url}/api/v1/engines", timeout=30)
+        engines = httpx.get(f"{api.url}/api/v1/engines", headers=AUTH, timeout=30)
         assert engines.status_code == 503 and "retry later" in engines.json()["detail"]
         assert httpx.get(f"{api.url}/healthz", timeout=30).status_code == 503
-        assert httpx.get(f"{api.url}/api/v1/pins", timeout=30).status_code == 503
+        assert httpx.get(f"{api.url}/api/v1/pins", headers=AUTH, timeout=30).status_code == 503
 
         proxy.restore()
         wait_for("the store to catch up", lambda: store_requests(api, "fault-db") == 9, 90)
         wait_for("the store to equal the engine", lambda: store_matches_engine(api, serve))
         seqs = batch_seqs(api, "fault-db")
         assert len(seqs) == len(set(seqs)) and seqs == sorted(seqs)  # none applied twice
-        assert httpx.get(f"{api.url}/api/v1/pins", timeout=10).json() == []  # no half-written pin
+        pins = httpx.get(f"{api.url}/api/v1/pins", headers=AUTH, timeout=10)
+        assert pins.json() == []  # no half-written pin
         pin = httpx.post(
             f"{api.url}/api/v1/pins",
             headers=AUTH,
@@ -167,5 +153,111 @@ def test_an_engine_restarted_gets_a_new_epoch_and_its_pins_again(api_process):
         assert all(b["token_range"][1] <= 300 for b in held), held
         assert all(b["state"] == "pinned" for b in held if b["group"] == "attention")
         assert serve.ask(SYSTEM + text_prompt(999, 50)) >= 288  # and the pin is hit
+    finally:
+        serve.stop()
+
+
+# ---------------------------------------------------------------------------- outage under load
+# The suite's outage is short; the issue's (60 s, 9000 requests from 16 clients) runs with
+# JUNCTION_TEST_OUTAGE_S=60 JUNCTION_TEST_OUTAGE_REQUESTS=9000 pytest tests/api/test_faults.py -k
+# outage -s, which prints what it measured.
+OUTAGE_S = float(os.environ.get("JUNCTION_TEST_OUTAGE_S", "4"))
+OUTAGE_REQUESTS = int(os.environ.get("JUNCTION_TEST_OUTAGE_REQUESTS", "360"))
+OUTAGE_CLIENTS = 16
+WAITING = "junction_publisher_requests_waiting"
+
+
+def publisher_metrics(serve: Serve) -> dict[str, float]:
+    text = httpx.get(f"{serve.url}/metrics", timeout=10).text
+    return {
+        line.split()[0].removesuffix("_total"): float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("junction_publisher_")
+    }
+
+
+class Clients:
+    """`OUTAGE_CLIENTS` threads sending completions until `total` are done; `done` counts."""
+
+    def __init__(self, serve: Serve, total: int) -> None:
+        self.serve, self.total = serve, total
+        self.lock = threading.Lock()
+        self.next = self.done = 0
+        self.errors: list[BaseException] = []
+        self.threads = [
+            threading.Thread(target=self._run, daemon=True) for _ in range(OUTAGE_CLIENTS)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                if self.next >= self.total or self.errors:
+                    return
+                index, self.next = self.next, self.next + 1
+            try:  # six families of one system prompt
+                self.serve.ask(SYSTEM + text_prompt(1000 + index % 6, 20) + text_prompt(index, 30))
+            except BaseException as exc:  # noqa: BLE001 (reported by `join`)
+                self.errors.append(exc)
+                return
+            with self.lock:
+                self.done += 1
+
+    def join(self, timeout_s: float) -> None:
+        for thread in self.threads:
+            thread.join(timeout_s)
+        assert not self.errors, self.errors[:3]
+        assert self.done == self.total
+
+
+OUTBOXES = {
+    "roomy": (),  # the defaults hold the whole outage
+    "few-batches": ("--outbox-batches", "16"),  # blocks resync through snapshots
+    "request-limit": ("--outbox-bytes", str(96 * 1024)),  # past the stated limit: counted
+}
+
+
+@pytest.mark.parametrize("outbox", list(OUTBOXES))
+def test_no_finished_request_is_lost_through_an_outage_under_load(proxied_api, outbox):
+    api, proxy = proxied_api
+    engine_id = f"outage-{outbox}"
+    serve = Serve(api, engine_id, *OUTBOXES[outbox], runner="ledger", geometry=LEDGER)
+    try:
+        clients = Clients(serve, OUTAGE_REQUESTS)
+        wait_for("traffic before the outage", lambda: clients.done >= OUTAGE_REQUESTS // 10)
+        proxy.cut()
+        cut_at, done_at_cut = time.monotonic(), clients.done
+        time.sleep(OUTAGE_S)
+        during = publisher_metrics(serve)
+        proxy.restore()
+        served_during = clients.done - done_at_cut
+        clients.join(600)
+        wait_for("the outbox to empty", lambda: publisher_metrics(serve)[WAITING] == 0, 120)
+        caught_up_s = time.monotonic() - cut_at - OUTAGE_S
+        after = publisher_metrics(serve)
+        dropped = after["junction_publisher_requests_dropped"]
+        stored = store_requests(api, engine_id)
+        wait_for("the store to equal the engine", lambda: store_matches_engine(api, serve), 60)
+        print(
+            f"\n{engine_id}: {OUTAGE_REQUESTS} requests from {OUTAGE_CLIENTS} clients, "
+            f"{served_during} served during the {OUTAGE_S:g} s cut; during it the outbox held "
+            f"{during[WAITING]:.0f} requests in "
+            f"{during['junction_publisher_buffered_bytes']:.0f} bytes; after it "
+            f"{after['junction_publisher_snapshots']:.0f} snapshots, "
+            f"{after['junction_publisher_batches_dropped']:.0f} batches dropped, "
+            f"{dropped:.0f} requests dropped; the store had {stored} requests "
+            f"{caught_up_s:.1f} s after the database came back"
+        )
+        assert served_during > 0  # the engine served on through the cut
+        if outbox == "request-limit":  # the drop is counted (an upper bound: an ack may be lost)
+            assert dropped > 0 and stored < OUTAGE_REQUESTS <= stored + dropped
+            return
+        assert stored == OUTAGE_REQUESTS and dropped == 0
+        if outbox == "few-batches":
+            assert after["junction_publisher_snapshots"] >= 1
+            assert after["junction_publisher_batches_dropped"] > 0
+        else:
+            assert after["junction_publisher_batches_dropped"] == 0
     finally:
         serve.stop()

@@ -10,20 +10,10 @@ from sqlalchemy.orm import Session
 
 from api.ingest import apply_batch, apply_hello, apply_snapshot
 from api.models import Block, Engine, EventBatch, HitRateBucket, Pin, PinTarget, Request
-from api.routes.blocks import block_out
 from engine.engine import Engine as LedgerEngine
 from engine.wire import CLOSE_BAD_FRAME, CLOSE_FUTURE_SEQ, CLOSE_WRONG_ENGINE, WireError
 from tests.api import factories
-from tests.api.factories import parse
-
-
-def store_rows(session: Session, engine_id: str) -> dict[tuple[str, int], dict]:
-    rows = session.scalars(select(Block).where(Block.engine_id == engine_id))
-    return {(row.group, row.block_id): block_out(row).model_dump(mode="json") for row in rows}
-
-
-def engine_rows(engine: LedgerEngine) -> dict[tuple[str, int], dict]:
-    return {(row["group"], row["block_id"]): row for row in engine.snapshot()["blocks"]}
+from tests.api.factories import assert_same_table, engine_rows, parse, store_rows
 
 
 def counts(session: Session) -> dict[str, int]:
@@ -39,25 +29,51 @@ def counts(session: Session) -> dict[str, int]:
 
 
 def ingest_all(session: Session, engine: LedgerEngine, events: list[dict], size: int = 16):
+    """Apply every event; the store then holds the engine's table, both ways."""
     hello = parse(factories.hello(engine))
     apply_hello(session, hello)
     frames = factories.batches(engine, events, size)
     for frame in frames:
         assert not apply_batch(session, hello, parse(frame)).is_duplicate
+    assert_same_table(store_rows(session, engine.engine_id), engine)
     return hello, frames
+
+
+def lost_keys(events: list[dict]) -> dict[tuple[str, int], set[str]]:
+    """Per block, the keys taken off it (`BlockRemoved`, the source of `BlockHashesMoved`)
+    and not stored on it again since (`BlockStored`, the destination of a move)."""
+    lost: dict[tuple[str, int], set[str]] = {}
+
+    def change(group: str, block_id: int, hashes: list[str], is_lost: bool) -> None:
+        keys = lost.setdefault((group, block_id), set())
+        if is_lost:
+            keys.update(hashes)
+        else:
+            keys.difference_update(hashes)
+
+    for event in events:
+        kind, hashes = event["type"], event.get("block_hashes", [])
+        if kind in ("BlockRemoved", "BlockStored"):
+            for block_id in event["block_ids"]:
+                change(event["group"], block_id, hashes, kind == "BlockRemoved")
+        elif kind == "BlockHashesMoved":
+            change(event["group"], event["src_block_id"], hashes, True)
+            change(event["group"], event["dst_block_id"], hashes, False)
+    return lost
 
 
 def test_store_table_equals_the_engines(session: Session, engine_run, events) -> None:
     _, frames = ingest_all(session, engine_run, events)
     stored = store_rows(session, engine_run.engine_id)
-    truth = engine_rows(engine_run)
     assert stored, "the run changed no block"
-    for key, row in truth.items():
-        if key in stored:
-            assert stored[key] == row
-        else:  # a block the engine never touched was never reported: free and empty
-            assert (row["state"], row["keys"], row["last_change"]) == ("free", [], 0), row
-    assert set(stored) <= set(truth)
+    assert_same_table(stored, engine_run)
+    # every block changed (`factories.check_reach`), so every row was reported and stored
+    assert stored == engine_rows(engine_run)
+    # a key evicted from a block (or moved off it) and not stored on it again is gone there
+    lost = lost_keys(events)
+    assert any(lost.values()), "the run evicted nothing that stayed evicted"
+    for key, keys in lost.items():
+        assert not keys & set(stored[key]["keys"]), (key, keys)
     engine = session.get(Engine, engine_run.engine_id)
     assert engine.next_seq == len(frames)
     assert counts(session)["batches"] == len(frames)
@@ -78,6 +94,7 @@ def test_a_batch_seen_before_is_acknowledged_and_skipped(session: Session, engin
     assert counts(session) == before
     assert session.scalars(select(HitRateBucket.prompt_tokens)).all() == buckets
     assert session.get(Engine, engine_run.engine_id).next_seq == len(frames)
+    assert_same_table(store_rows(session, engine_run.engine_id), engine_run)
 
 
 def test_a_seq_from_the_future_is_refused(session: Session, engine_run, events) -> None:
@@ -141,6 +158,42 @@ def test_a_new_epoch_clears_the_table_and_a_reconnect_resumes(
     assert counts(session)["batches"] == len(frames)
 
 
+def test_a_snapshot_stores_the_requests_it_carries_once(
+    session: Session, engine_run, events
+) -> None:
+    hello = parse(factories.hello(engine_run))
+    apply_hello(session, hello)
+    frames = factories.batches(engine_run, events, size=4)
+    requests = [
+        {"seq": frame["seq"], "event": event}
+        for frame in frames
+        for event in frame["events"]
+        if event["type"] == "RequestFinished"
+    ]
+    num_requests = len(requests)
+    assert num_requests >= 4 and len({r["seq"] for r in requests}) >= 3
+    # the store committed the batches up to the second request's, and the engine, not knowing
+    # (its ack was lost), replaced every batch with a snapshot carrying all their requests
+    committed = requests[1]["seq"]
+    for frame in frames[: committed + 1]:
+        apply_batch(session, hello, parse(frame))
+    assert counts(session)["requests"] == 2
+    snapshot = factories.snapshot(engine_run, seq=len(frames)) | {"requests": requests}
+    applied = apply_snapshot(session, hello, parse(snapshot))
+    assert not applied.is_duplicate
+    assert counts(session)["requests"] == num_requests  # none lost, none twice
+    stored = session.scalars(select(Request.request_id).order_by(Request.request_id)).all()
+    expected = sorted(r["event"]["request_id"] for r in requests)
+    assert stored == expected
+    # the hit-rate buckets count every request once too
+    buckets = session.scalars(select(HitRateBucket)).all()
+    assert sum(b.num_requests for b in buckets) == num_requests
+    # a duplicate of the snapshot adds nothing
+    assert apply_snapshot(session, hello, parse(snapshot)).is_duplicate
+    assert counts(session)["requests"] == num_requests
+    assert_same_table(store_rows(session, engine_run.engine_id), engine_run)
+
+
 def test_a_snapshot_replaces_the_table(session: Session, engine_run, events) -> None:
     hello = parse(factories.hello(engine_run))
     apply_hello(session, hello)
@@ -150,7 +203,7 @@ def test_a_snapshot_replaces_the_table(session: Session, engine_run, events) -> 
     snapshot = factories.snapshot(engine_run, seq=len(frames) + 5)
     applied = apply_snapshot(session, hello, parse(snapshot))
     assert (applied.ack.seq, applied.is_duplicate) == (len(frames) + 5, False)
-    assert store_rows(session, engine_run.engine_id) == engine_rows(engine_run)
+    assert store_rows(session, engine_run.engine_id) == engine_rows(engine_run)  # every row
     assert session.get(Engine, engine_run.engine_id).next_seq == len(frames) + 6
     target = session.get(PinTarget, ("system", engine_run.engine_id))
     assert (target.state, target.is_held) == ("materialized", True)
@@ -158,7 +211,7 @@ def test_a_snapshot_replaces_the_table(session: Session, engine_run, events) -> 
     # an older snapshot is acknowledged and dropped
     stale = factories.snapshot(engine_run, seq=2) | {"blocks": [], "pins": []}
     assert apply_snapshot(session, hello, parse(stale)).is_duplicate
-    assert len(store_rows(session, engine_run.engine_id)) == len(engine_rows(engine_run))
+    assert store_rows(session, engine_run.engine_id) == engine_rows(engine_run)
     # a newer one without the pin releases it
     empty = factories.snapshot(engine_run, seq=len(frames) + 6) | {"blocks": [], "pins": []}
     apply_snapshot(session, hello, parse(empty))
@@ -171,7 +224,7 @@ def test_a_snapshot_replaces_the_table(session: Session, engine_run, events) -> 
 def test_finished_requests_become_rows_and_buckets(session: Session, engine_run, events) -> None:
     ingest_all(session, engine_run, events)
     finished = [e for e in events if e["type"] == "RequestFinished"]
-    assert len(finished) == 8
+    assert len(finished) == engine_run.stats.num_requests > 0
     rows = {r.request_id: r for r in session.scalars(select(Request))}
     assert set(rows) == {e["request_id"] for e in finished}
     for event in finished:
@@ -241,8 +294,10 @@ def test_a_value_the_store_cannot_hold_rolls_the_batch_back(
 ) -> None:
     hello = parse(factories.hello(engine_run))
     apply_hello(session, hello)
-    huge = {"type": "PinUpdated", "pin_id": "x", "state": "pending", "num_tokens": 1}
-    frame = factories.batches(engine_run, events[:40] + [huge | {"boundary": 2**70}], 100)[0]
+    # finite, so it passes the edge (which refuses an integer beyond 64 bits), but its
+    # hit-rate bucket starts beyond what a 64-bit column holds
+    finished = next(e for e in events if e["type"] == "RequestFinished")
+    frame = factories.batches(engine_run, events[:40] + [finished | {"finished_ts": 1e300}], 100)[0]
     with pytest.raises(WireError) as error:
         apply_batch(session, hello, parse(frame))
     assert error.value.code == CLOSE_BAD_FRAME

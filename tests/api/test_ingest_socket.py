@@ -23,8 +23,9 @@ INGEST = "/api/v1/ingest"
 
 
 def connect(client: TestClient, token: str | None = TOKEN, query: str = ""):
+    """The socket with `token` in the header (None: none), not the client's default one."""
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    return client.websocket_connect(INGEST + query, headers=headers)
+    return TestClient(client.app).websocket_connect(INGEST + query, headers=headers)
 
 
 def send(ws, frame: dict, binary: bool) -> None:
@@ -70,6 +71,7 @@ def test_hello_welcome_batches_acks(client, session, engine_run, events, binary:
     num_batches, num_blocks, next_seq = stored(session)
     assert (num_batches, next_seq) == (len(frames), len(frames))
     assert num_blocks > 0
+    factories.assert_same_table(factories.store_rows(session, engine_run.engine_id), engine_run)
     assert wait_until(lambda: not is_connected(session, engine_run.engine_id))
     metrics = client.get("/metrics").text
     assert f"junction_ingest_batches_total {float(len(frames))}" in metrics
@@ -94,6 +96,7 @@ def test_a_reconnect_resumes_at_next_seq(client, session, engine_run, events) ->
             ws.send_text(encode(frame))
             assert ws.receive_json() == {"type": "ack", "seq": frame["seq"]}
     assert stored(session)[0::2] == (len(frames), len(frames))
+    factories.assert_same_table(factories.store_rows(session, engine_run.engine_id), engine_run)
     assert "junction_ingest_duplicate_batches_total 2.0" in client.get("/metrics").text
 
 
@@ -104,6 +107,7 @@ def test_snapshot_over_the_socket(client, session, engine_run, events) -> None:
         ws.send_bytes(encode(factories.snapshot(engine_run, seq=9), binary=True))
         assert msgpack.unpackb(ws.receive_bytes()) == {"type": "ack", "seq": 9}
     assert stored(session)[1:] == (len(engine_run.snapshot()["blocks"]), 10)
+    assert factories.store_rows(session, engine_run.engine_id) == factories.engine_rows(engine_run)
 
 
 def test_commands_go_down_the_engines_socket(client, engine_run) -> None:

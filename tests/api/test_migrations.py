@@ -26,6 +26,7 @@ TABLES = {
     "pins",
     "pin_targets",
     "benchmark_runs",
+    "dead_letters",
 }
 
 
@@ -148,7 +149,7 @@ def test_0002_keeps_the_pins_an_engine_reported(empty_database_url: str) -> None
             ("held", "e1", "materialized", 96, True, 0),
         ]
         migrate.downgrade(empty_database_url, "0001")
-        assert table_names(empty_database_url) == TABLES - {"pin_targets"}
+        assert table_names(empty_database_url) == TABLES - {"pin_targets", "dead_letters"}
         with db.connect() as connection:
             old = connection.execute(
                 text("SELECT pin_id, engine_id, state, boundary FROM pins ORDER BY pin_id")

@@ -98,14 +98,22 @@ class WireEngine:
         return self.send(events)
 
     def serve(self) -> list[dict]:
-        """Apply commands and stream events until the control plane has nothing more to say."""
+        """Apply commands and stream events until the control plane has nothing more to say;
+        then the store holds the engine's table."""
         applied = []
         while commands := self.sync():
             for command in commands:
                 apply_command(self.engine, msgspec.convert(command, Command))
             self.engine.run_until_done()
             applied += commands
+        self.check_table()
         return applied
+
+    def check_table(self) -> None:
+        """The blocks the REST API serves are the engine's table, both ways."""
+        path = f"{V1}/engines/{self.engine_id}/blocks"
+        page = self.client.get(path, params={"limit": 10_000}, headers=AUTH).json()
+        factories.assert_same_table(factories.table(page["blocks"]), self.engine)
 
     def ask(self, prompt: list[int]) -> dict:
         """Run one request to the end and stream it; returns its `RequestFinished`."""
@@ -584,15 +592,17 @@ def test_bad_pins_are_refused_and_leave_nothing(client: TestClient, wire, case: 
     assert engine.sync() == [] and small.sync() == []
 
 
-def test_pin_writes_need_the_token_and_unknown_pins_are_404(client: TestClient) -> None:
+def test_pin_writes_need_the_token_and_unknown_pins_are_404(
+    client: TestClient, anonymous: TestClient
+) -> None:
     body = {"prefix": {"text": SYSTEM}, "label": "x"}
-    missing = client.post(f"{V1}/pins", json=body)
+    missing = anonymous.post(f"{V1}/pins", json=body)
     assert missing.status_code == 401
     assert missing.json()["detail"].startswith("missing bearer token")
     wrong = client.post(f"{V1}/pins", json=body, headers={"Authorization": "Bearer nope"})
     assert (wrong.status_code, wrong.json()["detail"]) == (401, "wrong bearer token")
     pin = post_pin(client, body)
-    assert client.delete(f"{V1}/pins/{pin['pin_id']}").status_code == 401
+    assert anonymous.delete(f"{V1}/pins/{pin['pin_id']}").status_code == 401
     assert get_pin(client, pin["pin_id"])["state"] == "pending"
     for response in (
         client.get(f"{V1}/pins/pin-nope"),

@@ -40,6 +40,7 @@ class SocketEngine:
     def __init__(self, server: str, engine_id: str, **cache) -> None:
         config = {"block_size": 16, "mamba_block_size": 512, "num_blocks": 256} | cache
         self.engine = Engine(CacheConfig(**config), runner="ledger", engine_id=engine_id)
+        self.server = server
         url = server.replace("http://", "ws://") + "/api/v1/ingest"
         self.ws: ClientConnection = connect(
             url, additional_headers={"Authorization": f"Bearer {TOKEN}"}
@@ -67,6 +68,12 @@ class SocketEngine:
         self.ws.send(encode(batch))
         assert json.loads(self.ws.recv(timeout=10)) == {"type": "ack", "seq": self.seq}
         self.seq += 1
+        blocks = httpx.get(
+            f"{self.server}/api/v1/engines/{self.engine.engine_id}/blocks",
+            params={"limit": 10_000},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        ).json()["blocks"]
+        factories.assert_same_table(factories.table(blocks), self.engine)  # both ways
         return command
 
 
@@ -191,6 +198,7 @@ def test_an_unreachable_control_plane_is_named(capsys, monkeypatch) -> None:
         probe.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there
     monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", url)
+    monkeypatch.setenv("JUNCTION_API_TOKEN", TOKEN)
     code, out, err = run(capsys, "pins")
     assert (code, out) == (1, "")
     assert err.startswith(f"junction pins: cannot reach the control plane at {url}: ")
@@ -213,3 +221,32 @@ def test_the_token_and_url_default_from_the_environment(capsys, monkeypatch) -> 
     call(parser.parse_args(["pins"]), "GET", "/pins")
     assert seen[0][0] == "http://127.0.0.1:8080/api/v1/pins"
     assert seen[0][1]["headers"] == {"Authorization": "Bearer from-env"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "tokens"),
+    [
+        (["pins"], "JUNCTION_API_TOKEN (or JUNCTION_READ_TOKEN)"),
+        (["unpin", "pin-x"], "JUNCTION_API_TOKEN"),
+        (["pin", "--text", "x", "--label", "x"], "JUNCTION_API_TOKEN"),
+    ],
+    ids=["pins", "unpin", "pin"],
+)
+def test_without_a_token_the_commands_say_which_to_set(
+    capsys, monkeypatch, argv: list[str], tokens: str
+) -> None:
+    for name in ("JUNCTION_API_TOKEN", "JUNCTION_READ_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    code, out, err = run(capsys, *argv, "--control-plane", "http://127.0.0.1:9")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"junction {argv[0]}: no token to send: pass --token or set {tokens} to the control "
+        "plane's\n"
+    )
+
+
+def test_pins_reads_with_the_read_token(server: str, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("JUNCTION_API_TOKEN", raising=False)
+    monkeypatch.setenv("JUNCTION_READ_TOKEN", TOKEN)  # the server's write token reads too
+    code, out, err = run(capsys, "pins", "--control-plane", server)
+    assert (code, out, err) == (0, "no pins\n", "")

@@ -45,7 +45,9 @@ def test_a_pinned_system_prompt_is_hit_through_a_flood_until_unpinned(api_proces
         assert serve.ask(SYSTEM + "What is a junction?") == 560
 
         def saved_three() -> bool:
-            shown = httpx.get(f"{api.url}/api/v1/pins/{pin['pin_id']}", timeout=5).json()
+            shown = httpx.get(
+                f"{api.url}/api/v1/pins/{pin['pin_id']}", headers=AUTH, timeout=5
+            ).json()
             return shown["tokens_saved"] >= 3 * 560
 
         wait_for("the hits to reach the store", saved_three)
@@ -78,7 +80,9 @@ def test_junction_checkpoints_hit_after_the_first_and_the_boundary_is_suggested(
             "the requests to reach the store",
             lambda: api_engine(api, "e2e-junction").get("num_requests", 0) >= 4,
         )
-        suggested = httpx.get(f"{api.url}/api/v1/junctions/suggested", timeout=10).json()
+        suggested = httpx.get(
+            f"{api.url}/api/v1/junctions/suggested", headers=AUTH, timeout=10
+        ).json()
         first = suggested["junctions"][0] if isinstance(suggested, dict) else suggested[0]
         assert first["boundary"] == 560
         pinned = httpx.post(

@@ -14,9 +14,10 @@ import pytest
 
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
+from engine.events import RequestFinished
 from engine.request import SamplingParams
 from engine.server.publisher import EventPublisher
-from tests.api.processes import TOKEN, ApiProcess
+from tests.api.processes import AUTH, TOKEN, ApiProcess
 
 
 def small_engine(engine_id: str) -> Engine:
@@ -87,7 +88,7 @@ def test_replay_streams_and_the_store_equals_the_engine(api_process, publisher):
     assert {"BlockRemoved", "BlockCopied", "BlockHashesMoved"} <= seen
     assert engine.stats.num_preemptions > 0
     assert_store_matches(api, engine)
-    info = httpx.get(f"{api.url}/api/v1/engines/e2e-plain", timeout=10).json()
+    info = httpx.get(f"{api.url}/api/v1/engines/e2e-plain", headers=AUTH, timeout=10).json()
     assert info["num_requests"] == 40
 
 
@@ -124,4 +125,63 @@ def test_buffer_overflow_during_a_long_disconnect_sends_a_snapshot(api_process):
         assert publisher.flush(60), publisher.stats()
         stats = publisher.stats()
     assert stats.num_snapshots >= 1 and stats.num_dropped > 0
+    assert_store_matches(api, engine)
+
+
+def test_a_table_of_100k_blocks_per_group_converges_through_a_chunked_snapshot(api_process):
+    api = api_process
+    cache = CacheConfig(
+        block_size=16, mamba_block_size=64, prefix_match_unit=16, num_blocks=100_000
+    )
+    engine = Engine(cache, SchedulerConfig(), runner="ledger", engine_id="e2e-100k")
+    run(engine, workload(5, 20))  # before the publisher came: it starts from a snapshot
+    rows = engine.snapshot()["blocks"]
+    assert len(rows) == 200_000
+    started = time.monotonic()
+    with EventPublisher(api.url, TOKEN) as publisher:
+        publisher.attach(engine)
+        assert publisher.flush(240), publisher.stats()
+        took = time.monotonic() - started
+        stats = publisher.stats()
+    assert stats.num_snapshots == 1 and stats.num_requests_dropped == 0
+    assert_store_matches(api, engine)
+    print(f"\n200,000 block rows (100,000 per group) converged in {took:.1f} s")
+
+
+def test_a_frame_the_store_refuses_is_dropped_after_retries_and_the_stream_goes_on(api_process):
+    """A poison frame (a 10 KB request id, which the control plane refuses at its edge with
+    4400) costs its own requests, counted, and nothing else: the engine backs off, drops it
+    after three refusals, resyncs through a snapshot, and its later requests all land."""
+    api = api_process
+    engine = small_engine("e2e-poison")
+    with EventPublisher(api.url, TOKEN) as publisher:
+        publisher.attach(engine)
+        run(engine, workload(6, 5))
+        assert publisher.flush(30), publisher.stats()
+        poison = RequestFinished(
+            request_id="x" * 10_000,
+            num_prompt_tokens=4,
+            num_cached_tokens=0,
+            hit_tokens_by_group={"attention": 0, "mamba": 0},
+            num_computed_tokens=4,
+            num_output_tokens=1,
+            chunks=[(0, 4)],
+            chunk_stop_reasons=["end"],
+            checkpoints=[],
+            num_preemptions=0,
+            finish_reason="length",
+            arrival_ts=1.0,
+            first_token_ts=1.0,
+            finished_ts=1.0,
+            ttft_s=0.0,
+        )
+        engine.sink.emit(poison)  # as if the engine had finished it in its next step
+        run(engine, workload(7, 10))
+        assert publisher.flush(60), publisher.stats()
+        stats = publisher.stats()
+    assert stats.num_requests_dropped == 1 and stats.num_snapshots >= 1
+    assert "refused the batch at seq" in stats.last_drop and "3 times" in stats.last_drop
+    info = httpx.get(f"{api.url}/api/v1/engines/e2e-poison", headers=AUTH, timeout=10).json()
+    assert info["num_requests"] == 15  # every request but the poisoned one's record
+    assert info["num_requests_dropped"] == 1 and "refused" in info["last_drop"]
     assert_store_matches(api, engine)

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.processes import TOKEN, ApiProcess, free_port
+from tests.api.processes import AUTH, TOKEN, ApiProcess, free_port
 
 REPLAY_ENGINE = "replay-0"
 GEOMETRY = [
@@ -111,13 +111,12 @@ class Stack:
         self.benchmark_id: int | None = None
 
     def get(self, path: str, **params) -> dict | list:
-        response = httpx.get(f"{self.url}/api/v1{path}", params=params, timeout=30)
+        response = httpx.get(f"{self.url}/api/v1{path}", params=params, headers=AUTH, timeout=30)
         response.raise_for_status()
         return response.json()
 
     def post(self, path: str, body: dict) -> dict:
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        response = httpx.post(f"{self.url}/api/v1{path}", json=body, headers=headers, timeout=30)
+        response = httpx.post(f"{self.url}/api/v1{path}", json=body, headers=AUTH, timeout=30)
         assert response.status_code < 300, response.text
         return response.json()
 
@@ -151,9 +150,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture
 def dashboard_env(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
-    """The dashboard's settings pointed at the stack (read by every script run)."""
+    """The dashboard's settings pointed at the stack (read by every script run): it reads with
+    the API's token; writes need the one a visitor enters (`open_page(write_token=...)`)."""
     monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", stack.url)
     monkeypatch.setenv("JUNCTION_API_TOKEN", TOKEN)
+    monkeypatch.delenv("JUNCTION_READ_TOKEN", raising=False)
     monkeypatch.setenv("JUNCTION_DASHBOARD_REFRESH_S", "3600")
     return stack
 

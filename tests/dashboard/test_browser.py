@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.processes import TOKEN, Serve, free_port
+from tests.api.processes import AUTH, TOKEN, Serve, free_port
 from tests.dashboard.conftest import Stack, chromium_or_skip
 from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
 from tests.engine.server.conftest import text_prompt
@@ -142,12 +142,14 @@ def test_the_dashboard_in_a_browser(
 
             page.goto(f"{dashboard_url}/checkpoints")
             page.get_by_text("Suggested junctions").first.wait_for(timeout=30_000)
+            page.get_by_label("Write token").fill(TOKEN)  # the visitor's, for the writes
+            page.get_by_label("Write token").press("Enter")
             page.get_by_label("Prefix text").fill(PROMPT)
             page.get_by_label("Label").fill("support bot")
             page.get_by_role("button", name="Pin", exact=True).click()
             materialized = re.compile(rf"{LIVE_ENGINE}: materialized at token 560")
             page.get_by_text(materialized).first.wait_for(timeout=60_000)
-            pins = httpx.get(f"{stack.url}/api/v1/pins", timeout=10).json()
+            pins = httpx.get(f"{stack.url}/api/v1/pins", headers=AUTH, timeout=10).json()
             (pin,) = [p for p in pins if p["label"] == "support bot"]
             assert {t["engine_id"]: t["state"] for t in pin["engines"]}[LIVE_ENGINE] == (
                 "materialized"

@@ -1,5 +1,6 @@
 """An AppTest per page against the live API seeded by a real replay: each page renders with
-no exception and shows the numbers REST gives for the seeded engine."""
+no exception and shows the numbers REST gives for the seeded engine; the writes go only with
+the write token a visitor entered in their session."""
 
 from __future__ import annotations
 
@@ -7,10 +8,18 @@ import base64
 import json
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1 import AppTest, AppTestError
+from websockets.sync.client import connect
 
+from dashboard.connection import WRITE_TOKEN
+from engine.config import CacheConfig
+from engine.engine import Engine
+from engine.wire import encode
+from tests.api import factories
+from tests.api.processes import AUTH, TOKEN
 from tests.dashboard.big_table import seed_big_engine
 from tests.dashboard.conftest import REPLAY_ENGINE, Stack
 
@@ -18,8 +27,11 @@ APP = Path(__file__).parents[2] / "dashboard" / "app.py"
 BIG_ENGINE = "big-100k"
 
 
-def open_page(page: str, **query: str) -> AppTest:
+def open_page(page: str, write_token: str | None = None, **query: str) -> AppTest:
+    """The page, for a visitor who entered `write_token` in the sidebar (None: none)."""
     at = AppTest.from_file(APP, default_timeout=60)
+    if write_token is not None:
+        at.session_state[WRITE_TOKEN] = write_token
     at.run()
     at.query_params.update(query)
     at.switch_page(f"pages/{page}.py").run()
@@ -83,6 +95,30 @@ def test_overview_shows_the_replayed_engine(dashboard_env: Stack):
     geometry = at.table[0].value
     assert geometry.loc["Mamba block (tokens)", "value"] == "64"
     assert geometry.loc["attention pool (blocks)", "value"] == "320"
+
+
+def test_overview_says_when_an_engine_gave_up_finished_requests(dashboard_env: Stack):
+    engine = Engine(CacheConfig(num_blocks=64), runner="ledger", engine_id="dropper")
+    url = dashboard_env.url.replace("http://", "ws://") + "/api/v1/ingest"
+    with connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+        ws.send(encode(factories.hello(engine)))
+        assert json.loads(ws.recv(timeout=10))["type"] == "welcome"
+        why = "more than 1024 bytes of finished requests waited for the control plane"
+        snapshot = factories.snapshot(engine, seq=0) | {
+            "num_batches_dropped": 40,
+            "num_requests_dropped": 7,
+            "last_drop": f"dropped 7 finished requests: {why}",
+        }
+        ws.send(encode(snapshot))
+        assert json.loads(ws.recv(timeout=10)) == {"type": "ack", "seq": 0}
+    stored = dashboard_env.get("/engines/dropper")
+    assert (stored["num_batches_dropped"], stored["num_requests_dropped"]) == (40, 7)
+    at = open_page("overview", engine="dropper")
+    warning = " ".join(str(w.value) for w in at.warning)
+    assert "gave up 7 finished requests" in warning and why in warning
+    assert "--outbox-bytes" in warning
+    # the seeded engine lost nothing: no warning there
+    assert not open_page("overview", engine=REPLAY_ENGINE).warning
 
 
 def test_block_tables_outline_a_request_and_its_hit_boundary(dashboard_env: Stack):
@@ -160,7 +196,7 @@ def test_requests_list_and_chunk_timeline(dashboard_env: Stack):
 def test_checkpoints_pins_junctions_and_the_form(dashboard_env: Stack):
     (system,) = [p for p in dashboard_env.get("/pins") if p["label"] == "system"]
     junction = dashboard_env.get("/junctions/suggested")["junctions"][0]
-    at = open_page("checkpoints")
+    at = open_page("checkpoints", write_token=TOKEN)
     shown = texts(at)
     assert f"**{system['tokens_saved']:,} tokens saved**" in shown
     assert system["tokens_saved"] == 6 * 560
@@ -190,7 +226,7 @@ def test_checkpoints_pins_junctions_and_the_form(dashboard_env: Stack):
 
 
 def test_the_pin_form_pins_a_chat_system_prompt(dashboard_env: Stack):
-    at = open_page("checkpoints")
+    at = open_page("checkpoints", write_token=TOKEN)
     system = "You are a terse assistant. " * 5
     at.text_area(key="pin_text").input(system)
     at.radio(key="pin_as").set_value("system prompt (chat)")
@@ -222,7 +258,7 @@ def test_benchmarks_show_a_finished_run(dashboard_env: Stack):
 
 def test_benchmark_form_enqueues_a_run(dashboard_env: Stack):
     before = dashboard_env.get("/benchmarks")["total"]
-    at = open_page("benchmarks")
+    at = open_page("benchmarks", write_token=TOKEN)
     at.button[0].click().run()  # the form's Enqueue, with the custom preset
     assert "queued." in texts(at), texts(at)
     runs = dashboard_env.get("/benchmarks")
@@ -235,6 +271,7 @@ def test_unreachable_api_names_the_url(monkeypatch: pytest.MonkeyPatch):
 
     url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", url)
+    monkeypatch.setenv("JUNCTION_API_TOKEN", TOKEN)
     for page in ("overview", "block_tables", "requests", "checkpoints", "benchmarks"):
         at = open_page(page)
         assert at.error, page
@@ -249,6 +286,7 @@ def test_empty_store_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyP
     api.start()
     try:
         monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", api.url)
+        monkeypatch.setenv("JUNCTION_API_TOKEN", TOKEN)
         for page, hint in {
             "overview": "No engine has connected",
             "block_tables": "junction serve --control-plane",
@@ -259,3 +297,65 @@ def test_empty_store_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyP
             assert hint in texts(open_page(page)), page
     finally:
         api.kill()
+
+
+def test_without_a_write_token_the_checkpoints_writes_are_disabled(dashboard_env: Stack):
+    """An anonymous visitor: the dashboard reads with its own token, but the pin form, unpin
+    and pin-it buttons wait for the write token, and nothing is written."""
+    made = dashboard_env.post("/pins", {"prefix": {"text": "x" * 64}, "label": "by REST"})
+    try:
+        pins = dashboard_env.get("/pins")
+        at = open_page("checkpoints")
+    finally:
+        gone = httpx.delete(f"{dashboard_env.url}/api/v1/pins/{made['pin_id']}", headers=AUTH)
+        assert gone.is_success, gone.text
+        pins = dashboard_env.get("/pins")
+    assert "Enter the write token (the control plane's `JUNCTION_API_TOKEN`)" in texts(at)
+    assert at.sidebar.text_input(key="write_token_field").value == ""
+    submit = at.button[0]  # the form's
+    assert submit.label == "Pin" and submit.disabled
+    (unpin,) = [b for b in at.button if b.key == f"unpin_{made['pin_id']}"]
+    pin_its = [b for b in at.button if (b.key or "").startswith("pin_junction_")]
+    assert pin_its and all(button.disabled for button in [unpin, *pin_its])
+    at.text_area(key="pin_text").input("You are an anonymous visitor. " * 4)
+    with pytest.raises(AppTestError, match="disabled"):
+        submit.click()
+    at.run()
+    assert not at.exception
+    assert dashboard_env.get("/pins") == pins  # nothing was sent
+
+
+def test_a_write_token_entered_in_the_sidebar_enables_the_writes(dashboard_env: Stack):
+    at = open_page("checkpoints")
+    at.sidebar.text_input(key="write_token_field").input(TOKEN).run()
+    assert not at.button[0].disabled
+    at.switch_page("pages/overview.py").run()  # kept for the session, across pages
+    at.switch_page("pages/benchmarks.py").run()
+    assert not at.exception
+    assert at.sidebar.text_input(key="write_token_field").value == TOKEN
+    assert "Enter the write token" not in texts(at)
+
+
+def test_without_a_write_token_the_benchmark_form_is_disabled(dashboard_env: Stack):
+    at = open_page("benchmarks")
+    assert "Enter the write token" in texts(at)
+    assert at.button[0].label == "Enqueue" and at.button[0].disabled
+
+
+def test_without_any_token_the_dashboard_says_which_to_set(
+    dashboard_env: Stack, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delenv("JUNCTION_API_TOKEN")
+    for page in ("overview", "checkpoints"):
+        at = open_page(page)
+        (error,) = at.error
+        assert "has no token to read the control plane" in error.value
+        assert "`JUNCTION_READ_TOKEN`" in error.value and "`JUNCTION_API_TOKEN`" in error.value
+
+
+def test_the_dashboard_reads_with_the_read_token_first(
+    dashboard_env: Stack, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("JUNCTION_READ_TOKEN", "not-a-token-the-api-has")
+    at = open_page("overview")
+    assert at.error and "HTTP 401: wrong bearer token" in at.error[0].value

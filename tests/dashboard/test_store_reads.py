@@ -10,6 +10,7 @@ from engine.engine import Engine
 from engine.events import RequestFinished
 from engine.request import SamplingParams
 from engine.trace import segment_tokens
+from tests.api.processes import AUTH
 from tests.dashboard.conftest import REPLAY_ENGINE, Stack
 
 
@@ -77,7 +78,7 @@ def test_grid_aggregates_above_max_cells_in_sql(stack: Stack):
 
 
 def test_grid_of_an_unknown_engine_is_a_404(stack: Stack):
-    response = httpx.get(f"{stack.url}/api/v1/engines/nope/blocks/grid", timeout=10)
+    response = httpx.get(f"{stack.url}/api/v1/engines/nope/blocks/grid", headers=AUTH, timeout=10)
     assert response.status_code == 404 and "nope" in response.json()["detail"]
 
 

@@ -1,7 +1,9 @@
 """docker-compose.yml, its GPU override, the Dockerfile and .env.example against the code:
 every service's command is a real `junction` subcommand whose options parse, every
-`JUNCTION_*` setting passed is one the settings know, and .env.example names every setting.
-(No Docker engine runs here: the files are checked, not started.)"""
+`JUNCTION_*` setting passed is one the settings know, and .env.example names every setting;
+the token has no default and .env.example's is one the API refuses; every published port binds
+to JUNCTION_BIND, this host only by default. (No Docker engine runs here: the files are
+checked, not started.)"""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 from api.settings import Settings
+from api.token import EXAMPLE_TOKEN, TokenError, resolve_token
 from cli.main import build_parser
 from engine.control_plane import ControlPlaneSettings
 
@@ -22,6 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_CLASSES = (Settings, ControlPlaneSettings)
 SETTINGS = {f"JUNCTION_{name.upper()}" for cls in SETTINGS_CLASSES for name in cls.model_fields}
 PROJECT_SERVICES = {"migrate", "api", "engine", "dashboard", "worker", "beat"}
+# `${JUNCTION_API_TOKEN:?set JUNCTION_API_TOKEN ...}`: compose stops with the message when unset
+NO_DEFAULT = r"\$\{JUNCTION_API_TOKEN:\?set JUNCTION_API_TOKEN [^}]+\}"
+# `${JUNCTION_BIND:-127.0.0.1}:${API_PORT:-8080}:8080`: this host only, unless told otherwise
+ON_JUNCTION_BIND = r"\$\{JUNCTION_BIND:-127\.0\.0\.1\}:\$\{\w+:-(\d+)\}:\1"
 
 
 def compose(name: str) -> dict:
@@ -116,3 +123,35 @@ def test_the_image_runs_the_junction_entry_point() -> None:
     assert parses(json.loads(cmd)) == "up"
     for folder in ("engine", "api", "dashboard", "jobs", "stack", "cli", "migrations"):
         assert f"COPY {folder} {folder}" in dockerfile, folder
+
+
+def test_the_token_has_no_default() -> None:
+    services = compose("docker-compose.yml")["services"]
+    for name in PROJECT_SERVICES:
+        token = services[name]["environment"]["JUNCTION_API_TOKEN"]
+        assert re.fullmatch(NO_DEFAULT, token), token
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "change-me" not in text and "junction-dev-token" not in text
+
+
+@pytest.mark.parametrize("file", ["docker-compose.yml", "docker-compose.gpu.yml"])
+def test_every_published_port_binds_to_junction_bind(file: str) -> None:
+    services = compose(file)["services"]
+    published = [(name, port) for name, s in services.items() for port in s.get("ports", [])]
+    if file == "docker-compose.yml":
+        assert {name for name, _ in published} == {"api", "engine", "dashboard"}
+    for name, port in published:
+        assert re.fullmatch(ON_JUNCTION_BIND, port), (file, name, port)
+    for name in ("postgres", "redis"):  # the store and the broker are not published at all
+        assert "ports" not in services.get(name, {}), name
+
+
+def test_env_example_has_a_token_the_api_refuses() -> None:
+    env = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line.startswith("JUNCTION_")
+    )
+    assert env["JUNCTION_API_TOKEN"] == EXAMPLE_TOKEN
+    with pytest.raises(TokenError, match="placeholder of .env.example"):
+        resolve_token(Settings(_env_file=None, api_token=env["JUNCTION_API_TOKEN"]))

@@ -188,6 +188,9 @@ def test_snapshot_out_lists_every_block_of_both_groups(tmp_path):
         ('{"id": "x", "prompt": "a", "max_tokens": 0}', "line 2: max_tokens"),
         ('{"id": "x", "promt": "a"}', "line 2: promt: Extra inputs are not permitted"),
         ('{"id": "a", "prompt": "again"}', "line 2: id 'a' repeats line 1"),
+        ('{"id": "' + "r" * 300 + '", "prompt": "a"}', "line 2: id: Value error, at most 256"),
+        ('{"id": "a\\u0000b", "prompt": "a"}', "line 2: id: Value error, must be non-empty"),
+        ('{"pin": "text", "id": "p\\nq"}', "line 2: id: Value error, must be non-empty"),
     ],
 )
 def test_malformed_line_names_the_line_and_writes_nothing(tmp_path, capsys, line, message):

@@ -20,9 +20,16 @@ URL = "/api/v1/benchmarks"
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as client:
+def client(settings: Settings, auth: dict) -> Iterator[TestClient]:
+    """The app, every request with the write token (reads need a token too)."""
+    with TestClient(create_app(settings), headers=auth) as client:
         yield client
+
+
+@pytest.fixture
+def anonymous(client: TestClient) -> TestClient:
+    """The same app, every request without a token."""
+    return TestClient(client.app)
 
 
 def broker_messages(settings: Settings) -> list[dict]:
@@ -47,8 +54,8 @@ def test_post_queues_a_run_and_its_message(
     assert client.get(f"{URL}/{run['id']}").json() == run
 
 
-def test_post_needs_the_token(client: TestClient) -> None:
-    assert client.post(URL, json=tiny_spec()).status_code == 401
+def test_post_needs_the_token(client: TestClient, anonymous: TestClient) -> None:
+    assert anonymous.post(URL, json=tiny_spec()).status_code == 401
     wrong = {"Authorization": "Bearer nope"}
     assert client.post(URL, json=tiny_spec(), headers=wrong).status_code == 401
 
@@ -68,7 +75,7 @@ def test_a_bad_spec_is_422_naming_the_field(client: TestClient, auth: dict) -> N
 
 def test_an_unreachable_broker_is_503_and_queues_nothing(settings: Settings, auth: dict) -> None:
     down = settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
-    with TestClient(create_app(down)) as client:
+    with TestClient(create_app(down), headers=auth) as client:
         response = client.post(URL, json=tiny_spec(), headers=auth)
         assert response.status_code == 503
         detail = response.json()["detail"]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import benchmarks as store
@@ -145,6 +145,80 @@ def test_a_redelivered_run_waits_for_a_live_worker_and_retakes_a_dead_one(
         gave_up = store.start_run(session, run_id, "w3", now=much_later)
     assert gave_up == store.Skipped(run_id, "failed")
     assert "gave up after 3 attempts" in load(sessions, run_id).error
+
+
+def between_read_and_write(
+    sessions: sessionmaker[Session], other: Callable[[], object]
+) -> Callable[[], Session]:
+    """Sessions like `sessions`, but the first UPDATE any of them runs waits until `other()`
+    (another worker's whole start, in its own session) has run and committed: the other
+    worker takes the run after this one read it and before this one writes."""
+    waiting = [other]
+
+    def make() -> Session:
+        session = sessions()
+
+        @event.listens_for(session, "do_orm_execute")
+        def _interleave(state) -> None:
+            if state.is_update and waiting:
+                waiting.pop()()
+
+        return session
+
+    return make
+
+
+@pytest.mark.parametrize("num_lost", [0, 1, 2], ids=["first start", "takeover", "last attempt"])
+def test_of_two_racing_starts_one_takes_the_run_and_the_other_is_told_busy(
+    sessions: sessionmaker[Session], num_lost: int
+) -> None:
+    """Two workers start the same run (a message delivered twice, or two workers taking over
+    from a lost one) and both read it before either writes: the `attempts` fence lets only
+    the first write through; the second reads the run again and finds the winner alive."""
+    run_id = queue(sessions)
+    long_ago = utcnow() - timedelta(minutes=30)
+    with sessions() as session:  # `num_lost` attempts by a worker that died long ago
+        for _ in range(num_lost):
+            dead = store.start_run(session, run_id, "w-dead", now=long_ago)
+            assert isinstance(dead, store.Started)
+    now = utcnow()
+    won: list[object] = []
+
+    def winner_starts() -> None:
+        with sessions() as session:
+            won.append(store.start_run(session, run_id, "w-a", now=now))
+
+    with between_read_and_write(sessions, winner_starts)() as session:
+        lost = store.start_run(session, run_id, "w-b", now=now)
+    assert won == [store.Started(run_id, num_lost + 1, tiny_spec())]
+    assert isinstance(lost, store.Busy) and lost.run_id == run_id, lost
+    assert lost.retry_in_s == pytest.approx(store.LIVE_HEARTBEAT_S + 1.0)
+    run = load(sessions, run_id)
+    assert (run.status, run.attempts, run.worker) == ("running", num_lost + 1, "w-a")
+    # the winner's attempt owns the run: its writes land
+    with sessions() as session:
+        assert store.record_progress(session, run_id, num_lost + 1, 0.5, "halfway")
+        assert store.finish_run(session, run_id, num_lost + 1, {"modes": []})
+    assert load(sessions, run_id).status == "finished"
+
+
+def test_a_worker_that_loses_the_race_runs_nothing(sessions: sessionmaker[Session]) -> None:
+    """The task's function, raced the same way: the loser returns `Busy` (the task retries it
+    later) and never runs the benchmark."""
+    run_id = queue(sessions)
+
+    def winner_starts() -> None:
+        with sessions() as session:
+            assert store.start_run(session, run_id, "w-a").attempt == 1
+
+    def runner(spec, progress):
+        raise AssertionError("the losing worker ran the benchmark")
+
+    raced = between_read_and_write(sessions, winner_starts)
+    outcome = runs.run_benchmark_run(run_id, sessions=raced, worker="w-b", runner=runner)
+    assert isinstance(outcome, store.Busy), outcome
+    run = load(sessions, run_id)
+    assert (run.status, run.attempts, run.worker) == ("running", 1, "w-a")
 
 
 def test_a_message_that_cannot_be_sent_leaves_no_run(sessions: sessionmaker[Session]) -> None:

@@ -46,8 +46,8 @@ def test_a_redis_worker_runs_what_rest_queued(
     redis_stack: tuple[ApiProcess, WorkerProcess], redis_server: str
 ) -> None:
     api, worker = redis_stack
-    with httpx.Client(base_url=api.url, timeout=30) as http:
-        auth = {"Authorization": f"Bearer {E2E_TOKEN}"}
+    auth = {"Authorization": f"Bearer {E2E_TOKEN}"}
+    with httpx.Client(base_url=api.url, headers=auth, timeout=30) as http:
         good = http.post(URL, json=tiny_spec(), headers=auth)
         assert good.status_code == 201, good.text
         bad = http.post(URL, json=missing_weights_spec(), headers=auth)
@@ -104,8 +104,8 @@ def test_a_worker_on_the_embedded_default(sqlite_template: Path, tmp_path: Path)
     worker = WorkerProcess(env, tmp_path / "worker.log")
     worker.start()
     try:
-        with TestClient(create_app(settings)) as client:
-            auth = {"Authorization": f"Bearer {TOKEN}"}
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        with TestClient(create_app(settings), headers=auth) as client:
             response = client.post(URL, json=tiny_spec("embedded"), headers=auth)
             assert response.status_code == 201, response.text
             worker.wait_ready()
@@ -129,8 +129,8 @@ def test_a_run_whose_worker_process_dies_is_run_again(
     api, worker = redis_stack
     spec = tiny_spec("long", modes=["off", "partial"], concurrency=8)
     spec["workload"] |= {"num_groups": 16, "prompts_per_group": 16, "system_prompt_len": 512}
-    with httpx.Client(base_url=api.url, timeout=30) as http:
-        auth = {"Authorization": f"Bearer {E2E_TOKEN}"}
+    auth = {"Authorization": f"Bearer {E2E_TOKEN}"}
+    with httpx.Client(base_url=api.url, headers=auth, timeout=30) as http:
         run_id = http.post(URL, json=spec, headers=auth).json()["id"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -1,7 +1,8 @@
 """`junction up` end to end: what `make run` starts, on free ports and the embedded defaults
-(SQLite store, Celery on its SQLAlchemy transport), used the way a newcomer would: requests
-through the official `openai` client, a pin and a benchmark through the REST API, all found
-again through the REST API; then SIGINT, and every process it started has exited."""
+(SQLite store, Celery on its SQLAlchemy transport, no JUNCTION_API_TOKEN: the token it makes
+and keeps), used the way a newcomer would: requests through the official `openai` client, a
+pin and a benchmark through the REST API with the token from its file, all found again
+through the REST API; then SIGINT, and every process it started has exited."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -24,16 +26,14 @@ from tests.engine.server.conftest import text_prompt
 from tests.jobs.specs import tiny_spec
 from tests.polling import wait_for
 
-TOKEN = "up-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SYSTEM = text_prompt(11, 300)
 
 
 class Up:
-    def __init__(self, cwd: Path, *args: str) -> None:
+    def __init__(self, cwd: Path, *args: str, **settings: str) -> None:
         self.lines: list[str] = []
         env = {k: v for k, v in os.environ.items() if not k.startswith("JUNCTION_")}
-        env |= {"JUNCTION_API_TOKEN": TOKEN, "JUNCTION_LOG_LEVEL": "warning"}
+        env |= {"JUNCTION_LOG_LEVEL": "warning", **settings}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", *args],
             cwd=cwd,
@@ -88,6 +88,12 @@ def test_junction_up_runs_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None
         assert f"http://127.0.0.1:{ports['dashboard']}" in up.log
         assert set(up.pids()) == {"api", "engine", "dashboard", "worker", "beat"}
         assert (tmp_path / "junction.db").exists()  # the embedded store, migrated
+        kept = tmp_path / "junction-api-token"  # no JUNCTION_API_TOKEN: made, beside the store
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        token = kept.read_text().strip()
+        up.wait_for_line("the token's file", lambda line: f"API token  {kept}" in line, 10)
+        assert token not in up.log
+        auth = {"Authorization": f"Bearer {token}"}
 
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{ports['engine']}/v1", api_key="x")
         for i in range(3):
@@ -96,29 +102,33 @@ def test_junction_up_runs_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None
             )
         wait_for(
             "the requests in the store",
-            lambda: httpx.get(f"{api}/api/v1/engines/engine-0/requests").json()["total"] == 3,
+            lambda: (
+                httpx.get(f"{api}/api/v1/engines/engine-0/requests", headers=auth).json()["total"]
+                == 3
+            ),
         )
         pin = httpx.post(
             f"{api}/api/v1/pins",
-            headers=AUTH,
+            headers=auth,
             json={"prefix": {"text": SYSTEM}, "label": "system"},
             timeout=10,
         )
         assert pin.status_code == 201, pin.text
 
         def pin_materialized() -> bool:
-            body = httpx.get(f"{api}/api/v1/pins/{pin.json()['pin_id']}").json()
+            body = httpx.get(f"{api}/api/v1/pins/{pin.json()['pin_id']}", headers=auth).json()
             return [e["state"] for e in body["engines"]] == ["materialized"]
 
         wait_for("the pin to materialize", pin_materialized)
-        run = httpx.post(f"{api}/api/v1/benchmarks", headers=AUTH, json=tiny_spec(), timeout=10)
+        run = httpx.post(f"{api}/api/v1/benchmarks", headers=auth, json=tiny_spec(), timeout=10)
         assert run.status_code == 201, run.text
 
         def run_status() -> str:
-            return httpx.get(f"{api}/api/v1/benchmarks/{run.json()['id']}").json()["status"]
+            url = f"{api}/api/v1/benchmarks/{run.json()['id']}"
+            return httpx.get(url, headers=auth).json()["status"]
 
         wait_for("the benchmark run to finish", lambda: run_status() in ("finished", "failed"), 180)
-        finished = httpx.get(f"{api}/api/v1/benchmarks/{run.json()['id']}").json()
+        finished = httpx.get(f"{api}/api/v1/benchmarks/{run.json()['id']}", headers=auth).json()
         assert finished["status"] == "finished", finished["error"]
         assert [m["mode"] for m in finished["results"]["modes"]] == tiny_spec()["modes"]
         dashboard = httpx.get(f"http://127.0.0.1:{ports['dashboard']}/_stcore/health")
@@ -154,3 +164,19 @@ def test_junction_up_refuses_a_taken_port(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert f"port {taken} (api)" in done.stderr and "--api-port" in done.stderr
     assert "started" not in done.stdout and not (tmp_path / "junction.db").exists()
+
+
+def test_junction_up_refuses_an_empty_token(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUNCTION_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "up", "--api-port", str(free_port())],
+        cwd=tmp_path,
+        env=env | {"JUNCTION_API_TOKEN": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("junction up: JUNCTION_API_TOKEN is empty: set JUNCTION_API_TOKEN")
+    assert "started" not in done.stdout and list(tmp_path.iterdir()) == []  # nothing at all

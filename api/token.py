@@ -1,0 +1,112 @@
+"""The control plane's bearer tokens, checked before anything starts.
+
+The write token is `JUNCTION_API_TOKEN`; unset, `junction api` (and `junction up`, for every
+part it starts) makes one at first start, `secrets.token_urlsafe(32)`, and keeps it in a file
+only its owner reads (`JUNCTION_API_TOKEN_FILE`, default beside the SQLite store, else in the
+working directory), which later starts read again. There is no built-in token. A token that is
+empty, shorter than `MIN_LENGTH`, or `.env.example`'s placeholder is refused, so is an
+optional read-only token (`JUNCTION_READ_TOKEN`) that is set but fails the same rules.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import NamedTuple
+
+from sqlalchemy.engine import make_url
+
+from api.settings import Settings
+
+MIN_LENGTH = 16
+#: `.env.example`'s `JUNCTION_API_TOKEN`: a placeholder to replace, so a control plane refuses it.
+EXAMPLE_TOKEN = "replace-me-with-a-long-random-secret"
+TOKEN_FILE_NAME = "junction-api-token"
+HOW_TO_MAKE_ONE = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+class TokenError(ValueError):
+    """A token the control plane will not start with; the message says which and what to do."""
+
+
+class ApiToken(NamedTuple):
+    token: str  # the write token every part sends
+    file: Path | None  # where it is kept; None: it came from JUNCTION_API_TOKEN
+    is_new: bool  # made by this start
+
+
+def resolve_token(settings: Settings) -> ApiToken:
+    """The write token of `settings`, else the one kept in `token_file(settings)` (made there
+    now if there is none); raises `TokenError` for a token it refuses. Checks the read token
+    too. Creates the file at most; changes nothing else."""
+    if settings.read_token is not None:
+        check_token(settings.read_token, "JUNCTION_READ_TOKEN")
+    if settings.api_token is not None:
+        return ApiToken(check_token(settings.api_token, "JUNCTION_API_TOKEN"), None, False)
+    path = token_file(settings)
+    try:
+        return ApiToken(_read(path), path, False)
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(32)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another start made it meanwhile: use that one
+        return ApiToken(_read(path), path, False)
+    except OSError as exc:
+        raise TokenError(
+            f"JUNCTION_API_TOKEN is not set and {path} cannot be created ({exc.strerror}): "
+            "set JUNCTION_API_TOKEN, or JUNCTION_API_TOKEN_FILE to a writable path"
+        ) from exc
+    with os.fdopen(descriptor, "w") as file:
+        file.write(token + "\n")
+    return ApiToken(token, path, True)
+
+
+def check_token(token: str, name: str) -> str:
+    """`token` if a control plane may use it as `name`; else `TokenError` saying why."""
+    fix = f"set {name} to a secret of at least {MIN_LENGTH} characters ({HOW_TO_MAKE_ONE})"
+    if not token.strip():
+        unset = " or unset it to have one made" if name == "JUNCTION_API_TOKEN" else ""
+        raise TokenError(f"{name} is empty: {fix}{unset}")
+    if token != token.strip():
+        raise TokenError(f"{name} starts or ends with whitespace: {fix}")
+    if token == EXAMPLE_TOKEN:
+        raise TokenError(f"{name} is the placeholder of .env.example: {fix}")
+    if len(token) < MIN_LENGTH:
+        raise TokenError(f"{name} has {len(token)} characters, too few: {fix}")
+    return token
+
+
+def token_file(settings: Settings) -> Path:
+    """`JUNCTION_API_TOKEN_FILE`, else `junction-api-token` in the SQLite store's folder, else
+    in the working directory."""
+    if settings.api_token_file is not None:
+        return settings.api_token_file
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return Path(url.database).parent / TOKEN_FILE_NAME
+    return Path(TOKEN_FILE_NAME)
+
+
+def where(api_token: ApiToken) -> str:
+    """Where the token is, for a log line (never the token itself)."""
+    if api_token.file is None:
+        return "the API token is JUNCTION_API_TOKEN's"
+    path = api_token.file.resolve()
+    if api_token.is_new:
+        return f"made an API token and kept it in {path} (mode 600); clients send it"
+    return f"the API token is the one kept in {path}"
+
+
+def _read(path: Path) -> str:
+    """The token kept in `path` (FileNotFoundError if there is none); `TokenError` if the file
+    holds none that `check_token` accepts."""
+    token = path.read_text().strip()
+    if len(token) < MIN_LENGTH or token == EXAMPLE_TOKEN:
+        raise TokenError(
+            f"{path} holds no usable token (it needs at least {MIN_LENGTH} characters): "
+            "delete it to have one made, or set JUNCTION_API_TOKEN"
+        )
+    return token

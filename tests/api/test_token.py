@@ -1,0 +1,79 @@
+"""`api.token`: the write token from the setting, else made once and kept in its file (mode
+600), and every token the control plane refuses to start with."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from api.settings import Settings
+from api.token import EXAMPLE_TOKEN, TOKEN_FILE_NAME, TokenError, resolve_token, token_file
+
+
+def settings(tmp_path: Path, **values) -> Settings:
+    return Settings(_env_file=None, database_url=f"sqlite:///{tmp_path / 'junction.db'}", **values)
+
+
+def test_a_token_is_made_once_kept_for_its_owner_and_reused(tmp_path: Path) -> None:
+    made = resolve_token(settings(tmp_path))
+    assert made.file == tmp_path / TOKEN_FILE_NAME and made.is_new
+    assert stat.S_IMODE(made.file.stat().st_mode) == 0o600
+    assert made.file.read_text() == made.token + "\n" and len(made.token) >= 32
+    again = resolve_token(settings(tmp_path))
+    assert (again.token, again.file, again.is_new) == (made.token, made.file, False)
+
+
+def test_the_setting_wins_and_no_file_is_made(tmp_path: Path) -> None:
+    token = "from-the-environment-0123"
+    assert resolve_token(settings(tmp_path, api_token=token)) == (token, None, False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_where_the_file_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen = tmp_path / "secrets" / "api-token"
+    assert token_file(settings(tmp_path, api_token_file=str(chosen))) == chosen
+    assert token_file(settings(tmp_path, api_token_file="")) == tmp_path / TOKEN_FILE_NAME
+    postgres = Settings(_env_file=None, database_url="postgresql://u@db/junction")
+    assert token_file(postgres) == Path(TOKEN_FILE_NAME)  # the working directory
+    memory = Settings(_env_file=None, database_url="sqlite://")
+    assert token_file(memory) == Path(TOKEN_FILE_NAME)
+    monkeypatch.setenv("JUNCTION_API_TOKEN_FILE", str(chosen))
+    assert Settings(_env_file=None).api_token_file == chosen
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"api_token": ""}, "JUNCTION_API_TOKEN is empty"),
+        ({"api_token": " \t "}, "JUNCTION_API_TOKEN is empty"),
+        ({"api_token": "x" * 15}, "JUNCTION_API_TOKEN has 15 characters, too few"),
+        ({"api_token": " " + "x" * 20}, "JUNCTION_API_TOKEN starts or ends with whitespace"),
+        ({"api_token": EXAMPLE_TOKEN}, "JUNCTION_API_TOKEN is the placeholder of .env.example"),
+        ({"read_token": "short"}, "JUNCTION_READ_TOKEN has 5 characters, too few"),
+    ],
+    ids=["empty", "blank", "short", "whitespace", "the example's", "a short read token"],
+)
+def test_tokens_it_refuses(tmp_path: Path, values: dict, says: str) -> None:
+    with pytest.raises(TokenError, match=says) as refused:
+        resolve_token(settings(tmp_path, **values))
+    assert "\n" not in str(refused.value) and "at least 16 characters" in str(refused.value)
+    assert list(tmp_path.iterdir()) == []  # no file made
+
+
+def test_a_file_without_a_usable_token_is_refused(tmp_path: Path) -> None:
+    (tmp_path / TOKEN_FILE_NAME).write_text("\n")
+    with pytest.raises(TokenError, match="holds no usable token"):
+        resolve_token(settings(tmp_path))
+
+
+def test_a_folder_it_cannot_write_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-folder" / "token"
+    with pytest.raises(TokenError, match="no-such-folder/token cannot be created"):
+        resolve_token(settings(tmp_path, api_token_file=str(missing)))
+
+
+def test_an_empty_read_token_means_none(tmp_path: Path) -> None:
+    assert settings(tmp_path, read_token="").read_token is None
+    assert resolve_token(settings(tmp_path, read_token="", api_token="y" * 16)).token == "y" * 16
