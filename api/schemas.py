@@ -97,7 +97,8 @@ class RequestOut(_Out):
     ttft_s: float | None
     pin_hits: dict[str, int]
     attention_match_key: str | None
-    junction_token_ids: list[int] | None
+    # no `junction_token_ids`: a prompt's tokens are returned only where they are needed, by
+    # the suggested junctions (to pin one), never with a request or in the event log
     block_ids: dict[str, list[int | None]]
 
 

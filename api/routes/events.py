@@ -24,7 +24,8 @@ def list_events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventPage:
     """Batches with `seq > after_seq` in seq order; without `engine_id`, of every engine (in
-    its current epoch) in arrival order."""
+    its current epoch) in arrival order. A finished request's `junction_token_ids` (prompt
+    tokens) are left out: `GET /junctions/suggested` gives them where they are needed."""
     if engine_id is not None:
         engine = engines.find_engine(session, engine_id)
         if engine is None:
@@ -36,6 +37,10 @@ def list_events(
     else:
         rows = batches.current_batches(session, after_seq, limit)
     out = [BatchOut.model_validate(row) for row in rows]
+    for batch in out:
+        for event in batch.events:  # the prompt's tokens only where needed: not in the log
+            if event.get("type") == "RequestFinished":
+                event.pop("junction_token_ids", None)
     return EventPage(
         engine_id=engine_id,
         epoch=epoch,

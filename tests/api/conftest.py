@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -184,32 +185,40 @@ def events(engine_run: Engine) -> list[dict]:
     return factories.event_dicts(engine_run)
 
 
-@pytest.fixture
-def proxied_api(postgres: Postgres) -> Iterator[tuple[ApiProcess, TcpProxy]]:
-    """`junction api` on a fresh PostgreSQL database reached through a proxy the test can cut
-    (the database "unreachable for a while" without stopping it)."""
-    name = postgres.create("junction_fault")
-    proxy = TcpProxy("127.0.0.1", 5432)
-    url = postgres.url(name).replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-    assert str(proxy.port) in url, url
-    api = ApiProcess(url, free_port())
-    api.start()
-    try:
-        yield api, proxy
-    finally:
-        api.kill()
-        proxy.close()
-        postgres.drop(name)
-
-
-@pytest.fixture
-def api_process(postgres: Postgres) -> Iterator[ApiProcess]:
-    """`junction api` in a subprocess on a fresh PostgreSQL database, killed afterwards."""
-    name = postgres.create("junction_e2e")
-    process = ApiProcess(postgres.url(name), free_port())
+@contextmanager
+def api_on_postgres(
+    postgres: Postgres, prefix: str, proxy: TcpProxy | None = None
+) -> Iterator[ApiProcess]:
+    """`junction api` in a subprocess on a fresh PostgreSQL database (reached through `proxy`,
+    when given), killed and the database dropped afterwards."""
+    name = postgres.create(prefix)
+    url = postgres.url(name)
+    if proxy is not None:
+        url = url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+        assert str(proxy.port) in url, url
+    process = ApiProcess(url, free_port())
     process.start()
     try:
         yield process
     finally:
         process.kill()
         postgres.drop(name)
+
+
+@pytest.fixture
+def proxied_api(postgres: Postgres) -> Iterator[tuple[ApiProcess, TcpProxy]]:
+    """`junction api` on PostgreSQL reached through a proxy the test can cut (the database
+    "unreachable for a while" without stopping it)."""
+    proxy = TcpProxy("127.0.0.1", 5432)
+    try:
+        with api_on_postgres(postgres, "junction_fault", proxy) as api:
+            yield api, proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def api_process(postgres: Postgres) -> Iterator[ApiProcess]:
+    """`junction api` in a subprocess on a fresh PostgreSQL database, killed afterwards."""
+    with api_on_postgres(postgres, "junction_e2e") as process:
+        yield process

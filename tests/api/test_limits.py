@@ -25,9 +25,9 @@ from api.main import create_app
 from api.settings import Settings
 from engine.engine import Engine
 from tests.api import factories
-from tests.api.conftest import TOKEN, Postgres
+from tests.api.conftest import TOKEN, Postgres, api_on_postgres
 from tests.api.processes import TOKEN as PROCESS_TOKEN
-from tests.api.processes import ApiProcess, free_port
+from tests.api.processes import ApiProcess
 
 V1 = "/api/v1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -47,14 +47,8 @@ def limited_api(postgres: Postgres, monkeypatch: pytest.MonkeyPatch) -> Iterator
     monkeypatch.setenv("JUNCTION_BODY_TIMEOUT_S", str(BODY_TIMEOUT_S))
     monkeypatch.setenv("JUNCTION_HEADER_TIMEOUT_S", str(HEADER_TIMEOUT_S))
     monkeypatch.setenv("JUNCTION_MAX_CONNECTIONS", str(MAX_CONNECTIONS))
-    name = postgres.create("junction_limits")
-    process = ApiProcess(postgres.url(name), free_port())
-    process.start()
-    try:
+    with api_on_postgres(postgres, "junction_limits") as process:
         yield process
-    finally:
-        process.kill()
-        postgres.drop(name)
 
 
 def head(

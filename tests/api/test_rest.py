@@ -113,8 +113,11 @@ def test_requests_newest_first(client: TestClient, events, ingested, base) -> No
     assert second["requests"] == listed[2:5]
     one = client.get(f"{base}/requests/req-3").json()
     event = next(e for e in finished if e["request_id"] == "req-3")
-    assert {k: one[k] for k in event if k != "type"} == {
-        k: [list(c) for c in v] if k == "chunks" else v for k, v in event.items() if k != "type"
+    left_out = ("type", "junction_token_ids")  # prompt tokens: only the suggested junctions'
+    assert {k: one[k] for k in event if k not in left_out} == {
+        k: [list(c) for c in v] if k == "chunks" else v
+        for k, v in event.items()
+        if k not in left_out
     }
     assert error(client.get(f"{base}/requests/req-99"), 404) == (
         "request 'req-99' of engine 'engine-test' not found"
@@ -173,6 +176,23 @@ def test_events_after_a_seq(client: TestClient, engine_run, events, ingested) ->
         "epoch needs an engine_id"
     )
     assert client.get(f"{V1}/events", params={"after_seq": -2}).status_code == 422
+
+
+def test_prompt_tokens_are_returned_only_by_the_suggested_junctions(
+    client: TestClient, engine_run, events, ingested, base
+) -> None:
+    sent = [e for e in events if e["type"] == "RequestFinished" and e["junction_token_ids"]]
+    assert sent, "the run must leave a request whose match had no state (a junction)"
+    requests = client.get(f"{base}/requests", params={"limit": 100}).json()["requests"]
+    assert requests and all("junction_token_ids" not in r for r in requests)
+    one = client.get(f"{base}/requests/{sent[0]['request_id']}").json()
+    assert "junction_token_ids" not in one
+    batches = client.get(f"{V1}/events", params={"limit": 1000}).json()["batches"]
+    finished = [e for b in batches for e in b["events"] if e["type"] == "RequestFinished"]
+    assert finished and all("junction_token_ids" not in e for e in finished)
+    # where they are needed (to pin a suggested junction), they come, to a token holder
+    suggested = client.get(f"{V1}/junctions/suggested").json()["junctions"]
+    assert any(j["pin_request"]["prefix"]["token_ids"] for j in suggested)
 
 
 def test_health_and_metrics(client: TestClient, settings) -> None:

@@ -15,8 +15,9 @@ from engine.wire import Batch, decode, encode
 
 # Fields the REST request model and the table add to the event: whose and which epoch.
 REQUEST_CONTEXT = {"engine_id", "epoch"}
-# Fields of `RequestFinished` left out of the REST model or the table on purpose: none yet.
-REQUEST_OMITTED: set[str] = set()
+# Fields of `RequestFinished` left out of the REST model on purpose: the prompt's tokens, which
+# only the suggested junctions return (the table keeps them to rank those).
+REST_OMITTED = {"junction_token_ids"}
 
 
 def fields(cls: type[msgspec.Struct]) -> set[str]:
@@ -35,12 +36,12 @@ def test_every_event_is_tagged_with_its_type():
 
 
 def test_the_rest_request_model_covers_request_finished():
-    event = fields(RequestFinished) - REQUEST_OMITTED
+    event = fields(RequestFinished) - REST_OMITTED
     assert set(RequestOut.model_fields) == event | REQUEST_CONTEXT
 
 
 def test_the_requests_table_covers_request_finished():
-    assert columns(Request) == fields(RequestFinished) - REQUEST_OMITTED | REQUEST_CONTEXT | {"id"}
+    assert columns(Request) == fields(RequestFinished) | REQUEST_CONTEXT | {"id"}
 
 
 def test_the_block_row_the_pool_the_rest_model_and_the_table_agree(engine_run):
