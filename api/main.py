@@ -13,6 +13,7 @@ from api.routes import (
     block_grid,
     blocks,
     dead_letters,
+    docs,
     engines,
     events,
     health,
@@ -67,6 +68,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(refuse_nul_parameters)],
+        # served from local assets (`api.routes.docs`): Swagger UI's CDN may be out of reach
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.junction = AppState.from_settings(settings or get_settings())
     app.add_middleware(RequestLimits, settings=app.state.junction.settings, body_limits=BODY_LIMITS)
@@ -75,4 +79,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in ROUTERS:
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(health.router)
+    docs.install_docs(app)
     return app

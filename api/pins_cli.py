@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,10 +109,10 @@ def cmd_pin(args: argparse.Namespace) -> int:
     except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
-        print(json.dumps(pin, indent=2))
+        show(json.dumps(pin, indent=2))
         return 0
     boundary = ", ".join(f"{e} {b}" for e, b in pin["boundary"].items()) or "no engine yet"
-    print(
+    show(
         f"pinned {pin['pin_id']} ({pin['label']}): {pin['num_tokens']} tokens, "
         f"boundary {boundary}; {pin['state']}"
     )
@@ -124,9 +125,9 @@ def cmd_unpin(args: argparse.Namespace) -> int:
     except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
-        print(json.dumps(pin, indent=2))
+        show(json.dumps(pin, indent=2))
     else:
-        print(f"released {pin['pin_id']} ({pin['label']})")
+        show(f"released {pin['pin_id']} ({pin['label']})")
     return 0
 
 
@@ -136,13 +137,23 @@ def cmd_pins(args: argparse.Namespace) -> int:
     except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
-        print(json.dumps(pins, indent=2))
+        show(json.dumps(pins, indent=2))
     else:
-        print(pins_table(pins) if pins else "no pins")
+        show(pins_table(pins) if pins else "no pins")
     return 0
 
 
 # ---------------------------------------------------------------------------- helpers
+def show(text: str) -> None:
+    """Print `text`; a reader that stopped reading (`junction pins | head`) is no error."""
+    try:
+        print(text, flush=True)  # flushed here: at exit the pipe's error would escape
+    except BrokenPipeError:
+        # as Python's docs advise: stdout to devnull, so the flush at exit does not fail too
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def prefix_of(args: argparse.Namespace) -> dict[str, Any]:
     if args.text is not None:
         return {"text": args.text}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -33,7 +33,8 @@ class Settings(BaseSettings):
     # the most frame bytes one snapshot's chunks may take (a table bigger than a frame)
     max_snapshot_bytes: int = 1024 * 1024 * 1024
     hit_rate_bucket_s: int = 60
-    log_level: str = "info"
+    # case-insensitive; uvicorn's and logging's names
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     # Celery (jobs/): the embedded default is Celery's SQLAlchemy transport on SQLite files;
     # compose and CI use Redis (`redis://127.0.0.1:6379/0`).
     broker_url: str = "sqla+sqlite:///./junction-broker.db"
@@ -52,6 +53,11 @@ class Settings(BaseSettings):
             if url.startswith(prefix):
                 return "postgresql+psycopg://" + url[len(prefix) :]
         return url
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("read_token", "api_token_file", mode="before")
     @classmethod
@@ -105,6 +111,7 @@ class Settings(BaseSettings):
         "read_wait_s",
         "dead_letters_per_engine",
         "dead_letter_frame_bytes",
+        "dashboard_refresh_s",
     )
     @classmethod
     def _positive(cls, value: float) -> float:

@@ -4,6 +4,7 @@ Every package offers its own through an `add_*_parser(commands)` function, impor
 nowhere else, so no package needs one above it: the engine (`replay`, `serve`, `bench`), the
 control plane (`api`, `migrate`, `pin`, `unpin`, `pins`), the jobs (`worker`, `beat`), the
 dashboard and the stack (`up`). Each command loads its heavy libraries only when it runs.
+Settings the environment gets wrong are said one line each (`engine.settings_errors`), exit 2.
 """
 
 from __future__ import annotations
@@ -40,8 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    from pydantic import ValidationError
+
+    from engine.settings_errors import EXIT_BAD_SETTINGS, describe, is_settings_error, say
+
+    args = None
+    try:  # the parser too: some options take their defaults from the settings
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except ValidationError as exc:  # the settings refused the environment: say which, briefly
+        if not is_settings_error(exc):
+            raise
+        say(args.command if args else "", describe(exc))
+        return EXIT_BAD_SETTINGS
 
 
 if __name__ == "__main__":

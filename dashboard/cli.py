@@ -54,6 +54,12 @@ def streamlit_env(api_url: str | None) -> dict[str, str]:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
+    from api.settings import Settings
+    from engine.control_plane import ControlPlaneSettings
+
+    # checked here, once, before Streamlit takes the process (bad ones: `cli.main` says which)
+    Settings()
+    ControlPlaneSettings()
     command = streamlit_command(args.host, args.port)
     os.execve(command[0], command, streamlit_env(args.api_url))  # Streamlit takes the process
     return 0  # not reached

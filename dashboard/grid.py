@@ -171,34 +171,28 @@ def _width(num_cells: int) -> int:
     return max(8, math.ceil(math.sqrt(2 * max(num_cells, 1))))
 
 
-def _block_hover(blocks: pd.DataFrame) -> np.ndarray:
+def _block_hover(blocks: pd.DataFrame) -> list[str]:
+    """A block's hover: its category, tokens, checkpoint reason, references and last change,
+    or "free, never used" for a block no event has touched (no row in the grid)."""
     names = np.array(CATEGORIES, dtype=object)[blocks["category"].to_numpy()]
-    token_range = np.where(
-        blocks["token_end"].isna(),
-        "none",
-        "["
-        + blocks["token_start"].astype(str).str.replace("None", "?")
-        + ", "
-        + blocks["token_end"].astype(str)
-        + ")",
-    )
-    hover = (
-        "block "
-        + blocks["block_id"].astype(str)
-        + " · "
-        + names
-        + "<br>tokens "
-        + token_range
-        + "<br>checkpoint "
-        + blocks["checkpoint_reason"].replace("", "none").astype(str)
-        + " · refs "
-        + blocks["ref_cnt"].astype(str)
-        + "<br>last change: step "
-        + blocks["last_change"].astype(str).str.replace("None", "never")
-    )
-    if "keys" in blocks:
-        hover = hover + "<br>keys " + blocks["keys"].replace("", "none").astype(str)
-    return hover.to_numpy()
+    keys = blocks["keys"] if "keys" in blocks else None
+    hover = []
+    for i, row in enumerate(blocks.itertuples(index=False)):
+        if row.last_change is None and row.state == "free":
+            hover.append(f"block {row.block_id} · free, never used")
+            continue
+        start = "?" if row.token_start is None else row.token_start
+        tokens = "none" if row.token_end is None else f"[{start}, {row.token_end})"
+        step = "never" if row.last_change is None else f"step {row.last_change}"
+        text = (
+            f"block {row.block_id} · {names[i]}<br>tokens {tokens}"
+            f"<br>checkpoint {row.checkpoint_reason or 'none'} · refs {row.ref_cnt}"
+            f"<br>last change: {step}"
+        )
+        if keys is not None:
+            text += f"<br>keys {keys.iat[i] or 'none'}"
+        hover.append(text)
+    return hover
 
 
 def link_frame(grid: dict, cells: Cells) -> pd.DataFrame:
@@ -210,6 +204,39 @@ def link_frame(grid: dict, cells: Cells) -> pd.DataFrame:
             rows.append({**link, "src_cell": src, "dst_cell": dst})
     columns = ["kind", "src", "dst", "path", "request_id", "step", "seq", "src_cell", "dst_cell"]
     return pd.DataFrame(rows, columns=columns)
+
+
+#: Arrows a grid draws at most: more pile into a tangle nobody can follow.
+MAX_ARROWS = 24
+
+
+class Arrows(NamedTuple):
+    """`frame`: one row an arrow (`kind`, `src_cell`, `dst_cell`, `num_links` it stands for,
+    `seq` of its newest link), newest last; `num_links` the links considered (all, or the
+    request's); `num_hidden` those of them no drawn arrow stands for."""
+
+    frame: pd.DataFrame
+    num_links: int
+    num_hidden: int
+
+
+def arrows(links: pd.DataFrame, request_id: str = "", max_arrows: int = MAX_ARROWS) -> Arrows:
+    """The arrows to draw for `links` (from `link_frame`): one for all the links between the
+    same two cells, only `request_id`'s links when it has any, the `max_arrows` newest.
+    This does not change `links`."""
+    if request_id and (links["request_id"] == request_id).any():
+        links = links[links["request_id"] == request_id]
+    columns = ["kind", "src_cell", "dst_cell", "num_links", "seq"]
+    if not len(links):
+        return Arrows(pd.DataFrame(columns=columns), 0, 0)
+    grouped = (
+        links.groupby(["kind", "src_cell", "dst_cell"], as_index=False)
+        .agg(num_links=("seq", "size"), seq=("seq", "max"))
+        .sort_values("seq", kind="stable")
+        .tail(max_arrows)
+        .reset_index(drop=True)
+    )
+    return Arrows(grouped[columns], len(links), len(links) - int(grouped["num_links"].sum()))
 
 
 def request_outline(

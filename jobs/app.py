@@ -26,18 +26,23 @@ SWEEP_EVERY_S = 300.0
 
 
 def parse_crontab(spec: str) -> crontab:
-    """`"minute hour day-of-month month day-of-week"` (as cron) as a Celery crontab, in UTC."""
+    """`"minute hour day-of-month month day-of-week"` (as cron) as a Celery crontab, in UTC;
+    raises `ValueError` naming `JUNCTION_BENCHMARK_SCHEDULE`, the spec and what is wrong.
+    `junction worker`, `beat` and `up` check the setting with it before they start."""
     fields = spec.split()
     if len(fields) != 5:
         raise ValueError(
-            f"benchmark_schedule {spec!r} must have 5 crontab fields "
+            f"JUNCTION_BENCHMARK_SCHEDULE={spec!r}: must have 5 crontab fields "
             f"(minute hour day-of-month month day-of-week), got {len(fields)}"
         )
     minute, hour, day_of_month, month_of_year, day_of_week = fields
     try:
         return crontab(minute, hour, day_of_week, day_of_month, month_of_year)
     except ValueError as exc:
-        raise ValueError(f"benchmark_schedule {spec!r} is not a valid crontab: {exc}") from exc
+        raise ValueError(
+            f"JUNCTION_BENCHMARK_SCHEDULE={spec!r}: not a valid crontab "
+            f"(minute hour day-of-month month day-of-week): {exc}"
+        ) from None
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -4,6 +4,9 @@ on the broker of the settings (`JUNCTION_BROKER_URL`, `JUNCTION_RESULT_BACKEND`)
 from __future__ import annotations
 
 import argparse
+import sys
+
+EXIT_BAD_INPUT = 2
 
 
 def add_jobs_parsers(commands: argparse._SubParsersAction) -> None:
@@ -52,9 +55,27 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def schedule_problem() -> str | None:
+    """What is wrong with the beat schedule of the settings, or None; checked before Celery
+    starts, which would say it in a long traceback. Bad settings raise pydantic's
+    `ValidationError` (said briefly by `cli.main`)."""
+    from api.settings import get_settings
+    from jobs.app import beat_schedule
+
+    settings = get_settings()  # outside the `try`: a `ValidationError` is a `ValueError`
+    try:
+        beat_schedule(settings)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def run_worker(args: argparse.Namespace) -> int:
     from jobs.app import app
 
+    if problem := schedule_problem():  # the worker's config holds the schedule too
+        print(f"junction worker: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     app.worker_main(worker_argv(args))
     return 0
 
@@ -62,5 +83,8 @@ def run_worker(args: argparse.Namespace) -> int:
 def run_beat(args: argparse.Namespace) -> int:
     from jobs.app import app
 
+    if problem := schedule_problem():
+        print(f"junction beat: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     app.start(["beat", f"--loglevel={args.loglevel}", f"--schedule={args.schedule}"])
     return 0

@@ -12,6 +12,8 @@ import io
 import signal
 import sys
 
+from engine.settings_errors import say
+
 EXIT_BAD_INPUT = 2
 
 
@@ -79,12 +81,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     from api.settings import get_settings
     from api.token import TokenError, resolve_token, where
     from stack.parts import Ports, environment, plan
+    from stack.settings_check import settings_problems
     from stack.supervisor import PartFailed, PortTaken, Supervisor, check_ports
 
+    problems = settings_problems(with_jobs=not args.no_jobs)
     try:
         serve_args = check_serve_args(args.serve_args)
     except ValueError as exc:
-        print(f"junction up: {exc}", file=sys.stderr)
+        problems.append(str(exc))
+    if problems:  # every part's, in one message, before anything starts
+        say("up", problems)
         return EXIT_BAD_INPUT
     settings = get_settings()
     try:

@@ -94,3 +94,32 @@ def ttft_by_mode_figure(frame: pd.DataFrame) -> go.Figure:
         legend={"orientation": "h", "y": 1.15},
     )
     return fig
+
+
+#: The results table's headers, and how each column is shown: fractions as percentages,
+#: throughput in whole tokens a second, times to two decimals.
+TABLE = {
+    "mode": "mode",
+    "num_requests": "requests",
+    "hit_rate": "hit rate (%)",
+    "oracle_hit_rate": "oracle hit rate (%)",
+    "computed_tokens": "computed tokens",
+    "forward_passes": "forward passes",
+    "cow_copies": "copies on write",
+    "ttft_median_ms": "TTFT median (ms)",
+    "ttft_p99_ms": "TTFT p99 (ms)",
+    "throughput_tok_s": "throughput (tokens/s)",
+    "wall_s": "wall time (s)",
+}
+
+
+def modes_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """`modes_frame` as a person reads it: human headers, percentages, rounded numbers."""
+    table = frame.copy()
+    for column in ("hit_rate", "oracle_hit_rate"):
+        table[column] = (pd.to_numeric(table[column]) * 100).round(1)
+    for column in ("ttft_median_ms", "ttft_p99_ms"):
+        table[column] = pd.to_numeric(table[column]).round(2)
+    table["throughput_tok_s"] = pd.to_numeric(table["throughput_tok_s"]).round(0).astype("Int64")
+    table["wall_s"] = pd.to_numeric(table["wall_s"]).round(3)
+    return table[list(TABLE)].rename(columns=TABLE)

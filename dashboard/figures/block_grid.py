@@ -17,7 +17,8 @@ CATEGORY_COLORS = {
     "cached full": "#4c9be8",
     "cached partial": "#9cc9f5",
     "in use": "#f0a202",
-    "copy-on-write target": "#d1495b",
+    # neutral (a copy's lavender, not an error's red): a copy-on-write target is routine
+    "copy-on-write target": "#b8a9c9",
     "pinned": "#2a9d5c",
 }
 LINK_COLORS = {"copy": "#6f2dbd", "move": "#6c757d"}
@@ -47,7 +48,8 @@ def block_grid_figure(
     title: str = "",
 ) -> go.Figure:
     """`cells` has `cell`, `category` (code into `CATEGORIES`) and `hover`; cell `i` sits at
-    column `i % width`, row `i // width`. `links` has `kind`, `src_cell`, `dst_cell`;
+    column `i % width`, row `i // width`. `links` has `kind`, `src_cell`, `dst_cell` (one row
+    an arrow, see `dashboard.grid.arrows`);
     `outline` a `cell` column; `boundary` `cell` and `frac` (where in the cell the hit ends)."""
     num_cells = int(cells["cell"].max()) + 1 if len(cells) else 0
     num_rows = max(1, math.ceil(num_cells / width))

@@ -55,3 +55,21 @@ def cache_usage_figure(frame: pd.DataFrame) -> go.Figure:
         legend={"orientation": "h", "y": 1.25},
     )
     return fig
+
+
+def usage_text(engine: dict) -> str:
+    """What an engine's pool usage means, per group: blocks in use or pinned over all blocks
+    (what eviction cannot take), with the cached blocks counted apart (reusable prefixes,
+    evictable), so a usage near 0 beside many cached blocks reads right."""
+    usage, cached = [], []
+    for group, pool in sorted(engine.get("cache", {}).items()):
+        held = pool["num_in_use"] + pool["num_pinned"]
+        share = held / pool["num_blocks"] if pool["num_blocks"] else 0.0
+        usage.append(f"{group} {share:.1%} ({held:,} of {pool['num_blocks']:,})")
+        cached.append(f"{group} {pool['num_cached']:,}")
+    if not usage:
+        return "No cache reported yet."
+    return (
+        f"Usage = blocks in use or pinned / all blocks: {', '.join(usage)}. Cached blocks "
+        f"hold reusable prefixes that eviction may take, counted apart: {', '.join(cached)}."
+    )

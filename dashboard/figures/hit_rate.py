@@ -46,16 +46,30 @@ def _time_axis(frame: pd.DataFrame) -> dict:
 
 
 def hit_rate_figure(frame: pd.DataFrame) -> go.Figure:
-    """A line per series; y in percent of prompt tokens."""
+    """A line per series; y in percent of prompt tokens. The groups go first and the overall
+    line last, dashed and thicker, so it stays visible on top of a group line it equals (the
+    Mamba hit is often the whole hit); the legend still lists it first."""
     fig = go.Figure()
-    for series, group in frame.groupby("series", sort=False):
+    groups = list(dict.fromkeys(frame["series"]))
+    for series in [s for s in groups if s != "overall"] + [s for s in groups if s == "overall"]:
+        group = frame[frame["series"] == series]
+        is_overall = series == "overall"
         fig.add_trace(
             go.Scatter(
                 x=group["time"],
                 y=group["hit_rate"],
                 mode="lines+markers",
                 name=str(series),
-                line={"color": SERIES_COLORS.get(str(series), "#888")},
+                legendrank=1 if is_overall else 1000,
+                line={
+                    "color": SERIES_COLORS.get(str(series), "#888"),
+                    "width": 3 if is_overall else 2,
+                    "dash": "dash" if is_overall else "solid",
+                },
+                marker={
+                    "size": 6 if is_overall else 9,
+                    "symbol": "diamond" if is_overall else "circle",
+                },
                 hovertemplate="%{x}<br>%{y:.1%} of prompt tokens<extra>" + str(series) + "</extra>",
             )
         )

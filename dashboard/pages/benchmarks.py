@@ -9,7 +9,12 @@ import streamlit as st
 
 from api.client import ApiError
 from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
-from dashboard.figures.benchmarks import hit_rate_by_mode_figure, modes_frame, ttft_by_mode_figure
+from dashboard.figures.benchmarks import (
+    hit_rate_by_mode_figure,
+    modes_frame,
+    modes_table,
+    ttft_by_mode_figure,
+)
 from dashboard.live import live
 
 try:  # the form's defaults; the data always comes from the REST API
@@ -29,6 +34,7 @@ CUSTOM = {
     "geometry": {"block_size": 16, "mamba_block_size": 512},
     "concurrency": 8,
 }
+RUNNERS = ["ledger", "null", "torch"]
 NOTICE = "benchmarks_notice"
 
 st.title("Benchmarks")
@@ -63,7 +69,13 @@ with st.expander("Start a benchmark run", expanded=False):
         name = st.text_input("Name", value=preset["name"])
         workload = st.text_area("Workload (JSON)", value=json.dumps(preset["workload"], indent=1))
         modes = st.multiselect("Modes", list(MODES), default=preset.get("modes", list(MODES)))
-        runner = st.selectbox("Runner", ["ledger", "null", "torch"])
+        preset_runner = preset.get("runner", "ledger")
+        runner = st.selectbox(  # keyed by preset: a new preset brings its own runner
+            "Runner",
+            RUNNERS,
+            index=RUNNERS.index(preset_runner) if preset_runner in RUNNERS else 0,
+            key=f"bench_runner_{preset_name}",
+        )
         concurrency = st.number_input("Concurrency", 1, 4096, int(preset.get("concurrency", 8)))
         if writer is None:
             st.caption(NEEDS_WRITE_TOKEN.format(what="queue a run"))
@@ -123,7 +135,7 @@ def body() -> None:
         left.plotly_chart(hit_rate_by_mode_figure(frame), key="bench_hit_rate")
         right.markdown("**Time to first token by mode**")
         right.plotly_chart(ttft_by_mode_figure(frame), key="bench_ttft")
-        st.dataframe(frame, hide_index=True)
+        st.dataframe(modes_table(frame), hide_index=True)
 
 
 live(body)

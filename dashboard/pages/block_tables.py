@@ -7,7 +7,15 @@ import streamlit as st
 from api.client import ApiClient, ApiError
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
 from dashboard.figures.block_grid import block_grid_figure
-from dashboard.grid import MAX_CELLS, grid_cells, link_frame, request_outline
+from dashboard.grid import (
+    MAX_ARROWS,
+    MAX_CELLS,
+    Arrows,
+    arrows,
+    grid_cells,
+    link_frame,
+    request_outline,
+)
 from dashboard.live import live
 
 GROUPS = ("attention", "mamba")
@@ -34,6 +42,18 @@ def find_request(engine_id: str, request_id: str) -> dict | None:
         raise
 
 
+def table_ids(ids: list[int | None]) -> str:
+    """A block table's ids; a sparse one (Mamba keeps only its checkpoints and last block)
+    as `#slot: id` of the held slots, with the count of empty ones."""
+    shown = ids[:64]
+    more = " …" if len(ids) > 64 else ""
+    if all(b is not None for b in ids):
+        return ", ".join(map(str, shown)) + more
+    held = ", ".join(f"#{i}: {b}" for i, b in enumerate(shown) if b is not None)
+    empty = sum(b is None for b in ids)
+    return f"{held or 'none held'}{more} ({empty} of {len(ids)} slots hold no block)"
+
+
 def request_summary(request: dict, engine: dict) -> pd.DataFrame:
     rows = []
     for group in GROUPS:
@@ -49,11 +69,23 @@ def request_summary(request: dict, engine: dict) -> pd.DataFrame:
                     if ids
                     else "none"
                 ),
-                "block ids": ", ".join("·" if b is None else str(b) for b in ids[:64])
-                + (" …" if len(ids) > 64 else ""),
+                "block ids": table_ids(ids),
             }
         )
     return pd.DataFrame(rows)
+
+
+def arrows_caption(drawn: Arrows, request_id: str) -> str:
+    whose = f"request {request_id}'s" if request_id else "recent"
+    text = (
+        f"Arrows: {len(drawn.frame)} for {drawn.num_links} {whose} copies and moves "
+        "(one arrow for all those between the same two cells)"
+    )
+    if drawn.num_hidden:
+        text += f"; {drawn.num_hidden} older not drawn (at most {MAX_ARROWS} arrows)"
+    if not request_id:
+        text += ". Find a request above to draw only its own"
+    return text + "."
 
 
 @st.cache_data(ttl=600, max_entries=16, show_spinner=False)
@@ -107,6 +139,7 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
         )
     links = link_frame(grid, cells)
     outline = boundary = None
+    own = ""  # the request whose links alone are drawn
     if request_id:
         request = find_request(engine_id, request_id)
         if request is not None:
@@ -120,17 +153,21 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
                 "(outlined; blocks freed since may hold other prefixes now):"
             )
             st.dataframe(request_summary(request, engine), hide_index=True)
+            if (links["request_id"] == request_id).any():
+                own = request_id
+    drawn = arrows(links, own)
     figure = block_grid_figure(
         cells.frame,
         cells.width,
         cells.blocks_per_cell,
         grid["start"],
-        links=links,
+        links=drawn.frame,
         outline=outline,
         boundary=boundary,
     )
     st.plotly_chart(figure, key="block_grid")
     if len(links):
+        st.caption(arrows_caption(drawn, own))
         st.markdown(f"**Recent copies and moves** ({len(links)}, newest last)")
         st.dataframe(
             links[["kind", "path", "src", "dst", "request_id", "step", "seq"]].tail(50),

@@ -3,17 +3,28 @@ to pin a prefix, unpin buttons, and the suggested junctions, each with a pin but
 writes go with the write token the operator entered in the sidebar; without one, the form and
 buttons are disabled."""
 
+import time
+
 import pandas as pd
 import streamlit as st
 
 from api.client import ApiError
 from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
 from dashboard.live import live
+from engine.model.tokenizer import ByteTokenizer
 
 st.title("Checkpoints")
 api = api_client()
 writer = write_client()  # None: the operator has not entered the write token
 NOTICE = "checkpoints_notice"
+#: How long a write's outcome stays up: live refreshes rerun the page every few seconds.
+NOTICE_S = 60.0
+PREVIEW_CHARS = 80
+FELL_SHORT = (
+    "Fell short: of the requests whose attention match reached the boundary, those whose "
+    "Mamba hit fell short of it (no Mamba checkpoint there), so each recomputed the tokens "
+    "from its hit up to the boundary. A pin there would have saved them those tokens."
+)
 
 
 def pins_frame(pins: list[dict]) -> pd.DataFrame:
@@ -75,20 +86,56 @@ def act(what: str, call: str, *args) -> None:
     """Run the API write `call` (an `ApiClient` method) from a button, with the session's
     write token; its outcome shows on the next run."""
     if writer is None:  # the controls are disabled; nothing is sent without the token
-        st.session_state[NOTICE] = ("error", NEEDS_WRITE_TOKEN.format(what=what.lower()))
+        notify("error", NEEDS_WRITE_TOKEN.format(what=what.lower()))
         return
     try:
         result = getattr(writer, call)(*args)
     except ApiError as exc:
-        st.session_state[NOTICE] = ("error", f"{what} failed: {exc}")
+        notify("error", f"{what} failed: {exc}")
     else:
-        st.session_state[NOTICE] = ("success", f"{what}: done ({_pin_line(result)})")
+        notify("success", f"{what}: done ({_pin_line(result)})")
+
+
+def notify(kind: str, text: str) -> None:
+    """Keep a write's outcome for `NOTICE_S` seconds, across the live refreshes."""
+    st.session_state[NOTICE] = (kind, text, time.monotonic())
+
+
+def show_notice() -> None:
+    notice = st.session_state.get(NOTICE)
+    if notice is None:
+        return
+    kind, text, at = notice
+    if time.monotonic() - at > NOTICE_S:
+        del st.session_state[NOTICE]
+        return
+    (st.error if kind == "error" else st.success)(text)
 
 
 def _pin_line(pin: dict | None) -> str:
     if not pin:
         return ""
-    return f"pin {pin['pin_id']} · {pin['label']} · {pin['num_tokens']} tokens · {pin['state']}"
+    targets = pin.get("targets")
+    where = f" · on {', '.join(targets)}" if isinstance(targets, list) else ""
+    return (
+        f"pin id `{pin['pin_id']}` · {pin['label']} · {pin['num_tokens']:,} tokens · "
+        f"{pin['state']} · priority {pin.get('priority', 0)}{where}"
+    )
+
+
+def token_preview(token_ids: list[int], num_chars: int = PREVIEW_CHARS) -> str:
+    """The last `num_chars` characters of a prefix's tokens as text (byte tokens)."""
+    text = ByteTokenizer().decode(token_ids)
+    return ("…" if len(text) > num_chars else "") + text[-num_chars:]
+
+
+def engine_options() -> list[str]:
+    """The engines a pin may target; none when the control plane does not answer (the page
+    says so below)."""
+    try:
+        return sorted(e["engine_id"] for e in api.engines())
+    except ApiError:
+        return []
 
 
 AS_TEXT, AS_SYSTEM = "pasted text", "system prompt (chat)"
@@ -110,23 +157,42 @@ with st.form("pin_form", clear_on_submit=True):
     text = st.text_area("Prefix text", placeholder="Paste a system prompt", key="pin_text")
     kind = st.radio("Pin as", (AS_TEXT, AS_SYSTEM), horizontal=True, key="pin_as")
     label = st.text_input("Label", placeholder="support bot", key="pin_label")
+    left, right = st.columns([3, 1])
+    engine_ids = left.multiselect(
+        "Engines (optional)",
+        engine_options(),
+        key="pin_engines",
+        accept_new_options=True,
+        placeholder="every engine, connected now or later",
+        help="Pin on these engines only; left empty, every engine gets it when it connects.",
+    )
+    priority = right.number_input(
+        "Priority",
+        min_value=-1000,
+        max_value=1000,
+        value=0,
+        step=1,
+        key="pin_priority",
+        help="-1000 to 1000: higher pins are sent to an engine first when it connects.",
+    )
     if writer is None:
         st.caption(NEEDS_WRITE_TOKEN.format(what="pin and unpin"))
     if st.form_submit_button("Pin", type="primary", disabled=writer is None):
         if not text:
-            st.session_state[NOTICE] = ("error", "Paste the prefix to pin first.")
+            notify("error", "Paste the prefix to pin first.")
         else:
-            act(
-                "Pin",
-                "create_pin",
-                {"prefix": prefix_body(text, kind), "label": label.strip() or text[:40]},
-            )
+            pin = {
+                "prefix": prefix_body(text, kind),
+                "label": label.strip() or text[:40],
+                "priority": int(priority),
+            }
+            if engine_ids:
+                pin["engine_ids"] = list(engine_ids)
+            act("Pin", "create_pin", pin)
 
 
 def body() -> None:
-    notice = st.session_state.pop(NOTICE, None)
-    if notice is not None:
-        (st.error if notice[0] == "error" else st.success)(notice[1])
+    show_notice()
     with api_errors(api):
         pins = api.pins()
         active = [p for p in pins if p["state"] != "released"]
@@ -149,14 +215,21 @@ def body() -> None:
                 "No suggestion: no boundary that requests share is left without a checkpoint "
                 "(engines with --junction-checkpoints, or pins, cover them)."
             )
+        else:
+            st.caption(FELL_SHORT)
         for junction in junctions:
             cols = st.columns([4, 1])
             cols[0].markdown(
                 f"Boundary **{junction['boundary']:,}** tokens · {junction['num_requests']} "
                 f"requests ({junction['num_short_requests']} fell short) · a pin would have "
                 f"saved **{junction['tokens_saved']:,}** tokens · "
-                f"engines {', '.join(junction['engine_ids'])}"
+                f"engines {', '.join(junction['engine_ids'])}",
+                help=FELL_SHORT,
             )
+            token_ids = junction["pin_request"]["prefix"].get("token_ids")
+            if token_ids:
+                cols[0].caption(f"Its last {PREVIEW_CHARS} characters:")
+                cols[0].code(token_preview(token_ids), language=None, wrap_lines=True)
             cols[1].button(
                 "Pin it",
                 key=f"pin_junction_{junction['key']}",

@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard.connection import START_ENGINE, api_client, api_errors
-from dashboard.figures.cache_usage import cache_usage_figure, cache_usage_frame
+from dashboard.figures.cache_usage import cache_usage_figure, cache_usage_frame, usage_text
 from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame, requests_rate_figure
 from dashboard.live import live
 
@@ -35,6 +35,15 @@ def geometry_frame(geometry: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["setting", "value"])
 
 
+def started_at(epoch: int) -> str:
+    """The engine's start, from its epoch (`time.time_ns()` when the engine started)."""
+    try:
+        when = pd.Timestamp(epoch, unit="ns", tz="UTC")
+    except (OverflowError, ValueError):
+        return "at an unknown time"
+    return when.strftime("%Y-%m-%d %H:%M:%S") + " UTC"
+
+
 def outbox_drops(engine: dict) -> None:
     """What the engine's outbox gave up while the control plane was away (this epoch)."""
     lost, batches = engine.get("num_requests_dropped", 0), engine.get("num_batches_dropped", 0)
@@ -60,7 +69,8 @@ def engine_section(summary: dict) -> None:
     state = "connected" if engine["connected"] else "disconnected"
     st.subheader(f"{engine_id} · {state}")
     st.caption(
-        f"epoch {engine['epoch']} · first seen {engine['first_seen'][:19]}Z · "
+        f"engine started {started_at(engine['epoch'])} (epoch {engine['epoch']}: its start in "
+        f"nanoseconds since 1970) · first seen {engine['first_seen'][:19]}Z · "
         f"last seen {engine['last_seen'][:19]}Z · {engine['num_requests']:,} requests stored"
     )
     outbox_drops(engine)
@@ -82,6 +92,7 @@ def engine_section(summary: dict) -> None:
     with right:
         st.markdown("**Cache usage per group**")
         st.plotly_chart(cache_usage_figure(cache_usage_frame(engine)), key=f"usage_{engine_id}")
+        st.caption(usage_text(engine))
         st.markdown("**Geometry**")
         st.table(geometry_frame(engine["geometry"]).set_index("setting"))
 

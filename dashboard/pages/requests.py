@@ -12,10 +12,27 @@ st.title("Requests")
 api = api_client()
 
 
+def arrived(arrival_ts: float) -> str:
+    """When a request arrived (its `arrival_ts`, seconds since 1970), in UTC."""
+    return pd.Timestamp(arrival_ts, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word if n == 1 else word + 's'}"
+
+
+def checkpoints_text(checkpoints: list[int]) -> str:
+    if not checkpoints:
+        return "no checkpoint"
+    where = ", ".join(f"{c:,}" for c in checkpoints)
+    return f"{'checkpoint' if len(checkpoints) == 1 else 'checkpoints'} at {where}"
+
+
 def requests_frame(page: dict) -> pd.DataFrame:
     rows = [
         {
             "request": r["request_id"],
+            "arrived (UTC)": arrived(r["arrival_ts"]),
             "prompt tokens": r["num_prompt_tokens"],
             "hit": r["num_cached_tokens"],
             "hit attention": r["hit_tokens_by_group"].get("attention", 0),
@@ -56,8 +73,9 @@ with api_errors(api):
                 st.markdown(
                     f"**{chosen}**: {request['num_prompt_tokens']:,} prompt tokens, hit "
                     f"{request['num_cached_tokens']:,}, computed {request['num_computed_tokens']:,}"
-                    f" in {len(request['chunks'])} chunks; checkpoints at "
-                    f"{', '.join(map(str, request['checkpoints'])) or 'none'}."
+                    f" in {plural(len(request['chunks']), 'chunk')}; "
+                    f"{checkpoints_text(request['checkpoints'])}; arrived "
+                    f"{arrived(request['arrival_ts'])} UTC."
                 )
                 st.plotly_chart(chunk_timeline_figure(chunk_frame(request)), key="chunks")
 

@@ -86,7 +86,24 @@ async def _on_openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
     return exc.response()
 
 
+def _invalid_json(exc: RequestValidationError) -> OpenAIError | None:
+    """A body that is not JSON at all: where it stops being JSON (FastAPI puts the character
+    offset in the error's location, which would otherwise read as a parameter named "9")."""
+    error = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
+    if error is None:
+        return None
+    offset = error["loc"][-1] if isinstance(error["loc"][-1], int) else 0
+    body = exc.body if isinstance(exc.body, str) else ""
+    line = body.count("\n", 0, offset) + 1
+    column = offset - (body.rfind("\n", 0, offset) + 1) + 1
+    reason = (error.get("ctx") or {}).get("error", "JSON decode error")
+    message = f"the request body is not valid JSON (line {line}, column {column}): {reason}"
+    return OpenAIError(message, 400, code="invalid_json")
+
+
 async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    if (invalid_json := _invalid_json(exc)) is not None:
+        return invalid_json.response()
     message, param = _validation_message(exc)
     return OpenAIError(message, 422, param=param, code="invalid_value").response()
 

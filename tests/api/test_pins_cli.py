@@ -250,3 +250,63 @@ def test_pins_reads_with_the_read_token(server: str, capsys, monkeypatch) -> Non
     monkeypatch.setenv("JUNCTION_READ_TOKEN", TOKEN)  # the server's write token reads too
     code, out, err = run(capsys, "pins", "--control-plane", server)
     assert (code, out, err) == (0, "no pins\n", "")
+
+
+def fake_pin(number: int) -> dict:
+    target = {"boundary": 64, "state": "active", "num_hits": 3, "tokens_saved": 9, "reason": None}
+    return {
+        "pin_id": f"pin-{number:05d}",
+        "label": f"system prompt {number}",
+        "origin": "api",
+        "targets": "all",
+        "num_tokens": 640,
+        "priority": 0,
+        "state": "active",
+        "num_hits": 3,
+        "tokens_saved": 1920,
+        "engines": [target | {"engine_id": f"e{i}"} for i in range(3)],
+    }
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["table", "json"])
+def test_pins_into_a_closed_pipe_leaves_no_traceback(tmp_path: Path, json_flag) -> None:
+    """`junction pins | head -c 1`: far more than a pipe holds (64 KiB), the reader gone."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = json.dumps([fake_pin(n) for n in range(2000)]).encode()
+
+    class Pins(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    stub = ThreadingHTTPServer(("127.0.0.1", 0), Pins)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{stub.server_address[1]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUNCTION_")}
+    try:
+        junction = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "pins", "--control-plane", url, *json_flag],
+            cwd=tmp_path,
+            env=env | {"JUNCTION_API_TOKEN": TOKEN},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        head = subprocess.run(["head", "-c", "1"], stdin=junction.stdout, capture_output=True)
+        junction.stdout.close()  # only `head` holds the pipe's read end now
+        err = junction.stderr.read().decode()
+        code = junction.wait(timeout=60)
+    finally:
+        stub.shutdown()
+    assert head.stdout in (b"P", b"[")
+    assert (code, err) == (0, "")

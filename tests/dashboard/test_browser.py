@@ -1,7 +1,8 @@
 """The whole stack in a real browser: `junction api` seeded by a replay, a live `junction serve
 --runner ledger` connected to it, `junction dashboard` on a free port, and headless Chromium
-(Debian's package, driven by Playwright). Every page renders and is saved under
-`docs/screenshots/`; a prefix pinned through the form becomes materialized on the live engine;
+(Debian's package, driven by Playwright). Every page renders and is saved as a
+screenshot (in a temporary folder; `JUNCTION_SCREENSHOTS_DIR=docs/screenshots` refreshes the
+README's); a prefix pinned through the form becomes materialized on the live engine;
 the block table of a 100,000-block engine renders in under 3 seconds."""
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
 from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
 
-# the README's screenshots; JUNCTION_SCREENSHOTS_DIR keeps a run from rewriting them
-SCREENSHOTS = Path(
-    os.environ.get("JUNCTION_SCREENSHOTS_DIR") or Path(__file__).parents[2] / "docs" / "screenshots"
-)
+ROOT = Path(__file__).parents[2]
+# Where the screenshots go: a temporary folder, so a run leaves the tracked README images
+# alone, unless JUNCTION_SCREENSHOTS_DIR says where (relative to the repository root), e.g.
+#   JUNCTION_SCREENSHOTS_DIR=docs/screenshots pytest tests/dashboard/test_browser.py
+SCREENSHOTS_DIR_VARIABLE = "JUNCTION_SCREENSHOTS_DIR"
 LIVE_ENGINE = "live-0"
 PROMPT = ("You are the Junction support bot. Answer in one short, friendly sentence. " * 8)[:560]
 CHROMIUM_ARGS = [
@@ -98,9 +100,30 @@ def live_engine(stack: Stack) -> Iterator[Serve]:
         serve.stop()
 
 
-def shoot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+def screenshots_folder(environ: dict[str, str], scratch: Path) -> Path:
+    """`JUNCTION_SCREENSHOTS_DIR` (relative to the repository root), else `scratch`."""
+    asked = environ.get(SCREENSHOTS_DIR_VARIABLE, "").strip()
+    return ROOT / asked if asked else scratch
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    """The folder the screenshots go to (made if need be)."""
+    folder = screenshots_folder(dict(os.environ), tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_screenshots_leave_the_readmes_alone_unless_asked(tmp_path: Path) -> None:
+    """No browser needed: where a run would write."""
+    assert screenshots_folder({}, tmp_path) == tmp_path
+    assert screenshots_folder({SCREENSHOTS_DIR_VARIABLE: ""}, tmp_path) == tmp_path
+    asked = screenshots_folder({SCREENSHOTS_DIR_VARIABLE: "docs/screenshots"}, tmp_path)
+    assert asked == ROOT / "docs" / "screenshots" and asked.is_dir()
+
+
+def shoot(page, folder: Path, name: str) -> None:
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 
 @pytest.fixture
@@ -109,7 +132,7 @@ def chromium() -> str:
 
 
 def test_the_dashboard_in_a_browser(
-    chromium: str, stack: Stack, live_engine: Serve, dashboard_url: str
+    chromium: str, stack: Stack, live_engine: Serve, dashboard_url: str, screenshots: Path
 ):
     from playwright.sync_api import sync_playwright
 
@@ -121,29 +144,30 @@ def test_the_dashboard_in_a_browser(
             page.get_by_text("token hit rate").first.wait_for(timeout=60_000)
             page.locator(".js-plotly-plot").nth(2).wait_for(timeout=30_000)
             page.wait_for_timeout(1000)
-            shoot(page, "overview")
+            shoot(page, screenshots, "overview")
 
             page.goto(f"{dashboard_url}/block_tables?engine=replay-0&request=q3")
             page.get_by_text("Request q3").first.wait_for(timeout=30_000)
             page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1000)
-            shoot(page, "block_tables")
+            shoot(page, screenshots, "block_tables")
 
             page.goto(f"{dashboard_url}/block_tables?engine=replay-0&group=mamba&request=q3")
             page.get_by_text("Recent copies and moves").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1000)
-            shoot(page, "block_tables_mamba")
+            shoot(page, screenshots, "block_tables_mamba")
 
             page.goto(f"{dashboard_url}/requests?engine=replay-0")
             page.get_by_text("newest of").first.wait_for(timeout=30_000)
             page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1000)
-            shoot(page, "requests")
+            shoot(page, screenshots, "requests")
 
             page.goto(f"{dashboard_url}/checkpoints")
             page.get_by_text("Suggested junctions").first.wait_for(timeout=30_000)
-            page.get_by_label("Write token").fill(TOKEN)  # the visitor's, for the writes
-            page.get_by_label("Write token").press("Enter")
+            write_token = page.get_by_label("Write token", exact=True)  # not its help button
+            write_token.fill(TOKEN)  # the visitor's, for the writes
+            write_token.press("Enter")
             page.get_by_label("Prefix text").fill(PROMPT)
             page.get_by_label("Label").fill("support bot")
             page.get_by_role("button", name="Pin", exact=True).click()
@@ -155,13 +179,13 @@ def test_the_dashboard_in_a_browser(
                 "materialized"
             )
             page.wait_for_timeout(1000)
-            shoot(page, "checkpoints")
+            shoot(page, screenshots, "checkpoints")
 
             page.goto(f"{dashboard_url}/benchmarks")
             page.get_by_text("Token hit rate by mode").first.wait_for(timeout=30_000)
             page.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
             page.wait_for_timeout(1000)
-            shoot(page, "benchmarks")
+            shoot(page, screenshots, "benchmarks")
 
             ensure_big_engine(stack)
             page.goto(f"{dashboard_url}/checkpoints")  # the app's code is loaded and warm
@@ -175,7 +199,7 @@ def test_the_dashboard_in_a_browser(
             elapsed = time.perf_counter() - started
             print(f"\nblock tables page at 100,000 blocks rendered in {elapsed:.2f} s")
             page.wait_for_timeout(1000)
-            shoot(page, "block_tables_100k")
+            shoot(page, screenshots, "block_tables_100k")
             assert elapsed < RENDER_BUDGET_S, f"{elapsed:.2f} s at 100,000 blocks"
         finally:
             browser.close()

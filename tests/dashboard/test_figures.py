@@ -186,8 +186,8 @@ HIT_RATE = {
 def test_hit_rate_figures():
     frame = hit_rate_frame(HIT_RATE)
     fig = hit_rate_figure(frame)
-    assert [t.name for t in fig.data] == ["overall", "attention", "mamba"]
-    assert list(fig.data[0].y) == [0.25, 0.75]
+    assert [t.name for t in fig.data] == ["attention", "mamba", "overall"]  # overall on top
+    assert list(fig.data[2].y) == [0.25, 0.75]
     assert fig.layout.yaxis.tickformat == ".0%"
     assert fig.layout.yaxis.title.text == "token hit rate (%)"
     rate = requests_rate_figure(frame)

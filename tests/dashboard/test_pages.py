@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -15,8 +16,10 @@ from streamlit.testing.v1 import AppTest, AppTestError
 from websockets.sync.client import connect
 
 from dashboard.connection import WRITE_TOKEN
+from dashboard.grid import MAX_ARROWS
 from engine.config import CacheConfig
 from engine.engine import Engine
+from engine.model.tokenizer import ByteTokenizer
 from engine.wire import encode
 from tests.api import factories
 from tests.api.processes import AUTH, TOKEN
@@ -155,8 +158,48 @@ def test_block_tables_draw_copies_in_the_mamba_group(dashboard_env: Stack):
     ]
     lines = dashboard_env.outputs.values()
     by_requests = [c for line in lines for c in line.get("cow_copies", []) if c["group"] == "mamba"]
-    assert copy["x"].count(None) == len(copies) >= len(by_requests) > 0
+    assert len(copies) >= len(by_requests) > 0
+    # one arrow for the copies between the same two cells, at most MAX_ARROWS of them
+    pairs = {(c["src_block_id"], c["dst_block_id"]) for c in copies}
+    assert copy["x"].count(None) == min(len(pairs), MAX_ARROWS)
+    links = at.dataframe[0].value  # the copies and the moves
+    assert (links["kind"] == "copy").sum() == len(copies)
+    assert f"for {len(links)} recent copies and moves" in texts(at)
     assert "Recent copies and moves" in texts(at)
+
+
+def test_block_tables_draw_only_the_found_requests_links(dashboard_env: Stack):
+    """Issue 16: with a request found, only its own copies and moves are drawn; a Mamba table's
+    held blocks show their ids, not a row of dots."""
+    every = open_page("block_tables", engine=REPLAY_ENGINE, group="mamba").dataframe[0].value
+    finished = {
+        r["request_id"] for r in dashboard_env.get(f"/engines/{REPLAY_ENGINE}/requests")["requests"]
+    }
+    (request_id, *_) = [r for r in every["request_id"] if r in finished]
+    request = dashboard_env.get(f"/engines/{REPLAY_ENGINE}/requests/{request_id}")
+    at = open_page("block_tables", engine=REPLAY_ENGINE, group="mamba", request=request_id)
+    summary = at.dataframe[0].value.set_index("group")
+    mamba = request["block_ids"]["mamba"]
+    held = [(i, b) for i, b in enumerate(mamba) if b is not None]
+    assert held and None in mamba
+    shown = summary.loc["mamba", "block ids"]
+    assert "·" not in shown and all(f"#{i}: {b}" in shown for i, b in held)
+    assert f"({mamba.count(None)} of {len(mamba)} slots hold no block)" in shown
+    own = every[every["request_id"] == request_id]
+    assert 0 < len(own) < len(every)
+    assert f"for {len(own)} request {request_id}'s copies and moves" in texts(at)
+    (fig,) = figures(at)
+    drawn = [t for t in fig["data"] if t["name"].endswith("(src → dst)")]
+    pairs = {(r.kind, r.src, r.dst) for r in own.itertuples()}
+    assert sum(t["x"].count(None) for t in drawn) == len(pairs)
+
+
+def test_block_tables_say_a_never_used_block_is_free(dashboard_env: Stack):
+    at = open_page("block_tables", engine=REPLAY_ENGINE)
+    (fig,) = figures(at)
+    text = [t for row in fig["data"][0]["text"] for t in row]
+    assert len(text) >= 320 and all(isinstance(t, str) for t in text[:320])
+    assert "block 319 · free, never used" in text  # the replay never reached the last block
 
 
 def test_block_tables_aggregate_100k_blocks_and_say_so(dashboard_env: Stack):
@@ -359,3 +402,95 @@ def test_the_dashboard_reads_with_the_read_token_first(
     monkeypatch.setenv("JUNCTION_READ_TOKEN", "not-a-token-the-api-has")
     at = open_page("overview")
     assert at.error and "HTTP 401: wrong bearer token" in at.error[0].value
+
+
+def test_overview_explains_usage_and_the_epoch(dashboard_env: Stack):
+    """Issue 16: the epoch reads as the engine's start (the raw value beside it), and usage
+    says what it counts beside the cached blocks."""
+    engine = dashboard_env.get(f"/engines/{REPLAY_ENGINE}")
+    at = open_page("overview", engine=REPLAY_ENGINE)
+    started = datetime.fromtimestamp(engine["epoch"] / 1e9, tz=UTC)
+    assert f"engine started {started:%Y-%m-%d %H:%M:%S} UTC (epoch {engine['epoch']}" in texts(at)
+    attention = engine["cache"]["attention"]
+    held = attention["num_in_use"] + attention["num_pinned"]
+    assert "Usage = blocks in use or pinned / all blocks" in texts(at)
+    assert f"attention {held / attention['num_blocks']:.1%} ({held} of 320)" in texts(at)
+    assert f"attention {attention['num_cached']}" in texts(at)
+
+
+def test_requests_show_arrival_and_plain_wording(dashboard_env: Stack):
+    page = dashboard_env.get(f"/engines/{REPLAY_ENGINE}/requests")
+    at = open_page("requests", engine=REPLAY_ENGINE)
+    table = at.dataframe[0].value.set_index("request")
+    for request in page["requests"]:
+        when = datetime.fromtimestamp(request["arrival_ts"], tz=UTC)
+        assert table.loc[request["request_id"], "arrived (UTC)"].startswith(
+            f"{when:%Y-%m-%d %H:%M:%S}"
+        )
+    at.selectbox(key="requests_one").select("q1").run()
+    q1 = next(r for r in page["requests"] if r["request_id"] == "q1")
+    assert len(q1["chunks"]) == 1 and len(q1["checkpoints"]) > 1
+    shown = texts(at)
+    assert "in 1 chunk;" in shown and "1 chunks" not in shown
+    assert f"checkpoints at {', '.join(f'{c:,}' for c in q1['checkpoints'])}; arrived " in shown
+    bare = [r for r in page["requests"] if not r["checkpoints"]]
+    if bare:
+        at.selectbox(key="requests_one").select(bare[0]["request_id"]).run()
+        assert "; no checkpoint;" in texts(at) and "at none" not in texts(at)
+
+
+def test_checkpoints_preview_junctions_and_explain_fell_short(dashboard_env: Stack):
+    junctions = dashboard_env.get("/junctions/suggested")["junctions"]
+    at = open_page("checkpoints")
+    text = ByteTokenizer().decode(junctions[0]["pin_request"]["prefix"]["token_ids"])
+    previews = [c.value for c in at.code]
+    assert len(previews) == len(junctions)
+    assert previews[0] == ("…" if len(text) > 80 else "") + text[-80:]
+    assert "Mamba hit fell short of it (no Mamba checkpoint there)" in texts(at)
+
+
+def test_the_pin_form_targets_engines_with_a_priority_and_says_its_pin(dashboard_env: Stack):
+    at = open_page("checkpoints", write_token=TOKEN)
+    at.text_area(key="pin_text").input("You are a targeted assistant. " * 4)
+    at.text_input(key="pin_label").input("apptest targeted")
+    at.multiselect(key="pin_engines").select(REPLAY_ENGINE)
+    at.number_input(key="pin_priority").set_value(7)
+    at.button[0].click().run()
+    assert not at.exception
+    (made,) = [p for p in dashboard_env.get("/pins") if p["label"] == "apptest targeted"]
+    try:
+        assert made["priority"] == 7 and made["targets"] == [REPLAY_ENGINE]
+        (success,) = at.success
+        assert "Pin: done" in success.value and f"pin id `{made['pin_id']}`" in success.value
+        at.run()  # a live refresh keeps the outcome up
+        assert [s.value for s in at.success] == [success.value]
+    finally:
+        at.button(key=f"unpin_{made['pin_id']}").click().run()
+    assert dashboard_env.get(f"/pins/{made['pin_id']}")["state"] == "released"
+
+
+def test_benchmarks_table_reads_in_percent_with_human_headers(dashboard_env: Stack):
+    run = dashboard_env.get(f"/benchmarks/{dashboard_env.benchmark_id}")
+    at = open_page("benchmarks")
+    table = at.dataframe[-1].value.set_index("mode")
+    assert "hit rate (%)" in table and "hit_rate" not in table
+    assert not [c for c in table.columns if "_" in c]
+    for mode in run["results"]["modes"]:
+        row = table.loc[mode["mode"]]
+        assert row["hit rate (%)"] == round(mode["hit_rate"] * 100, 1)
+        assert row["throughput (tokens/s)"] == round(mode["throughput_tok_s"])
+
+
+def test_the_benchmark_form_takes_the_presets_runner(
+    dashboard_env: Stack, monkeypatch: pytest.MonkeyPatch
+):
+    import engine.bench
+
+    spec = engine.bench.STANDARD_SUITE[0].model_copy(
+        update={"name": "null-preset", "runner": "null"}
+    )
+    monkeypatch.setattr(engine.bench, "STANDARD_SUITE", [*engine.bench.STANDARD_SUITE, spec])
+    at = open_page("benchmarks", write_token=TOKEN)
+    assert at.selectbox(key="bench_runner_custom").value == "ledger"
+    at.selectbox(key="bench_preset").select("null-preset").run()
+    assert at.selectbox(key="bench_runner_null-preset").value == "null"

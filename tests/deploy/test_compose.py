@@ -155,3 +155,35 @@ def test_env_example_has_a_token_the_api_refuses() -> None:
     assert env["JUNCTION_API_TOKEN"] == EXAMPLE_TOKEN
     with pytest.raises(TokenError, match="placeholder of .env.example"):
         resolve_token(Settings(_env_file=None, api_token=env["JUNCTION_API_TOKEN"]))
+
+
+def test_every_long_running_service_has_a_healthcheck() -> None:
+    services = compose("docker-compose.yml")["services"]
+    for name, service in services.items():
+        if name == "migrate":  # runs once, then exits
+            continue
+        test = service.get("healthcheck", {}).get("test")
+        assert test and test[0] in ("CMD", "CMD-SHELL"), name
+    # the HTTP ones ask the port the service's command listens on, at a path it serves
+    from api.routes import health
+    from engine.server.routes import ops
+
+    assert "/healthz" in {route.path for route in health.router.routes}
+    assert "/health" in {route.path for route in ops.router.routes}
+    paths = {"api": "/healthz", "engine": "/health", "dashboard": "/_stcore/health"}
+    for name, path in paths.items():
+        command = services[name]["command"]
+        port = command[command.index("--port") + 1]
+        test = " ".join(services[name]["healthcheck"]["test"])
+        assert f"'http://127.0.0.1:{port}{path}'" in test, (name, test)
+
+
+def test_the_engine_has_a_models_volume_its_weights_option_reads() -> None:
+    spec = compose("docker-compose.yml")
+    mounts = dict(volume.split(":", 1) for volume in spec["services"]["engine"]["volumes"])
+    assert mounts.get("models") == "/models"
+    assert "models" in spec["volumes"]
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert '"--weights", "/models/x.safetensors"' in text
+    command = spec["services"]["engine"]["command"]
+    assert parses([*command, "--weights", "/models/x.safetensors"]) == "serve"

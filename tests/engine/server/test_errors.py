@@ -67,6 +67,25 @@ def test_a_validation_error_keeps_422_in_the_openai_shape(client, live_server):
     assert not_json.status_code == 422 and "error" in not_json.json()
 
 
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        (b'{"model": "m", "prompt": "hi",}', "line 1, column 31"),
+        (b'{\n  "model": "m",\n  "prompt": hi\n}', "line 3, column 13"),
+    ],
+)
+def test_a_body_that_is_not_json_is_a_400_saying_so(live_server, body: bytes, where: str):
+    with live_server.http() as http:
+        response = http.post(
+            "/v1/completions", content=body, headers={"content-type": "application/json"}
+        )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] is None and error["type"] == "invalid_request_error"
+    assert error["code"] == "invalid_json"
+    assert error["message"].startswith(f"the request body is not valid JSON ({where}): ")
+
+
 def test_unknown_paths_and_models_are_404s(client, live_server):
     with live_server.http() as http:
         response = http.get("/v1/nowhere")
