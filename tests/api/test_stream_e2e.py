@@ -10,14 +10,15 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import msgspec
 import pytest
 
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
-from engine.events import RequestFinished
 from engine.request import SamplingParams
 from engine.server.publisher import EventPublisher
 from tests.api.processes import AUTH, TOKEN, ApiProcess
+from tests.engine.server.conftest import finished_event
 
 
 def small_engine(engine_id: str) -> Engine:
@@ -158,23 +159,7 @@ def test_a_frame_the_store_refuses_is_dropped_after_retries_and_the_stream_goes_
         publisher.attach(engine)
         run(engine, workload(6, 5))
         assert publisher.flush(30), publisher.stats()
-        poison = RequestFinished(
-            request_id="x" * 10_000,
-            num_prompt_tokens=4,
-            num_cached_tokens=0,
-            hit_tokens_by_group={"attention": 0, "mamba": 0},
-            num_computed_tokens=4,
-            num_output_tokens=1,
-            chunks=[(0, 4)],
-            chunk_stop_reasons=["end"],
-            checkpoints=[],
-            num_preemptions=0,
-            finish_reason="length",
-            arrival_ts=1.0,
-            first_token_ts=1.0,
-            finished_ts=1.0,
-            ttft_s=0.0,
-        )
+        poison = msgspec.structs.replace(finished_event("x"), request_id="x" * 10_000)
         engine.sink.emit(poison)  # as if the engine had finished it in its next step
         run(engine, workload(7, 10))
         assert publisher.flush(60), publisher.stats()

@@ -17,6 +17,7 @@ import uvicorn
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.engine import Engine
+from engine.events import RequestFinished
 from engine.outputs import RunnerOutput, ScheduledChunk
 from engine.runners.base import Runner
 from engine.runners.null import NullRunner
@@ -25,6 +26,27 @@ from engine.server.async_engine import AsyncEngine
 
 MODEL = "junction-test"
 MAX_MODEL_LEN = 4096
+
+
+def finished_event(request_id: str) -> RequestFinished:
+    """A small finished request's record, as the engine emits it."""
+    return RequestFinished(
+        request_id=request_id,
+        num_prompt_tokens=10,
+        num_cached_tokens=4,
+        hit_tokens_by_group={"attention": 4, "mamba": 4},
+        num_computed_tokens=6,
+        num_output_tokens=1,
+        chunks=[(4, 10)],
+        chunk_stop_reasons=["end"],
+        checkpoints=[8],
+        num_preemptions=0,
+        finish_reason="length",
+        arrival_ts=1.0,
+        first_token_ts=1.5,
+        finished_ts=2.0,
+        ttft_s=0.5,
+    )
 
 
 def small_engine(runner: str | Runner = "null") -> Engine:

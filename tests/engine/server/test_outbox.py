@@ -5,29 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from engine.events import BlockRemoved, BlockRow, RequestFinished
+from engine.events import BlockRemoved, BlockRow
 from engine.server.outbox import ASK_SNAPSHOT, MAX_REJECTIONS, Outbox
 from engine.wire import Batch, CarriedRequest, Snapshot, decode, snapshot_chunks
-
-
-def finished(request_id: str) -> RequestFinished:
-    return RequestFinished(
-        request_id=request_id,
-        num_prompt_tokens=10,
-        num_cached_tokens=4,
-        hit_tokens_by_group={"attention": 4, "mamba": 4},
-        num_computed_tokens=6,
-        num_output_tokens=1,
-        chunks=[(4, 10)],
-        chunk_stop_reasons=["end"],
-        checkpoints=[8],
-        num_preemptions=0,
-        finish_reason="length",
-        arrival_ts=1.0,
-        first_token_ts=1.5,
-        finished_ts=2.0,
-        ttft_s=0.5,
-    )
+from tests.engine.server.conftest import finished_event as finished
 
 
 def removed(block_id: int) -> BlockRemoved:
