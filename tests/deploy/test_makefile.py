@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,9 +20,16 @@ def documented_targets() -> set[str]:
 
 
 def dry_run(target: str) -> subprocess.CompletedProcess:
-    """`make -n -B TARGET`: what it would run, every step, nothing run."""
+    """`make -n -B TARGET`: what it would run, every step, nothing run (as a top-level make:
+    under `make test` the inherited MAKEFLAGS would add "Entering directory" lines)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     return subprocess.run(
-        ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+        ["make", "-n", "-B", "--no-print-directory", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
 
 
