@@ -60,6 +60,10 @@ _bearer = HTTPBearer(
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
+#: The 401 of a write that sends no token (also `api.limits`', before the body is read).
+MISSING_WRITE_TOKEN = "missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN>)"
+
+
 def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(
         status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
@@ -81,7 +85,7 @@ def require_read(state: StateDep, credentials: Credentials) -> None:
 def require_write(state: StateDep, credentials: Credentials) -> None:
     """A write: the write token only; the read-only token is a 403."""
     if credentials is None:
-        raise _unauthorized("missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN>)")
+        raise _unauthorized(MISSING_WRITE_TOKEN)
     token = credentials.credentials
     if is_valid_token(state, token):
         return

@@ -29,13 +29,12 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deps import bearer_token
+from api.deps import MISSING_WRITE_TOKEN, bearer_token
 from api.settings import Settings
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 OPEN_PATHS = frozenset({"/healthz", "/metrics"})
 CLOSE = (b"connection", b"close")
-MISSING_TOKEN = "missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN>)"
 
 
 class BodyLimit(NamedTuple):
@@ -133,7 +132,7 @@ def _refusal(scope: Scope, headers: dict[bytes, bytes], limit: BodyLimit) -> JSO
         authorization = headers.get(b"authorization")
         if bearer_token(None if authorization is None else authorization.decode("latin-1")) is None:
             return JSONResponse(
-                {"detail": MISSING_TOKEN}, 401, headers={"WWW-Authenticate": "Bearer"}
+                {"detail": MISSING_WRITE_TOKEN}, 401, headers={"WWW-Authenticate": "Bearer"}
             )
     length = headers.get(b"content-length")
     if length is not None and length.isdigit() and int(length) > limit.num_bytes:
