@@ -48,13 +48,14 @@ class OutFrame:
     """One unacknowledged frame. A batch is encoded when put (`payload`); a snapshot, the
     engine's table, once, on the sending thread, into as many frames of its seq as the frame
     limit needs (`wire.snapshot_chunks`). `requests` are the finished requests it carries,
-    with their encoded sizes."""
+    with their encoded sizes; a batch's sizes are None, measured only if a snapshot carries
+    them (most batches are acknowledged, and the engine's step pays for every encode)."""
 
     seq: int
     is_snapshot: bool
     frame: Snapshot | None
     payload: str | bytes | None = None
-    requests: list[tuple[CarriedRequest, int]] = field(default_factory=list)
+    requests: list[tuple[CarriedRequest, int | None]] = field(default_factory=list)
     was_sent: bool = False
     chunks: list[str | bytes] | None = None
 
@@ -65,6 +66,12 @@ class OutFrame:
         if self.chunks is None:
             self.chunks, self.frame = snapshot_chunks(self.frame, binary, max_frame_bytes), None
         return self.chunks
+
+
+def _sized(request: tuple[CarriedRequest, int | None]) -> tuple[CarriedRequest, int]:
+    """A finished request with its encoded size, measured now if it was not yet."""
+    carried, num_bytes = request
+    return carried, len(_JSON.encode(carried.event)) if num_bytes is None else num_bytes
 
 
 class Outbox:
@@ -116,9 +123,7 @@ class Outbox:
             batch = make(seq)
             payload = encode(batch, self.binary)
             requests = [
-                (CarriedRequest(seq, e), len(_JSON.encode(e)))
-                for e in batch.events
-                if type(e) is RequestFinished
+                (CarriedRequest(seq, e), None) for e in batch.events if type(e) is RequestFinished
             ]
             has_room = len(self._frames) < self.max_batches
             has_room &= len(payload) <= self.max_frame_bytes
@@ -129,8 +134,9 @@ class Outbox:
                 self._next_seq += 1
                 self.cond.notify_all()
                 return True
-            self._refused += requests
-            self._num_carried_bytes += sum(n for _, n in requests)
+            refused = [_sized(request) for request in requests]
+            self._refused += refused
+            self._num_carried_bytes += sum(n for _, n in refused)
             self._counts["dropped"] += 1
             self._needs_snapshot = True
             return False
@@ -146,7 +152,7 @@ class Outbox:
         carries their finished requests (and those of batches refused for room)."""
         with self.cond:
             seq = max(self._next_seq, self._seq_floor)
-            carried = [r for f in self._frames for r in f.requests] + self._refused
+            carried = [_sized(r) for f in self._frames for r in f.requests] + self._refused
             self._refused = []
             self._counts["dropped"] += sum(1 for f in self._frames if not f.is_snapshot)
             carried = self._bound_requests(carried)
