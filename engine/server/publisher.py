@@ -81,7 +81,6 @@ class EventPublisher:
         self.token = token
         self.model = model
         self.binary = binary
-        self.max_batches = max_batches
         self.on_command = on_command
         self.backoff = backoff or Backoff()
         self.open_timeout_s = open_timeout_s
