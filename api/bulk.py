@@ -4,13 +4,14 @@ PostgreSQL gets every row of a table in a single parameter, a JSON array that
 `json_populate_recordset` turns back into rows of the table's own type (one round trip,
 whatever the number of rows); SQLite gets an `executemany`, which its driver runs in C.
 Upserts are `INSERT ... ON CONFLICT (primary key) DO UPDATE` on both, and `insert_missing`
-is `... DO NOTHING`.
+is `... DO NOTHING`. An upsert's `merge` columns take an SQL expression of the stored row
+(`{old}`) and the new one (`{new}`), e.g. the smaller of the two.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Literal
 
@@ -23,16 +24,25 @@ from sqlalchemy import (
     bindparam,
     cast,
     insert,
+    literal_column,
     text,
 )
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 
-def upsert(session: Session, table: Table, rows: list[dict], increment: Iterable[str] = ()) -> None:
+def upsert(
+    session: Session,
+    table: Table,
+    rows: list[dict],
+    increment: Iterable[str] = (),
+    merge: Mapping[str, str] | None = None,
+) -> None:
     """Insert `rows`; a row whose primary key is stored replaces it, except the `increment`
-    columns, which add to the stored value. Rows must not repeat a key."""
-    _write(session, table, rows, set(increment), on_conflict="update")
+    columns, which add to the stored value, and the `merge` columns, which take their SQL
+    expression over `{old}.<column>` (stored) and `{new}.<column>`. Rows must not repeat a
+    key."""
+    _write(session, table, rows, set(increment), "update", dict(merge or {}))
 
 
 def insert_rows(session: Session, table: Table, rows: list[dict]) -> None:
@@ -57,6 +67,7 @@ def _write(
     rows: list[dict],
     increment: set[str],
     on_conflict: Literal["update", "nothing"] | None,
+    merge: dict[str, str] | None = None,
 ) -> None:
     if not rows:
         return
@@ -64,8 +75,12 @@ def _write(
     keys = [column.name for column in table.primary_key.columns]
     updated = [name for name in columns if name not in keys]
     dialect = _dialect(session)
+    quote = session.get_bind().dialect.identifier_preparer.quote
+    merged = {
+        name: expression.format(old=quote(table.name), new="excluded")
+        for name, expression in (merge or {}).items()
+    }
     if dialect == "postgresql":
-        quote = session.get_bind().dialect.identifier_preparer.quote
         names = ", ".join(quote(name) for name in columns)
         sql = (
             f"INSERT INTO {quote(table.name)} ({names}) SELECT {names} "
@@ -75,7 +90,9 @@ def _write(
             sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO NOTHING"
         elif on_conflict == "update":
             changes = ", ".join(
-                f"{quote(name)} = {quote(table.name)}.{quote(name)} + excluded.{quote(name)}"
+                f"{quote(name)} = {merged[name]}"
+                if name in merged
+                else f"{quote(name)} = {quote(table.name)}.{quote(name)} + excluded.{quote(name)}"
                 if name in increment
                 else f"{quote(name)} = excluded.{quote(name)}"
                 for name in updated
@@ -93,7 +110,11 @@ def _write(
         session.execute(stmt.on_conflict_do_nothing(index_elements=keys), rows)
         return
     changes = {
-        name: table.c[name] + stmt.excluded[name] if name in increment else stmt.excluded[name]
+        name: literal_column(merged[name])
+        if name in merged
+        else table.c[name] + stmt.excluded[name]
+        if name in increment
+        else stmt.excluded[name]
         for name in updated
     }
     session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=changes), rows)
@@ -106,4 +127,6 @@ def _dialect(session: Session) -> str:
 def _json_default(value: object) -> str:
     if isinstance(value, datetime):
         return value.isoformat()  # aware (UTC): PostgreSQL reads it back as the same instant
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()  # `bytea`'s hex input
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -56,6 +56,9 @@ class ApiClient:
     def hit_rate(self, engine_id: str, since: float | None = None) -> dict:
         return self.call("GET", f"/engines/{engine_id}/hit-rate", params={"since": since})
 
+    def attribution(self, engine_id: str, since: float | None = None) -> dict:
+        return self.call("GET", f"/engines/{engine_id}/attribution", params={"since": since})
+
     def requests(self, engine_id: str, limit: int = 100) -> dict:
         return self.call("GET", f"/engines/{engine_id}/requests", params={"limit": limit})
 

@@ -19,16 +19,17 @@ store as it was. The seq bookkeeping is `Engine.next_seq`, per engine and epoch:
   beyond its column, a limit of the database; retrying will not help) becomes a dead letter
   (`api.dead_letters`) and its seq counts as applied, so the stream goes on without it.
 
-Only `BlockStateChanged` (whole block rows), `RequestFinished` (requests, buckets, pin hits)
-and `PinUpdated` (pin targets) change tables besides `event_batches`; the other events are
-kept in their batch for readers of `/events`. Rows go in with one statement per table
+Only `BlockStateChanged` (whole block rows), `RequestFinished` (requests, buckets, pin hits,
+miss attribution) and `PinUpdated` (pin targets, pinned prefixes for attribution) change
+tables besides `event_batches`; the other events are kept in their batch for readers of
+`/events`, without the prompt-derived fields (`unit_hashes`, `junction_token_ids`) that only
+`api.attribution` and the requests table use. Rows go in with one statement per table
 (`api.bulk`). What the pins' reports call for (an unpin of a released pin the engine still
 holds) comes back in `Applied.commands`, for the socket to send after the ack.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -38,8 +39,10 @@ from sqlalchemy import Table, delete, insert, update
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from api import bulk, dead_letters, pins
-from api.models import Block, Engine, EventBatch, HitRateBucket, Request, utcnow
+from api import attribution, bulk, dead_letters, pins, shared_units
+from api.attribution import AttributionConfig
+from api.hit_rate import BUCKETS, COUNTERS, bucket_row
+from api.models import Block, Engine, EventBatch, Request, utcnow
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
@@ -59,16 +62,7 @@ from engine.wire import (
 
 BLOCKS: Table = Block.__table__
 REQUESTS: Table = Request.__table__
-BUCKETS: Table = HitRateBucket.__table__
 BATCHES: Table = EventBatch.__table__
-BUCKET_COUNTERS = (
-    "num_requests",
-    "prompt_tokens",
-    "cached_tokens",
-    "attention_hit_tokens",
-    "mamba_hit_tokens",
-    "computed_tokens",
-)
 INT32, INT64 = 1 << 31, 1 << 63  # the limits of `Integer` and `BigInteger` columns
 # PostgreSQL's class 54, "program limit exceeded" (an index row over the btree's limit, a
 # statement too complex): psycopg reports it as an `OperationalError`, like a lost connection,
@@ -117,7 +111,7 @@ def transaction(session: Session) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- frames
-def apply_hello(session: Session, hello: Hello) -> Welcome:
+def apply_hello(session: Session, hello: Hello, bucket_s: int = 60) -> Welcome:
     with transaction(session):
         now = utcnow()
         engine = session.get(Engine, hello.engine_id, with_for_update=True, populate_existing=True)
@@ -132,6 +126,9 @@ def apply_hello(session: Session, hello: Hello) -> Welcome:
             engine.first_seen = now
             session.add(engine)
         elif restarted:
+            attribution.flush_epoch(
+                session, engine.engine_id, hello.epoch, engine.geometry, bucket_s
+            )
             session.execute(delete(Block).where(Block.engine_id == hello.engine_id))
             engine.epoch = hello.epoch
             engine.next_seq = 0
@@ -145,12 +142,22 @@ def apply_hello(session: Session, hello: Hello) -> Welcome:
         return Welcome(epoch=engine.epoch, next_seq=engine.next_seq)
 
 
-def apply_batch(session: Session, hello: Hello, batch: Batch, bucket_s: int = 60) -> Applied:
-    return apply_batches(session, hello, [batch], bucket_s)[0]
+def apply_batch(
+    session: Session,
+    hello: Hello,
+    batch: Batch,
+    bucket_s: int = 60,
+    config: AttributionConfig | None = None,
+) -> Applied:
+    return apply_batches(session, hello, [batch], bucket_s, config)[0]
 
 
 def apply_batches(
-    session: Session, hello: Hello, batches: list[Batch], bucket_s: int = 60
+    session: Session,
+    hello: Hello,
+    batches: list[Batch],
+    bucket_s: int = 60,
+    config: AttributionConfig | None = None,
 ) -> list[Applied]:
     """Consecutive batches of one connection in one transaction, each taken as `apply_batch`
     takes it alone, with one statement per table for all of them (the last row of a block
@@ -167,7 +174,8 @@ def apply_batches(
             is_new.append(batch.seq == next_seq)
             next_seq += is_new[-1]
         new = [batch for batch, fresh in zip(batches, is_new, strict=True) if fresh]
-        commands = _store_batches(session, hello, new, bucket_s) if new else {}
+        config = config or AttributionConfig()
+        commands = _store_batches(session, hello, new, bucket_s, config) if new else {}
         if new:
             engine.next_seq = next_seq
             engine.last_seen = utcnow()
@@ -180,7 +188,7 @@ def apply_batches(
 
 
 def _store_batches(
-    session: Session, hello: Hello, new: list[Batch], bucket_s: int
+    session: Session, hello: Hello, new: list[Batch], bucket_s: int, config: AttributionConfig
 ) -> dict[int, tuple[Command, ...]]:
     """Store new batches, in seq order; returns the commands each calls for, by seq."""
     engine_id, epoch = hello.engine_id, hello.epoch  # the batches' own (`_check_frame`)
@@ -194,7 +202,9 @@ def _store_batches(
                 "ts": batch.ts,
                 "received_at": utcnow(),
                 "num_events": len(batch.events),
-                "events_json": msgspec.json.encode(batch.events).decode(),
+                "events_json": msgspec.json.encode(
+                    [_without_prompt(event) for event in batch.events]
+                ).decode(),
             }
             for batch in new
         ],
@@ -211,7 +221,20 @@ def _store_batches(
             elif isinstance(event, PinUpdated):
                 reports[index].append(event)
     _upsert_blocks(session, engine_id, rows)
-    _insert_requests(session, engine_id, epoch, [e for f in finished for e in f], bucket_s)
+    all_finished = [e for f in finished for e in f]
+    _insert_requests(session, engine_id, epoch, all_finished, bucket_s)
+    attribution.record_frames(
+        session,
+        engine_id,
+        epoch,
+        hello.geometry,
+        all_finished,
+        [(r, b.ts) for b, its in zip(new, reports, strict=True) for r in its],
+        new[-1].ts,
+        config,
+        bucket_s,
+        check_cap=any(b.seq % shared_units.CAP_CHECK_EVERY == 0 for b in new),
+    )
     commands = {}
     for batch, its_reports, its_finished in zip(new, reports, finished, strict=True):
         sent = pins.apply_reports(session, engine_id, its_reports) if its_reports else []
@@ -221,7 +244,11 @@ def _store_batches(
 
 
 def apply_snapshot(
-    session: Session, hello: Hello, snapshot: Snapshot, bucket_s: int = 60
+    session: Session,
+    hello: Hello,
+    snapshot: Snapshot,
+    bucket_s: int = 60,
+    config: AttributionConfig | None = None,
 ) -> Applied:
     with transaction(session):
         _check_frame(hello, snapshot)
@@ -233,6 +260,18 @@ def apply_snapshot(
         carried = [r.event for r in snapshot.requests if r.seq >= engine.next_seq]
         _insert_requests(session, snapshot.engine_id, snapshot.epoch, carried, bucket_s)
         pins.record_hits(session, snapshot.engine_id, carried)
+        attribution.record_frames(
+            session,
+            snapshot.engine_id,
+            snapshot.epoch,
+            hello.geometry,
+            carried,
+            [(pin, snapshot.ts) for pin in snapshot.pins],
+            snapshot.ts,
+            config or AttributionConfig(),
+            bucket_s,
+            check_cap=True,
+        )
         rows = {(row.group, row.block_id): row for row in snapshot.blocks}
         session.execute(delete(Block).where(Block.engine_id == snapshot.engine_id))
         bulk.insert_rows(
@@ -268,7 +307,8 @@ def apply_parked(
             return Applied(Ack(seq=frame.seq), True, 0)
         if isinstance(frame, Batch) and frame.seq > engine.next_seq:
             raise WireError(CLOSE_FUTURE_SEQ, f"expected seq {engine.next_seq}, got {frame.seq}")
-        dead_letters.park(session, hello.engine_id, hello.epoch, frame, reason, keep, max_bytes)
+        kept = _frame_without_prompt(frame)
+        dead_letters.park(session, hello.engine_id, hello.epoch, kept, reason, keep, max_bytes)
         engine.next_seq = frame.seq + 1
         engine.last_seen = utcnow()
         return Applied(Ack(seq=frame.seq), False, 0, is_parked=True)
@@ -297,6 +337,27 @@ def _check_frame(hello: Hello, frame: Batch | Snapshot) -> None:
             CLOSE_WRONG_ENGINE,
             f"{frame.type} of epoch {frame.epoch} on a connection of epoch {hello.epoch}",
         )
+
+
+def _without_prompt(event):
+    """The event as the store keeps it: a finished request or pin without its unit hashes
+    (attribution keeps only salted ones) or its junction's tokens (the requests table has
+    them for the suggested junctions)."""
+    if isinstance(event, RequestFinished):
+        return msgspec.structs.replace(event, unit_hashes="", junction_token_ids=None)
+    if isinstance(event, PinUpdated) and event.unit_hashes:
+        return msgspec.structs.replace(event, unit_hashes="")
+    return event
+
+
+def _frame_without_prompt(frame: Batch | Snapshot) -> Batch | Snapshot:
+    """A frame to park as a dead letter, its events as `_without_prompt` keeps them."""
+    if isinstance(frame, Batch):
+        return msgspec.structs.replace(frame, events=[_without_prompt(e) for e in frame.events])
+    requests = [msgspec.structs.replace(r, event=_without_prompt(r.event)) for r in frame.requests]
+    return msgspec.structs.replace(
+        frame, requests=requests, pins=[_without_prompt(p) for p in frame.pins]
+    )
 
 
 def _locked_engine(session: Session, hello: Hello) -> Engine:
@@ -373,14 +434,9 @@ def _insert_requests(
     buckets: dict[int, dict] = {}
     for event in finished:
         row = msgspec.to_builtins(event)  # lists for tuples, as JSON columns hold them
-        del row["type"]
+        del row["type"], row["unit_hashes"]  # attribution keeps only salted hashes
         values.append({"engine_id": engine_id, "epoch": epoch, **row})
-        start = math.floor(event.finished_ts / bucket_s) * bucket_s
-        bucket = buckets.setdefault(
-            start,
-            {"engine_id": engine_id, "bucket_start": start, "bucket_s": bucket_s}
-            | dict.fromkeys(BUCKET_COUNTERS, 0),
-        )
+        bucket = bucket_row(buckets, engine_id, event.finished_ts, bucket_s)
         bucket["num_requests"] += 1
         bucket["prompt_tokens"] += event.num_prompt_tokens
         bucket["cached_tokens"] += event.num_cached_tokens
@@ -388,4 +444,4 @@ def _insert_requests(
         bucket["mamba_hit_tokens"] += event.hit_tokens_by_group.get("mamba", 0)
         bucket["computed_tokens"] += event.num_computed_tokens
     bulk.insert_rows(session, REQUESTS, values)
-    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=BUCKET_COUNTERS)
+    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=COUNTERS)

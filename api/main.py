@@ -9,6 +9,7 @@ from api.lifespan import lifespan
 from api.limits import RequestLimits, refuse_nul_parameters
 from api.read_limit import ReadLimit
 from api.routes import (
+    attribution,
     benchmarks,
     block_grid,
     blocks,
@@ -48,6 +49,7 @@ ROUTERS = (
     requests,
     dead_letters,
     hit_rate,
+    attribution,
     events,
     pins,
     junctions,

@@ -5,6 +5,10 @@ split into `token_start`/`token_end`); `event_batches` keeps every batch as it c
 `requests` and `hit_rate_buckets` are what `RequestFinished` events add up to; `pins` and
 `pin_targets` hold the operator's pins and each engine's state of them (`api.pins`);
 `dead_letters` the frames the store refused, parked so the stream went on (`api.dead_letters`).
+Miss attribution (`api.attribution`) keeps `shared_units` (each engine's salted match-unit
+hashes, bounded), `pending_attributions` (requests waiting for the ones that arrived before
+them) and `attributions` (each request's split of the tokens it missed), salted by the
+one-row `attribution_salts` when no salt is set.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     TypeDecorator,
@@ -147,6 +152,84 @@ class Request(Base):
     junction_token_ids: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
     # each group's block table when the request finished (the dashboard outlines these)
     block_ids: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'"))
+    # miss attribution: its place in the epoch's arrival order (None: recorded before it was
+    # reported) and why its hit stopped (`MatchStop`); the event's `unit_hashes` are not kept
+    arrival_index: Mapped[int | None] = mapped_column(BigInteger)
+    oldest_unfinished_index: Mapped[int | None] = mapped_column(BigInteger)
+    match_stop: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+
+
+class AttributionSalt(Base):
+    """The deployment's attribution salt when `JUNCTION_ATTRIBUTION_SALT` is unset: 32 random
+    bytes made once (`id` 1), so that replicas and restarts salt alike."""
+
+    __tablename__ = "attribution_salts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    salt: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class SharedUnit(Base):
+    """A match unit some finished sequence (a request's prompt and output, or a pinned prefix)
+    of the engine held: `hash` is its salted unit hash (`api.attribution.salted`), never the
+    engine's. `(first_epoch, first_index)` is the earliest arrival that held it,
+    `first_finished_ts` the earliest finish of one, `last_seen_ts` the latest (what the
+    retention window and the per-engine cap prune by)."""
+
+    __tablename__ = "shared_units"
+    __table_args__ = (Index("ix_shared_units_engine_seen", "engine_id", "last_seen_ts"),)
+
+    engine_id: Mapped[str] = mapped_column(
+        ForeignKey(ENGINE_FK, ondelete="CASCADE"), primary_key=True
+    )
+    hash: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    first_epoch: Mapped[int] = mapped_column(BigInteger)
+    first_index: Mapped[int] = mapped_column(BigInteger)
+    first_finished_ts: Mapped[float] = mapped_column(Float)
+    last_seen_ts: Mapped[float] = mapped_column(Float)
+
+
+class PendingAttribution(Base):
+    """A finished request whose earlier arrivals have not all finished yet: what attributing
+    it takes (its counts, `match_stop`, times) and `units`, its salted prompt chain (8 bytes a
+    unit). Deleted once it is attributed."""
+
+    __tablename__ = "pending_attributions"
+
+    engine_id: Mapped[str] = mapped_column(
+        ForeignKey(ENGINE_FK, ondelete="CASCADE"), primary_key=True
+    )
+    epoch: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    arrival_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    num_prompt_tokens: Mapped[int] = mapped_column(Integer)
+    num_cached_tokens: Mapped[int] = mapped_column(Integer)
+    attention_hit_tokens: Mapped[int] = mapped_column(Integer)
+    match_stop: Mapped[dict[str, Any]] = mapped_column()
+    arrival_ts: Mapped[float] = mapped_column(Float)
+    finished_ts: Mapped[float] = mapped_column(Float)
+    units: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Attribution(Base):
+    """A request's attribution: the prefix it truly shared with an earlier arrival or a pin
+    (`shared_tokens`), the hit an unlimited cache would have given (`oracle_tokens`), and the
+    tokens it missed of the shared prefix, by reason. Keyed as its request is (its engine,
+    epoch and arrival index)."""
+
+    __tablename__ = "attributions"
+
+    engine_id: Mapped[str] = mapped_column(
+        ForeignKey(ENGINE_FK, ondelete="CASCADE"), primary_key=True
+    )
+    epoch: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    arrival_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    shared_tokens: Mapped[int] = mapped_column(Integer)
+    oracle_tokens: Mapped[int] = mapped_column(Integer)
+    missed_no_state: Mapped[int] = mapped_column(Integer, default=0)
+    missed_in_flight: Mapped[int] = mapped_column(Integer, default=0)
+    missed_held_back: Mapped[int] = mapped_column(Integer, default=0)
+    missed_evicted: Mapped[int] = mapped_column(Integer, default=0)
+    missed_copy_pending: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class DeadLetter(Base):
@@ -185,6 +268,17 @@ class HitRateBucket(Base):
     attention_hit_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     mamba_hit_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     computed_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    # miss attribution: the totals of the bucket's attributed requests (`api.attribution`)
+    attributed_requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    attributed_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    attributed_hit_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    shared_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    oracle_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_no_state: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_in_flight: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_held_back: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_evicted: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_copy_pending: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Pin(Base):
@@ -206,6 +300,9 @@ class Pin(Base):
     target_mode: Mapped[str] = mapped_column(String(8))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     released_at: Mapped[datetime | None] = mapped_column()
+    # the prefix as given when it was `text` or `messages` ({"text": ...} or {"messages": [...]}):
+    # every command carries it, for each engine to tokenize with its own tokenizer
+    source: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class PinTarget(Base):

@@ -3,9 +3,10 @@
 A `Pin` is the operator's intent; a `PinTarget` is one engine's side of it. The control plane
 never decides a pin's fate on an engine: it sends `pin {pin_id, token_ids, cache_salt}` and
 `unpin {pin_id}` commands (`engine.wire.Command`) and records the `PinUpdated` events that
-come back. A pin made of chat messages is sent with its `messages` too, which the engine
-renders with its chat template; the store keeps their rendering by the same template (the
-engine's pure-Python tokenizer module) as `token_ids`, which a resend at hello carries. What
+come back. A pin made of `text` or chat messages is sent with them too (`Pin.source`, in
+every command, a resend at hello included), and the engine tokenizes them with its own
+tokenizer and chat template; the store keeps their rendering by the built-in model's byte
+tokenizer as `token_ids`. What
 it does decide:
 
 - the targets: the listed engines, or, for `target_mode` "all", every engine connected when
@@ -82,13 +83,12 @@ def fit(engine: Engine, num_tokens: int) -> Fit:
     return Fit(boundary, None)
 
 
-def pin_command(pin: Pin, messages: list[dict[str, str]] | None = None) -> Command:
-    """`pin {pin_id, token_ids, cache_salt}`; with `messages` (a pin made of chat messages) the
-    command carries them too, and the engine renders them with its own chat template."""
+def pin_command(pin: Pin) -> Command:
+    """`pin {pin_id, token_ids, cache_salt}`; a pin made of `text` or chat `messages` carries
+    them too (`Pin.source`), and the engine tokenizes them with its own tokenizer and template
+    (`token_ids` are the byte tokenizer's, what an engine of the built-in model makes of them)."""
     payload = {"pin_id": pin.pin_id, "token_ids": list(pin.token_ids or []), "cache_salt": None}
-    if messages is not None:
-        payload["messages"] = messages
-    return Command(command="pin", payload=payload)
+    return Command(command="pin", payload=payload | (pin.source or {}))
 
 
 def unpin_command(pin_id: str) -> Command:
@@ -102,6 +102,7 @@ def create_pin(
     label: str,
     priority: int = 0,
     engine_ids: Sequence[str] | None = None,
+    source: dict | None = None,
 ) -> tuple[Pin, list[PinTarget]]:
     """A new pin with a pending target on each engine (default: every connected engine);
     raises `UnknownEngine` or `PinRejected` and adds nothing when one target cannot take it."""
@@ -138,6 +139,7 @@ def create_pin(
         target_mode="all" if engine_ids is None else "list",
         created_at=now,
         released_at=None,
+        source=source,
     )
     session.add(pin)
     session.flush()

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.misses import MissReason
 from engine.model.tokenizer import ByteTokenizer, render_messages
 from engine.trace import MAX_TOKEN_ID, Segment, segment_tokens
 from engine.wire import ENGINE_ID_PATTERN
@@ -77,6 +78,33 @@ class BlockPage(BaseModel):
     blocks: list[BlockOut]
 
 
+class MatchStopOut(BaseModel):
+    """Where the request's hit stopped and why, as the engine saw it at its first admission
+    (`RequestFinished.match_stop`, docs/events.md)."""
+
+    reason: Literal["attention_ended", "no_state", "in_flight", "held_back"]
+    attention_tokens: int
+    limit_tokens: int
+    in_flight_tokens: int
+    copy_wait_steps: int
+
+
+class RequestAttribution(BaseModel):
+    """Why the request missed what it missed (docs/api.md, "Miss attribution"). `pending`
+    while a request that arrived before it is still running: then `shared_tokens`,
+    `oracle_tokens` and `missed_tokens` are null. Attributed: `shared_tokens` is the prefix it
+    truly shared with an earlier request or a pin (the online oracle), `oracle_tokens` the hit
+    an unlimited cache would give, and `missed_tokens` every reason's share of
+    `max(shared_tokens, hit) - hit`. `stop_reason` and `copy_wait_steps` are the engine's."""
+
+    state: Literal["pending", "attributed"]
+    shared_tokens: int | None
+    oracle_tokens: int | None
+    missed_tokens: dict[MissReason, int] | None
+    stop_reason: str
+    copy_wait_steps: int
+
+
 class RequestOut(_Out):
     engine_id: str
     epoch: int
@@ -98,8 +126,13 @@ class RequestOut(_Out):
     pin_hits: dict[str, int]
     attention_match_key: str | None
     # no `junction_token_ids`: a prompt's tokens are returned only where they are needed, by
-    # the suggested junctions (to pin one), never with a request or in the event log
+    # the suggested junctions (to pin one), never with a request or in the event log; no
+    # `unit_hashes` either: the store keeps only salted hashes, and never serves them
     block_ids: dict[str, list[int | None]]
+    arrival_index: int | None = None  # null: recorded before engines reported it
+    oldest_unfinished_index: int | None = None
+    match_stop: MatchStopOut | None = None
+    attribution: RequestAttribution | None = None  # null: the engine reported no match stop
 
 
 class RequestPage(BaseModel):
@@ -134,6 +167,33 @@ class HitRateOut(BaseModel):
     until: float | None
     total: HitRateTotals
     buckets: list[HitRateBucketOut]
+
+
+class AttributionTotals(BaseModel):
+    """Totals of the attributed requests (by `finished_ts`, as the hit rate's): their prompt
+    tokens, hits, shared prefixes (the online oracle's shared length), oracle hits and missed
+    tokens by reason. `num_pending` requests finished in the same time are not in them yet."""
+
+    num_requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    shared_tokens: int
+    oracle_tokens: int
+    missed_tokens: dict[MissReason, int]
+    num_pending: int
+
+
+class AttributionBucketOut(AttributionTotals):
+    bucket_start: int
+    bucket_s: int
+
+
+class AttributionOut(BaseModel):
+    engine_id: str
+    since: float | None
+    until: float | None
+    total: AttributionTotals
+    buckets: list[AttributionBucketOut]
 
 
 class BatchOut(_Out):
@@ -180,11 +240,12 @@ class PinMessage(BaseModel):
 
 
 class PinPrefix(BaseModel):
-    """A pin's prefix in exactly one form: `text` (its UTF-8 bytes are the tokens, as the
-    engine's server reads a prompt), `token_ids`, `segments` (a replay trace's seeded
-    segments: the same seed and length always give the same tokens), or `messages` (chat
-    messages: each engine renders them with its chat template, the prefix ending where the last
-    given message ends, so a chat request that starts with them hits it)."""
+    """A pin's prefix in exactly one form: `text` (each engine tokenizes it as its server
+    tokenizes a prompt; for the built-in model its UTF-8 bytes are the tokens), `token_ids`,
+    `segments` (a replay trace's seeded segments: the same seed and length always give the
+    same tokens), or `messages` (chat messages: each engine renders them with its chat
+    template, the prefix ending where the last given message ends, so a chat request that
+    starts with them hits it)."""
 
     model_config = ConfigDict(extra="forbid")
     text: str | None = None
@@ -221,11 +282,14 @@ class PinPrefix(BaseModel):
         assistant header after them); the byte tokenizer reads the UTF-8 bytes as tokens."""
         return render_messages(m.model_dump() for m in self.messages or [])
 
-    def message_dicts(self) -> list[dict[str, str]] | None:
-        """The messages as a pin command carries them (`None` for the other forms)."""
-        if self.messages is None:
-            return None
-        return [m.model_dump() for m in self.messages]
+    def source(self) -> dict | None:
+        """The text or messages as a pin command carries them, for each engine to tokenize
+        (`None` for token ids and segments, which every engine reads alike)."""
+        if self.text is not None:
+            return {"text": self.text}
+        if self.messages is not None:
+            return {"messages": [m.model_dump() for m in self.messages]}
+        return None
 
     def tokens(self) -> list[int]:
         if self.text is not None:

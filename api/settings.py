@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import field_validator
+from pydantic import SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.wire import MAX_FRAME_BYTES
@@ -94,6 +94,30 @@ class Settings(BaseSettings):
     # `dead_letter_frame_bytes` bytes of JSON.
     dead_letters_per_engine: int = 1000
     dead_letter_frame_bytes: int = 64 * 1024
+
+    # Miss attribution (`api.attribution`): the secret that salts the match-unit hashes the
+    # store keeps (never logged or served; None: 32 random bytes made once and kept in the
+    # store), and the bounds of those hashes per engine: seconds since a unit was last seen,
+    # and the most units kept (the least recently seen go first).
+    attribution_salt: SecretStr | None = None
+    attribution_window_s: float = 86400.0
+    attribution_max_units: int = 1_000_000
+
+    @field_validator("attribution_salt", mode="before")
+    @classmethod
+    def _salt_or_none(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, str) and len(value) < 16:
+            raise ValueError("JUNCTION_ATTRIBUTION_SALT must have at least 16 characters")
+        return value
+
+    @field_validator("attribution_window_s", "attribution_max_units")
+    @classmethod
+    def _positive_attribution(cls, value: float, info: ValidationInfo) -> float:
+        if value <= 0:
+            raise ValueError(f"JUNCTION_{info.field_name.upper()} must be positive, got {value}")
+        return value
 
     @field_validator(
         "max_frame_bytes",

@@ -170,7 +170,11 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The hybrid model's shape. The `null` and `ledger` runners read only `vocab_size`."""
+    """The hybrid model's shape. The `null` and `ledger` runners read only `vocab_size`.
+
+    `model_dir`, a local Hugging Face checkpoint directory, replaces the built-in model: its
+    config.json then gives the shape, and the shape fields here are not read by the torch runner.
+    """
 
     name: str = "junction-hybrid-tiny"
     vocab_size: int = 258
@@ -183,6 +187,7 @@ class ModelConfig:
     dtype: str = "float32"
     device: str | None = None
     weights_path: str | None = None
+    model_dir: str | None = None
     extra: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

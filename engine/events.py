@@ -44,9 +44,19 @@ Group = Literal["attention", "mamba"]
 Reason = Literal["interval", "block", "resend", "extension", "junction", "pin", "message"]
 BlockState = Literal["free", "cached", "in_use", "pinned"]
 PinState = Literal["pending", "materialized", "failed", "released"]
+# why a request's hit stopped where it did (`MatchStop.reason`; docs/rules.md, miss attribution)
+StopReason = Literal["attention_ended", "no_state", "in_flight", "held_back"]
 GROUPS: tuple[str, ...] = get_args(Group)
 REASONS: tuple[str, ...] = get_args(Reason)
 BLOCK_STATES: tuple[str, ...] = get_args(BlockState)
+STOP_REASONS: tuple[str, ...] = get_args(StopReason)
+UNIT_HASH_BYTES = 8  # `unit_hashes`: the first 8 bytes of each chained unit hash
+MAX_UNIT_HASHES = 1 << 17  # a 2M-token sequence at U 16
+# a sequence's chained unit hashes `H_U, H_2U, ...`, each cut to its first 8 bytes, in hex
+UnitHashes = Annotated[
+    str,
+    Meta(pattern=r"\A(?:[0-9a-f]{16})*\Z", max_length=2 * UNIT_HASH_BYTES * MAX_UNIT_HASHES),
+]
 
 
 class EventSink(Protocol):
@@ -179,6 +189,21 @@ class BlockStateChanged(CacheEvent):
     step: Int
 
 
+class MatchStop(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """Where a request's hit stopped and why, as the engine saw it at the request's first
+    admission; the control plane splits the tokens it missed by these (docs/rules.md).
+
+    The hit (`num_cached_tokens`) is at most the attention match after the EAGLE drop
+    (`hit_tokens_by_group["attention"]`), which is at most `attention_tokens`, which is at most
+    `limit_tokens`."""
+
+    reason: StopReason
+    attention_tokens: Count32  # the attention match before the EAGLE drop (its proof)
+    limit_tokens: Count32  # the most that proof could reach: P - 1 (+ U with EAGLE), floored to U
+    in_flight_tokens: Count32 = 0  # how far a request in flight was computing this prefix
+    copy_wait_steps: Count32 = 0  # steps it waited for a checkpoint's copy instead of missing it
+
+
 class RequestFinished(CacheEvent):
     """A request ended. The counts are 32-bit (`Integer` columns of `requests`)."""
 
@@ -203,6 +228,19 @@ class RequestFinished(CacheEvent):
     junction_token_ids: list[Int] | None = None
     # each group's block table when the request finished (`None`: a Mamba slot kept no state)
     block_ids: dict[Text, list[Int | None]] = {}
+    # miss attribution: the order requests arrived in, this epoch (pins' prefills included),
+    # and the first index still in the engine after this one finished: every request before
+    # it has finished, so the control plane can attribute them in arrival order
+    arrival_index: Count = 0
+    oldest_unfinished_index: Count = 0
+    unit_hashes: UnitHashes = ""  # prompt and output; the store keeps only salted hashes
+    match_stop: MatchStop | None = None
+
+    def to_dict(self) -> dict:
+        event = super().to_dict()
+        if self.match_stop is not None:
+            event["match_stop"] = structs.asdict(self.match_stop)
+        return event
 
 
 class PinUpdated(CacheEvent):
@@ -214,6 +252,8 @@ class PinUpdated(CacheEvent):
     keys: dict[Text, Text] = {}
     block_ids: dict[Text, list[Int]] = {}
     reason: Text | None = None
+    arrival_index: Count | None = None  # its prefill's place in the engine's arrival order
+    unit_hashes: UnitHashes = ""  # the pinned prefix's chained unit hashes, as a request's
 
 
 Event = (

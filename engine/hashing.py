@@ -70,3 +70,9 @@ def hash_prefix(
     hashes: list[BlockHash] = []
     extend_hashes(hashes, token_ids, unit, cache_salt)
     return hashes
+
+
+def short_hashes(hashes: Sequence[BlockHash], width: int = 8) -> str:
+    """The first `width` bytes of each hash, concatenated, in hex: a chain as the wire carries
+    it for miss attribution (`RequestFinished.unit_hashes`)."""
+    return b"".join(h[:width] for h in hashes).hex()

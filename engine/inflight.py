@@ -37,6 +37,18 @@ class InflightSharing:
         shared = num_shared_units(request.block_hashes, other.block_hashes) * unit
         return self.coordinator.reachable_hit(shared, request.num_tokens)
 
+    def in_flight_reach(self, request: Request, running: Iterable[Request]) -> int:
+        """How far a prefilling request in flight is computing `request`'s prefix beyond what
+        it has registered: the hit `request` would reach by waiting for it (0 when none)."""
+        reach = 0
+        for producer in running:
+            if producer.is_pin or not producer.is_prefilling or producer is request:
+                continue
+            reachable = self.shared_hit(request, producer)
+            if reachable > producer.num_registered_tokens:
+                reach = max(reach, reachable)
+        return reach
+
     def waits_for_producer(
         self, request: Request, hit: CacheHit, running: Iterable[Request]
     ) -> bool:

@@ -1,5 +1,6 @@
 """The options the engine's commands share, and what they build: the cache, scheduler and model
-configs (`replay`, `serve`), and the exit codes.
+configs (`replay`, `serve`), and the exit codes. `--model` names a checkpoint directory
+(`engine.model_dir`); `--kv-cache-memory` sizes both pools from bytes (`engine.cache_memory`).
 
 `engine/server/replay_cli.py` (`replay`) and `engine/server/cli.py` (`serve`) add these to their
 parsers; `engine/bench/cli.py` uses the exit codes. Where the commands stream cache events
@@ -9,7 +10,11 @@ parsers; `engine/bench/cli.py` uses the exit codes. Where the commands stream ca
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import NamedTuple
 
+from engine.cache_memory import PoolSizes, budget_bytes, parse_budget, size_pools
 from engine.config import (
     CHECKPOINT_MODES,
     DEFAULT_CHECKPOINT_INTERVAL,
@@ -17,14 +22,19 @@ from engine.config import (
     ModelConfig,
     SchedulerConfig,
 )
+from engine.footprint import footprint
+from engine.model_dir import resolve_model_dir
 from engine.runners import RUNNER_NAMES
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+DEFAULT_NUM_BLOCKS = 4096
 
 
-def add_cache_options(parser: argparse.ArgumentParser) -> None:
-    """The cache and scheduler options `replay` and `serve` share (DESIGN.md section 4)."""
+def add_cache_options(parser: argparse.ArgumentParser, num_mamba_blocks: int | None = None) -> None:
+    """The cache and scheduler options `replay` and `serve` share (DESIGN.md section 4);
+    `num_mamba_blocks` is the command's default number of Mamba slots (None: `--num-blocks`)."""
+    parser.set_defaults(default_num_mamba_blocks=num_mamba_blocks)
     group = parser.add_argument_group("cache")
     group.add_argument("--runner", choices=RUNNER_NAMES, default="null")
     group.add_argument("--block-size", type=int, default=16, help="attention block size Ba")
@@ -62,12 +72,33 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--max-num-batched-tokens", type=int, default=8192)
     group.add_argument("--long-prefill-threshold", type=int, default=0)
-    group.add_argument("--num-blocks", type=int, default=4096, help="blocks per group")
+    group.add_argument(
+        "--max-prefix-wait-steps",
+        type=int,
+        default=SchedulerConfig.max_prefix_wait_steps,
+        metavar="STEPS",
+        help="steps a request may wait for one in flight that computes its prefix "
+        f"(default {SchedulerConfig.max_prefix_wait_steps}; 0: never wait)",
+    )
+    group.add_argument(
+        "--num-blocks",
+        type=int,
+        default=None,
+        help=f"attention blocks (default {DEFAULT_NUM_BLOCKS}, or what --kv-cache-memory buys)",
+    )
     group.add_argument(
         "--num-mamba-blocks",
         type=int,
         default=None,
-        help="Mamba state slots, when they should differ from --num-blocks",
+        help=f"Mamba state slots (default {num_mamba_blocks or 'as --num-blocks'}); with "
+        "--kv-cache-memory it fixes the slots, and attention blocks take the rest",
+    )
+    group.add_argument(
+        "--kv-cache-memory",
+        default=None,
+        metavar="BYTES|FRACTION",
+        help="size both pools from memory: bytes (8GiB, 512MiB) or a fraction of the device's "
+        "free memory less the weights (0.9); split so both pools cover the same tokens",
     )
     group.add_argument(
         "--pin-max-share",
@@ -81,28 +112,84 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """The torch runner's model: weights from a seed or a safetensors file, device, dtype."""
+    """The torch runner's model: a checkpoint directory, or the built-in model's weights from
+    a seed or a safetensors file; device, dtype."""
     group = parser.add_argument_group("model (torch runner)")
-    group.add_argument("--weights", default=None, help="safetensors file of the model's shape")
-    group.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    group.add_argument(
+        "--model",
+        default=None,
+        metavar="DIR",
+        help="a Hugging Face-format checkpoint directory (or a hub id already in the local "
+        "cache; nothing is downloaded); default: the built-in model of random weights",
+    )
+    group.add_argument("--weights", default=None, help="safetensors file of the built-in model")
+    group.add_argument("--seed", type=int, default=0, help="seed of the built-in random weights")
     group.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
     group.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
 
 
+class EngineConfigs(NamedTuple):
+    cache: CacheConfig
+    scheduler: SchedulerConfig
+    model: ModelConfig
+
+
+def model_name(model: str | None, model_dir: str | None) -> str:
+    """The name clients send: a directory's own name, a hub id as given, else the built-in's."""
+    if model_dir is None:
+        return ModelConfig.name
+    return Path(model).name if Path(model).is_dir() else model
+
+
 def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
+    """`ValueError` naming the option for a `--model` that is no checkpoint directory. The
+    name is `serve`'s `--model-name` when given."""
+    model_dir = resolve_model_dir(args.model) if args.model else None
+    if model_dir is not None and args.weights:
+        raise ValueError("--weights is for the built-in model; a --model directory has its own")
+    name = getattr(args, "model_name", None) or model_name(args.model, model_dir)
     return ModelConfig(
-        seed=args.seed, device=args.device, dtype=args.dtype, weights_path=args.weights
+        name=name,
+        seed=args.seed,
+        device=args.device,
+        dtype=args.dtype,
+        weights_path=args.weights,
+        model_dir=model_dir,
     )
 
 
-def configs_from_args(args: argparse.Namespace) -> tuple[CacheConfig, SchedulerConfig]:
+def sized_pools(args: argparse.Namespace, cache: CacheConfig, model: ModelConfig) -> PoolSizes:
+    """The pools `--kv-cache-memory` buys for `model` at `cache`'s block sizes."""
+    if args.num_blocks is not None:
+        raise ValueError("give --kv-cache-memory or --num-blocks, not both")
+    from engine.model.build import resolve_device
+
+    budget = parse_budget(args.kv_cache_memory)
+    cost = footprint(model)
+    num_bytes = budget_bytes(budget, str(resolve_device(model)), cost.weights_bytes)
+    return size_pools(
+        num_bytes,
+        cost,
+        cache.attention_block_size,
+        cache.mamba_block_size,
+        args.num_mamba_blocks,
+    )
+
+
+def _given(value: int | None, default: int | None) -> int | None:
+    return default if value is None else value
+
+
+def configs_from_args(args: argparse.Namespace) -> EngineConfigs:
+    """The configs the options give; `ValueError` with the reason for bad ones."""
+    model = model_config_from_args(args)
     cache = CacheConfig(
         block_size=args.block_size,
         mamba_block_size=args.mamba_block_size,
         prefix_match_unit=args.prefix_match_unit,
         dcp_size=args.dcp_size,
-        num_blocks=args.num_blocks,
-        num_mamba_blocks=args.num_mamba_blocks,
+        num_blocks=_given(args.num_blocks, DEFAULT_NUM_BLOCKS),
+        num_mamba_blocks=_given(args.num_mamba_blocks, args.default_num_mamba_blocks),
         pin_max_share=args.pin_max_share,
         enable_prefix_caching=not args.no_prefix_caching,
         partial_hits=not args.no_partial_hits,
@@ -111,8 +198,11 @@ def configs_from_args(args: argparse.Namespace) -> tuple[CacheConfig, SchedulerC
         checkpoint_interval=args.checkpoint_interval,
         eagle=args.eagle,
     )
+    if args.kv_cache_memory is not None:
+        cache = replace(cache, **sized_pools(args, cache, model)._asdict())
     scheduler = SchedulerConfig(
         max_num_batched_tokens=args.max_num_batched_tokens,
         long_prefill_threshold=args.long_prefill_threshold,
+        max_prefix_wait_steps=args.max_prefix_wait_steps,
     )
-    return cache, scheduler
+    return EngineConfigs(cache, scheduler, model)

@@ -17,7 +17,7 @@ from engine.cache.coordinator import ATTENTION, MAMBA, HybridCoordinator
 from engine.cache.entry import CheckpointReason
 from engine.config import CacheConfig
 from engine.events import EventSink, PinUpdated
-from engine.hashing import BlockHash, hash_prefix
+from engine.hashing import BlockHash, hash_prefix, short_hashes
 from engine.request import Request, SamplingParams
 
 
@@ -37,6 +37,8 @@ class Pin:
     state: PinState = PinState.PENDING
     reason: str | None = None
     block_ids: dict[str, list[int]] = field(default_factory=dict)
+    unit_hashes: str = ""  # the prefix's chain as `RequestFinished.unit_hashes` carries it
+    arrival_index: int | None = None  # its prefill's arrival index, once queued
 
     @property
     def is_active(self) -> bool:
@@ -57,6 +59,8 @@ class Pin:
             keys={group: self.key.hex() for group in (ATTENTION, MAMBA)} if self.key else {},
             block_ids={g: list(ids) for g, ids in self.block_ids.items()},
             reason=self.reason,
+            arrival_index=self.arrival_index,
+            unit_hashes=self.unit_hashes,
         )
 
 
@@ -164,8 +168,8 @@ class PinManager:
                 f"engine's {alignment}-token hit grid; pin a prefix of at least {alignment} tokens"
             )
         prefix = list(token_ids[:boundary])
-        key = hash_prefix(prefix, unit, cache_salt)[-1]
-        pin = Pin(pin_id, len(token_ids), boundary, key)
+        hashes = hash_prefix(prefix, unit, cache_salt)
+        pin = Pin(pin_id, len(token_ids), boundary, hashes[-1], unit_hashes=short_hashes(hashes))
         self.pins[pin_id] = pin
         if not self.config.enable_prefix_caching:
             self.fail(pin, "prefix caching is off on this engine")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from engine.cache.coordinator import ATTENTION
-from engine.events import RequestFinished
+from engine.events import UNIT_HASH_BYTES, MatchStop, RequestFinished
+from engine.hashing import short_hashes
 from engine.request import Request
 
 
@@ -35,11 +36,31 @@ def match_record(request: Request, unit: int) -> MatchRecord:
     )
 
 
+def match_stop(request: Request) -> MatchStop:
+    """Why the request's hit stopped where it did, from what its first admission saw: below
+    the attention match a state was missing; at the match's EAGLE drop, or with the match at
+    its limit, the hit was held back; short of what a request in flight was computing, that
+    request had not registered it yet; otherwise nothing more was cached."""
+    proof, limit, in_flight = request.match
+    hit = request.num_cached_tokens or 0
+    attention = request.hit_tokens_by_group.get(ATTENTION, 0)
+    if hit < attention:
+        reason = "no_state"
+    elif attention < proof or (limit and proof >= limit):
+        reason = "held_back"
+    elif in_flight > proof:
+        reason = "in_flight"
+    else:
+        reason = "attention_ended"
+    return MatchStop(reason, proof, limit, in_flight, request.num_copy_wait_steps)
+
+
 def request_finished(
-    request: Request, block_ids: dict[str, list[int | None]], unit: int
+    request: Request, block_ids: dict[str, list[int | None]], unit: int, oldest_unfinished: int
 ) -> RequestFinished:
     """The event for a finished request; `block_ids` are its block tables before they were
-    freed, `unit` the engine's match unit."""
+    freed, `unit` the engine's match unit, `oldest_unfinished` the scheduler's
+    `oldest_unfinished_index()` once this request has left it."""
     match = match_record(request, unit)
     return RequestFinished(
         request_id=request.request_id,
@@ -61,4 +82,8 @@ def request_finished(
         pin_hits=match.pin_hits,
         attention_match_key=match.attention_match_key,
         junction_token_ids=match.junction_token_ids,
+        arrival_index=request.arrival_index,
+        oldest_unfinished_index=oldest_unfinished,
+        unit_hashes=short_hashes(request.block_hashes, UNIT_HASH_BYTES),
+        match_stop=match_stop(request),
     )

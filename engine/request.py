@@ -80,6 +80,11 @@ class Request:
     cow_copies: list[CowCopy] = field(default_factory=list)
     num_preemptions: int = 0
     num_wait_steps: int = 0  # steps spent waiting for a request in flight to compute its prefix
+    num_copy_wait_steps: int = 0  # steps spent waiting for its checkpoint's copy to run
+    arrival_index: int = 0  # its place in the scheduler's arrival order
+    # at its first admission: the attention proof, the proof's limit, and how far a request
+    # in flight was computing its prefix (miss attribution, `MatchStop`)
+    match: tuple[int, int, int] = (0, 0, 0)
     pin_hits: dict[str, int] = field(default_factory=dict)  # pin id -> boundary the hit covered
     first_token_ts: float | None = None
     finished_ts: float | None = None

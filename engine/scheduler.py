@@ -46,6 +46,7 @@ class Scheduler:
         self.pin_manager = PinManager(self.coordinator, cache_config, sink)
         self.sharing = InflightSharing(self.coordinator, cache_config, scheduler_config)
         self.step_id = 0
+        self._num_arrivals = 0  # arrival indices handed out (RequestFinished.arrival_index)
         self._refused: list[Request] = []  # finished while scheduling: update() returns them
         # this step's interval states per request (position -> reason), registered by update()
         self._interval_positions: dict[str, dict[int, CheckpointReason]] = {}
@@ -65,8 +66,16 @@ class Scheduler:
             self.coordinator.pools,
             self.pin_manager.num_pins,
         )
-        self.requests[request.request_id] = request
+        request.arrival_index = self._num_arrivals
+        self._num_arrivals += 1
+        self.requests[request.request_id] = request  # in arrival order: the oldest first
         self.waiting.append(request)
+
+    def oldest_unfinished_index(self) -> int:
+        """The arrival index of the oldest request still in the engine (the next index when
+        none is): every request that arrived before it has finished."""
+        oldest = next(iter(self.requests.values()), None)
+        return self._num_arrivals if oldest is None else oldest.arrival_index
 
     def abort_request(self, request_id: str) -> Request | None:
         request = self.requests.get(request_id)
@@ -90,6 +99,7 @@ class Scheduler:
         pin, request = self.pin_manager.add(pin_id, token_ids, cache_salt)
         if request is not None:
             self.add_request(request)
+            pin.arrival_index = request.arrival_index
             self.pin_manager.emit(pin)
         return pin
 
@@ -205,6 +215,7 @@ class Scheduler:
                 request.block_hashes, request.num_tokens, needs_logits=not request.is_pin
             )
             if hit.is_pending:
+                request.num_copy_wait_steps += 1
                 break  # its checkpoint is being copied this step: it hits next step
             if request.is_pin and hit.length >= request.num_tokens:
                 del self.waiting[index]
@@ -245,6 +256,11 @@ class Scheduler:
             request.num_cached_tokens = hit.length
             request.hit_tokens_by_group = hit.by_group
             request.pin_hits = self.pin_manager.hits(request, hit.length)
+            request.match = (
+                hit.proof_length,
+                hit.proof_limit,
+                self.sharing.in_flight_reach(request, self.running),
+            )
         request.num_computed_tokens = hit.length
         request.num_registered_tokens = hit.length
         request.status = RequestStatus.RUNNING
@@ -364,7 +380,8 @@ class Scheduler:
             self.pin_manager.prefill_ended(request, reason)
             return
         if self.is_recording:
-            self.sink.emit(request_finished(request, block_ids, self.unit))
+            oldest = self.oldest_unfinished_index()
+            self.sink.emit(request_finished(request, block_ids, self.unit, oldest))
 
     def _finish_pin(self, request: Request) -> None:
         pin = self.pin_manager.materialize(request)

@@ -30,6 +30,7 @@ def geometry(engine: Engine) -> dict:
         "enable_prefix_caching": config.enable_prefix_caching,
         "hit_alignment": config.hit_alignment,
         "max_model_len": engine.scheduler_config.max_model_len,
+        "max_prefix_wait_steps": engine.scheduler_config.max_prefix_wait_steps,
     }
 
 

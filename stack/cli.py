@@ -37,6 +37,13 @@ def add_up_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--runner", choices=RUNNER_NAMES, default="torch")
     parser.add_argument("--engine-id", default="engine-0")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="DIR",
+        help="the engine's Hugging Face-format checkpoint directory (default: the built-in "
+        "model of random weights); `junction serve --model`",
+    )
     parser.add_argument("--no-jobs", action="store_true", help="no Celery worker or beat")
     parser.add_argument(
         "--ready-timeout", type=float, default=180, help="seconds each part may take to start"
@@ -51,13 +58,15 @@ def add_up_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_up)
 
 
-def check_serve_args(serve_args: list[str]) -> tuple[str, ...]:
-    """The pass-through options, checked by `junction serve`'s own parser (and the cache
-    geometry they make) before anything starts; raises `ValueError` with the reason."""
+def check_serve_args(serve_args: list[str], model: str | None = None) -> tuple[str, ...]:
+    """The pass-through options, with `--model` first when given, checked by `junction
+    serve`'s own parser (and the configs they make: the model directory, the cache geometry)
+    before anything starts; raises `ValueError` with the reason."""
     from engine.options import configs_from_args
     from engine.server.cli import add_serve_parser
 
     args = serve_args[1:] if serve_args[:1] == ["--"] else serve_args
+    args = ["--model", model, *args] if model is not None else args
     if not args:
         return ()
     parser = argparse.ArgumentParser(prog="junction")  # as `junction serve` parses them
@@ -86,7 +95,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     problems = settings_problems(with_jobs=not args.no_jobs)
     try:
-        serve_args = check_serve_args(args.serve_args)
+        serve_args = check_serve_args(args.serve_args, args.model)
     except ValueError as exc:
         problems.append(str(exc))
     if problems:  # every part's, in one message, before anything starts

@@ -25,7 +25,8 @@ def list_events(
 ) -> EventPage:
     """Batches with `seq > after_seq` in seq order; without `engine_id`, of every engine (in
     its current epoch) in arrival order. A finished request's `junction_token_ids` (prompt
-    tokens) are left out: `GET /junctions/suggested` gives them where they are needed."""
+    tokens) are left out: `GET /junctions/suggested` gives them where they are needed; so are
+    the unit hashes of requests and pins (the store keeps none: `api.ingest`)."""
     if engine_id is not None:
         engine = engines.find_engine(session, engine_id)
         if engine is None:
@@ -41,6 +42,8 @@ def list_events(
         for event in batch.events:  # the prompt's tokens only where needed: not in the log
             if event.get("type") == "RequestFinished":
                 event.pop("junction_token_ids", None)
+            if event.get("type") in ("RequestFinished", "PinUpdated"):
+                event.pop("unit_hashes", None)
     return EventPage(
         engine_id=engine_id,
         epoch=epoch,

@@ -33,6 +33,7 @@ from typing import NamedTuple
 import anyio
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
+from api.attribution import AttributionConfig
 from api.deps import StateDep, bearer_token, is_valid_token
 from api.errors import is_store_unavailable, store_unavailable_message
 from api.ingest import (
@@ -259,7 +260,7 @@ def _hello(state: AppState, data: str | bytes) -> tuple[Hello, Welcome]:
     if not isinstance(frame, Hello):
         raise WireError(CLOSE_BAD_FRAME, f"first frame must be hello, got {frame.type}")
     with state.sessions() as session:
-        return frame, apply_hello(session, frame)
+        return frame, apply_hello(session, frame, state.settings.hit_rate_bucket_s)
 
 
 def _hello_commands(state: AppState, engine_id: str) -> list[Command]:
@@ -278,7 +279,9 @@ def _apply_group(state: AppState, hello: Hello, frames: list) -> list[Applied | 
     if len(frames) > 1:
         try:
             with state.sessions() as session:
-                group = apply_batches(session, hello, frames, state.settings.hit_rate_bucket_s)
+                group = apply_batches(
+                    session, hello, frames, state.settings.hit_rate_bucket_s, _config(state)
+                )
         except Exception:
             pass  # one at a time below: the frames before the bad one are committed
         else:
@@ -324,16 +327,22 @@ def _park(state: AppState, hello: Hello, frame: Batch | Snapshot, refused: Unsto
 
 def _apply(state: AppState, hello: Hello, frame: object) -> Applied:
     with state.sessions() as session:
+        bucket_s, config = state.settings.hit_rate_bucket_s, _config(state)
         if isinstance(frame, Batch):
-            applied = apply_batch(session, hello, frame, state.settings.hit_rate_bucket_s)
+            applied = apply_batch(session, hello, frame, bucket_s, config)
         elif isinstance(frame, Snapshot):
-            applied = apply_snapshot(session, hello, frame, state.settings.hit_rate_bucket_s)
+            applied = apply_snapshot(session, hello, frame, bucket_s, config)
         elif isinstance(frame, Hello):
             raise WireError(CLOSE_BAD_FRAME, "a second hello on one connection")
         else:
             raise WireError(CLOSE_BAD_FRAME, f"an engine does not send {frame.type} frames")
     _count(state, frame, applied)
     return applied
+
+
+def _config(state: AppState) -> AttributionConfig:
+    """Miss attribution's settings (`JUNCTION_ATTRIBUTION_*`)."""
+    return AttributionConfig.from_settings(state.settings)
 
 
 def _count(state: AppState, frame: object, applied: Applied) -> None:

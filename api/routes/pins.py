@@ -44,7 +44,12 @@ def create_pin(_: RequireWrite, body: PinBody, session: SessionDep, state: State
     `max_model_len`; a 404 for an engine the store has never seen."""
     try:
         pin, targets = pins.create_pin(
-            session, body.prefix.tokens(), body.label, body.priority, body.engine_ids
+            session,
+            body.prefix.tokens(),
+            body.label,
+            body.priority,
+            body.engine_ids,
+            body.prefix.source(),
         )
     except pins.UnknownEngine as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
@@ -52,7 +57,7 @@ def create_pin(_: RequireWrite, body: PinBody, session: SessionDep, state: State
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     session.commit()
     pending = [t.engine_id for t in targets if t.state == "pending"]
-    send(state, pending, pins.pin_command(pin, body.prefix.message_dicts()))
+    send(state, pending, pins.pin_command(pin))
     return pin_out(pin, targets)
 
 

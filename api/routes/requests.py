@@ -8,7 +8,6 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from api import requests
 from api.deps import READ, EngineDep, Offset, SessionDep
-from api.models import Request
 from api.schemas import RequestOut, RequestPage
 
 router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"], dependencies=[READ])
@@ -27,17 +26,18 @@ def list_requests(
         total=total,
         offset=offset,
         limit=limit,
-        requests=[RequestOut.model_validate(row) for row in rows],
+        requests=requests.request_outs(session, engine.engine_id, rows),
     )
 
 
 @router.get("/{request_id}", response_model=RequestOut)
-def get_request(engine: EngineDep, session: SessionDep, request_id: str) -> Request:
-    """The request's latest record (an id may come back in a later epoch)."""
+def get_request(engine: EngineDep, session: SessionDep, request_id: str) -> RequestOut:
+    """The request's latest record (an id may come back in a later epoch), with its
+    attribution."""
     row = requests.latest_request(session, engine.engine_id, request_id)
     if row is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
             f"request {request_id!r} of engine {engine.engine_id!r} not found",
         )
-    return row
+    return requests.request_outs(session, engine.engine_id, [row])[0]

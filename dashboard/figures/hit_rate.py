@@ -36,8 +36,9 @@ def hit_rate_frame(hit_rate: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _time_axis(frame: pd.DataFrame) -> dict:
-    """Minutes on the axis, and at least a bucket of room on each side of the buckets."""
+def time_axis(frame: pd.DataFrame) -> dict:
+    """Minutes on the axis, and at least a bucket of room on each side of the buckets (a frame
+    with `time` and `bucket_s` columns: the hit-rate and attribution buckets)."""
     axis = {"title": {"text": "time (UTC, bucket start)"}, "tickformat": "%H:%M:%S"}
     if len(frame):
         pad = pd.Timedelta(seconds=int(frame["bucket_s"].max()))
@@ -76,7 +77,7 @@ def hit_rate_figure(frame: pd.DataFrame) -> go.Figure:
     fig.update_layout(
         height=300,
         margin={"l": 60, "r": 20, "t": 30, "b": 40},
-        xaxis=_time_axis(frame),
+        xaxis=time_axis(frame),
         yaxis={"title": {"text": "token hit rate (%)"}, "tickformat": ".0%", "range": [0, 1.05]},
         legend={"orientation": "h", "y": 1.12},
     )
@@ -99,7 +100,7 @@ def requests_rate_figure(frame: pd.DataFrame) -> go.Figure:
     fig.update_layout(
         height=240,
         margin={"l": 60, "r": 20, "t": 20, "b": 40},
-        xaxis=_time_axis(overall),
+        xaxis=time_axis(overall),
         yaxis={"title": {"text": "requests/s"}},
     )
     return fig

@@ -1,13 +1,26 @@
 """Overview: per engine, the token hit rate over time, tokens saved, requests per second,
-cache usage per group and the cache geometry."""
+why the shared tokens that missed did (miss attribution) and the remedies, cache usage per
+group and the cache geometry, over the window chosen in the sidebar."""
+
+import time
 
 import pandas as pd
 import streamlit as st
 
+from api.client import ApiError
 from dashboard.connection import START_ENGINE, api_client, api_errors
+from dashboard.figures.attribution import (
+    HIT,
+    REASONS,
+    SHARED,
+    attribution_figure,
+    attribution_frame,
+)
 from dashboard.figures.cache_usage import cache_usage_figure, cache_usage_frame, usage_text
 from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame, requests_rate_figure
+from dashboard.figures.remedies import remedies
 from dashboard.live import live
+from dashboard.remedy_view import remedy_cards
 
 GEOMETRY = {
     "attention_block_size": "attention block (tokens)",
@@ -24,8 +37,18 @@ GEOMETRY = {
     "max_model_len": "max model length",
 }
 
+#: The sidebar's windows: seconds back from now (None: everything stored).
+WINDOWS = {
+    "all time": None,
+    "last 15 minutes": 15 * 60,
+    "last hour": 3600,
+    "last 6 hours": 6 * 3600,
+    "last 24 hours": 24 * 3600,
+}
+
 st.title("Overview")
 api = api_client()
+window = st.sidebar.selectbox("Window", list(WINDOWS), key="overview_window")
 
 
 def geometry_frame(geometry: dict) -> pd.DataFrame:
@@ -60,10 +83,71 @@ def outbox_drops(engine: dict) -> None:
         )
 
 
+def pending_text(num_pending: int) -> str:
+    who = (
+        "1 finished request waits for its"
+        if num_pending == 1
+        else f"{num_pending:,} finished requests wait for their"
+    )
+    return (
+        f"{who} attribution: the control plane attributes a request once every request that "
+        "arrived before it on the engine has finished."
+    )
+
+
+def reasons_frame() -> pd.DataFrame:
+    """What each series of the attribution chart means."""
+    rows = [(s.label, s.meaning) for s in (SHARED, HIT, *REASONS.values())]
+    return pd.DataFrame(rows, columns=["series", "meaning"]).set_index("series")
+
+
+def attribution_section(engine: dict, since: float | None) -> None:
+    """Hit and missed-by-reason against the online oracle, and each reason's remedy."""
+    engine_id = engine["engine_id"]
+    st.markdown(f"**Why shared tokens missed** ({window})")
+    try:
+        attribution = api.attribution(engine_id, since)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        st.caption("This control plane does not attribute misses (an older version).")
+        return
+    total, frame = attribution["total"], attribution_frame(attribution)
+    missed = total["missed_tokens"]
+    prompt, shared = total["prompt_tokens"], total["shared_tokens"]
+    cols = st.columns(4)
+    cols[0].metric(
+        "truly shared",
+        f"{shared / prompt if prompt else 0:.1%}",
+        help=f"{shared:,} of {prompt:,} prompt tokens. {SHARED.meaning}",
+    )
+    cols[1].metric("of it hit", f"{total['hit_tokens'] / shared if shared else 0:.1%}")
+    cols[2].metric("of it missed (tokens)", f"{sum(missed.values()):,}")
+    cols[3].metric(
+        "oracle hit rate",
+        f"{total['oracle_tokens'] / prompt if prompt else 0:.1%}",
+        help="The best hit a cache that kept everything could give (the shared tokens, "
+        "capped where a hit must stop: one unit short of a whole resent prompt).",
+    )
+    num_pending = total["num_pending"]
+    if num_pending:
+        st.caption(pending_text(num_pending))
+    if len(frame):
+        st.plotly_chart(attribution_figure(frame), key=f"attribution_{engine_id}")
+    else:
+        st.info("No attributed request in this window yet.")
+    with st.expander("What each reason means"):
+        st.table(reasons_frame())
+    st.markdown("**Remedies**, with what each would have saved in this window")
+    found = remedies(missed, prompt, engine["geometry"], engine.get("cache"))
+    remedy_cards(found, "the window")
+
+
 def engine_section(summary: dict) -> None:
     engine_id = summary["engine_id"]
     engine = api.engine(engine_id)
-    hit_rate = api.hit_rate(engine_id)
+    since = None if WINDOWS[window] is None else time.time() - WINDOWS[window]
+    hit_rate = api.hit_rate(engine_id, since=since)
     total = hit_rate["total"]
     frame = hit_rate_frame(hit_rate)
     state = "connected" if engine["connected"] else "disconnected"
@@ -88,13 +172,18 @@ def engine_section(summary: dict) -> None:
             st.plotly_chart(hit_rate_figure(frame), key=f"hit_rate_{engine_id}")
             st.plotly_chart(requests_rate_figure(frame), key=f"rps_{engine_id}")
         else:
-            st.info("No request has finished on this engine yet: send it some requests.")
+            st.info(
+                "No request has finished on this engine yet: send it some requests."
+                if since is None
+                else f"No request finished on this engine in the {window}."
+            )
     with right:
         st.markdown("**Cache usage per group**")
         st.plotly_chart(cache_usage_figure(cache_usage_frame(engine)), key=f"usage_{engine_id}")
         st.caption(usage_text(engine))
         st.markdown("**Geometry**")
         st.table(geometry_frame(engine["geometry"]).set_index("setting"))
+    attribution_section(engine, since)
 
 
 def body() -> None:

@@ -1,12 +1,24 @@
-"""Requests: recent finished requests with their hit per group, computed tokens and TTFT;
-for one of them, its prefill chunks and why each stopped where it did."""
+"""Requests: recent finished requests with their hit per group, computed tokens, TTFT and why
+the tokens they shared missed (miss attribution); for one of them, its reasons with their
+remedies, and its prefill chunks and why each stopped where it did."""
 
 import pandas as pd
 import streamlit as st
 
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
+from dashboard.figures.attribution import (
+    attribution_sentence,
+    is_attributed,
+    request_columns,
+    requests_attribution_figure,
+)
 from dashboard.figures.chunks import chunk_frame, chunk_timeline_figure
+from dashboard.figures.remedies import remedies
 from dashboard.live import live
+from dashboard.remedy_view import remedy_cards
+
+#: How many of the most useful suggested junctions a request's own is looked for among.
+JUNCTIONS_SEARCHED = 100
 
 st.title("Requests")
 api = api_client()
@@ -35,6 +47,7 @@ def requests_frame(page: dict) -> pd.DataFrame:
             "arrived (UTC)": arrived(r["arrival_ts"]),
             "prompt tokens": r["num_prompt_tokens"],
             "hit": r["num_cached_tokens"],
+            **request_columns(r),
             "hit attention": r["hit_tokens_by_group"].get("attention", 0),
             "hit mamba": r["hit_tokens_by_group"].get("mamba", 0),
             "computed": r["num_computed_tokens"],
@@ -45,7 +58,34 @@ def requests_frame(page: dict) -> pd.DataFrame:
         }
         for r in page["requests"]
     ]
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    for column in ("shared", "missed"):  # empty, not NaN, while a request has none
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def suggested_junction(request: dict) -> dict | None:
+    """The suggested junction at the request's attention match, when it missed tokens for
+    want of a state there and the control plane suggests one."""
+    key = request.get("attention_match_key")
+    if key is None or not request["attribution"]["missed_tokens"].get("no_state"):
+        return None
+    junctions = api.suggested_junctions(limit=JUNCTIONS_SEARCHED)["junctions"]
+    return next((j for j in junctions if j["key"] == key), None)
+
+
+def one_request_remedies(request: dict) -> None:
+    """The remedy for each reason the request missed tokens, at its attention match."""
+    found = remedies(
+        request["attribution"]["missed_tokens"],
+        request["num_prompt_tokens"],
+        engine["geometry"],
+        boundary=request["hit_tokens_by_group"].get("attention") or None,
+        junction=suggested_junction(request),
+    )
+    if found:
+        st.markdown("**Remedies** for this request")
+        remedy_cards(found, "this request")
 
 
 with api_errors(api):
@@ -67,8 +107,17 @@ with api_errors(api):
                     return
                 st.caption(f"The {len(page['requests'])} newest of {page['total']:,} requests.")
                 st.dataframe(requests_frame(page), hide_index=True)
+                if any(is_attributed(r) for r in page["requests"]):
+                    st.markdown("**What each request shared, hit and missed, by reason**")
+                    st.plotly_chart(
+                        requests_attribution_figure(page["requests"]), key="attribution"
+                    )
                 ids = [r["request_id"] for r in page["requests"]]
-                chosen = st.selectbox("Prefill timeline of request", ids, key="requests_one")
+                chosen = st.selectbox(
+                    "Request (its reasons, remedies and prefill timeline)",
+                    ids,
+                    key="requests_one",
+                )
                 request = next(r for r in page["requests"] if r["request_id"] == chosen)
                 st.markdown(
                     f"**{chosen}**: {request['num_prompt_tokens']:,} prompt tokens, hit "
@@ -77,6 +126,9 @@ with api_errors(api):
                     f"{checkpoints_text(request['checkpoints'])}; arrived "
                     f"{arrived(request['arrival_ts'])} UTC."
                 )
+                st.markdown(attribution_sentence(request))
+                if is_attributed(request):
+                    one_request_remedies(request)
                 st.plotly_chart(chunk_timeline_figure(chunk_frame(request)), key="chunks")
 
         live(body)

@@ -19,6 +19,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.model_dir import resolve_model_dir
 from engine.workloads import WorkloadParams, WorkloadSpec, parse_workload
 
 Mode = Literal["off", "aligned", "partial", "junction", "junction_inline", "pins"]
@@ -94,7 +95,9 @@ class Geometry(BaseModel):
 
 
 class ModelOptions(BaseModel):
-    """The torch runner's model; the other runners read none of it."""
+    """The torch runner's model; the other runners read none of it. `model_dir` is a Hugging
+    Face-format checkpoint directory (or a hub id in the local cache), as `--model` takes;
+    without it the built-in model runs, from `seed` or `weights_path`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -102,10 +105,20 @@ class ModelOptions(BaseModel):
     device: str | None = None
     dtype: Literal["float32", "bfloat16"] = "float32"
     weights_path: str | None = None
+    model_dir: str | None = None
+
+    @field_validator("model_dir")
+    @classmethod
+    def _local(cls, value: str | None) -> str | None:
+        return None if value is None else resolve_model_dir(value, option="model.model_dir")
 
     def to_model_config(self) -> ModelConfig:
         return ModelConfig(
-            seed=self.seed, device=self.device, dtype=self.dtype, weights_path=self.weights_path
+            seed=self.seed,
+            device=self.device,
+            dtype=self.dtype,
+            weights_path=self.weights_path,
+            model_dir=self.model_dir,
         )
 
 

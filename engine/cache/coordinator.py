@@ -34,6 +34,8 @@ class CacheHit:
     attention_length: int = 0
     attention_block_ids: list[int] = field(default_factory=list)
     mamba: MambaHit = MambaHit(0, None, False)
+    proof_length: int = 0  # the attention match before the EAGLE drop
+    proof_limit: int = 0  # the most the proof could reach, floored to the match unit
 
     @property
     def is_pending(self) -> bool:
@@ -102,7 +104,14 @@ class HybridCoordinator:
         mamba = self.mamba.find_longest_hit(
             hashes, attention_length, self.unit, config.hit_alignment
         )
-        return CacheHit(mamba.length, attention_length, attention.block_ids, mamba)
+        return CacheHit(
+            mamba.length,
+            attention_length,
+            attention.block_ids,
+            mamba,
+            attention.length,
+            proof_limit // self.unit * self.unit,
+        )
 
     def reachable_hit(self, num_shared_tokens: int, num_tokens: int) -> int:
         """The hit a request of `num_tokens` would get if its first `num_shared_tokens` were

@@ -1,4 +1,4 @@
-"""Grouped-KV causal self-attention with RoPE over a paged KV cache.
+"""Grouped-KV causal self-attention, with RoPE or no position embedding, over a paged KV cache.
 
 Glossary:
     l   tokens of a prefill chunk   b   sequences in a decode step
@@ -10,6 +10,9 @@ The cache of one layer is a pair (k_cache, v_cache), each [num_blocks, block_siz
 Slots are flat: `block_id * block_size + offset`, so both caches are read and written through a
 `[num_blocks * block_size, K, dh]` view. Keys are stored already rotated, so a cached key is
 valid for any later query, whichever chunk wrote it.
+
+Scores are `scale * q . k` with `scale = dh^-0.5` unless the model sets its own (Granite's
+attention multiplier). Without RoPE (`rope_theta` None) the causal mask alone orders tokens.
 """
 
 from __future__ import annotations
@@ -32,18 +35,42 @@ def flat_view(cache: Tensor) -> Tensor:
     return cache.view(-1, *cache.shape[2:])
 
 
+def sdpa(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
+    """`scaled_dot_product_attention` over [H, l, dh] with a batch axis of one added: the fused
+    kernels (flash on the CPU too) take only 4-d inputs, 3-d ones fall to the slow math path."""
+    return F.scaled_dot_product_attention(q[None], k[None], v[None], **kwargs)[0]
+
+
 class Attention(nn.Module):
-    def __init__(self, d: int, num_heads: int, num_kv_heads: int, rope_theta: float) -> None:
+    def __init__(
+        self,
+        d: int,
+        num_heads: int,
+        num_kv_heads: int,
+        rope_theta: float | None,
+        *,
+        head_dim: int | None = None,
+        bias: bool = False,
+        scale: float | None = None,
+        rotary_dim: int | None = None,
+    ) -> None:
         super().__init__()
+        if num_heads % num_kv_heads:
+            raise ValueError(f"{num_heads} query heads do not share {num_kv_heads} KV heads evenly")
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
-        self.head_dim = d // num_heads
+        self.head_dim = d // num_heads if head_dim is None else head_dim
         self.group = num_heads // num_kv_heads
-        self.q_proj = nn.Linear(d, num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(d, num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(d, num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(num_heads * self.head_dim, d, bias=False)
-        self.rope = RotaryEmbedding(self.head_dim, rope_theta)
+        self.scale = self.head_dim**-0.5 if scale is None else scale
+        self.q_proj = nn.Linear(d, num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d, num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d, num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(num_heads * self.head_dim, d, bias=bias)
+        self.rope = (
+            None
+            if rope_theta is None
+            else RotaryEmbedding(self.head_dim, rope_theta, rotary_dim=rotary_dim)
+        )
 
     def reset_parameters(self, generator: torch.Generator, out_scale: float) -> None:
         d = self.q_proj.in_features
@@ -57,6 +84,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(-1, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(-1, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(-1, self.num_kv_heads, self.head_dim)
+        if self.rope is None:
+            return q, k, v
         return self.rope.apply(q, positions), self.rope.apply(k, positions), v
 
     def _write(self, cache: KVCache, slots: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -70,7 +99,10 @@ class Attention(nn.Module):
     ) -> Tensor:
         """A chunk x [l, d] at positions start.. -> [l, d], its K/V written at write_slots.
 
-        Queries go in tiles so the scores stay within PREFILL_SCORE_BUDGET for any context.
+        From position 0 the mask is plain causal, which the fused kernels (flash on the CPU
+        too) apply without scores in memory and skipping the masked half. After a cached
+        prefix the mask is offset, and queries go in tiles so the scores stay within
+        PREFILL_SCORE_BUDGET for any context.
         """
         length = x.shape[0]
         positions = torch.arange(start, start + length, device=x.device)  # [l]
@@ -80,9 +112,12 @@ class Attention(nn.Module):
         values = v_flat[context_slots].to(q.dtype).transpose(0, 1)  # [K, t, dh]
         keys = keys.repeat_interleave(self.group, dim=0)  # [H, t, dh]
         values = values.repeat_interleave(self.group, dim=0)  # [H, t, dh]
+        q = q.transpose(0, 1)  # [H, l, dh]
+        if start == 0:
+            out = sdpa(q, keys, values, is_causal=True, scale=self.scale)  # [H, l, dh]
+            return self.o_proj(out.transpose(0, 1).reshape(length, -1))  # [l, d]
         t = keys.shape[1]
         key_positions = torch.arange(t, device=x.device)  # [t]
-        q = q.transpose(0, 1)  # [H, l, dh]
         tile = max(16, PREFILL_SCORE_BUDGET // (self.num_heads * t))
         out = torch.empty_like(q)  # [H, l, dh]
         for lo in range(0, length, tile):
@@ -91,8 +126,8 @@ class Attention(nn.Module):
             # which halves the work of a long causal chunk.
             reach = start + hi
             mask = key_positions[None, :reach] <= positions[lo:hi, None]  # [hi - lo, reach]
-            out[:, lo:hi] = F.scaled_dot_product_attention(
-                q[:, lo:hi], keys[:, :reach], values[:, :reach], attn_mask=mask
+            out[:, lo:hi] = sdpa(
+                q[:, lo:hi], keys[:, :reach], values[:, :reach], attn_mask=mask, scale=self.scale
             )
         return self.o_proj(out.transpose(0, 1).reshape(length, -1))  # [l, d]
 
@@ -133,7 +168,7 @@ class Attention(nn.Module):
         valid = torch.arange(slots.shape[1], device=q.device)[None, :] < lengths[:, None]
         keys = k_flat[slots].to(q.dtype)  # [b, t, K, dh]
         values = v_flat[slots].to(q.dtype)  # [b, t, K, dh]
-        scores = torch.einsum("bkgd,btkd->bkgt", q, keys) * self.head_dim**-0.5  # [b, K, G, t]
+        scores = torch.einsum("bkgd,btkd->bkgt", q, keys) * self.scale  # [b, K, G, t]
         scores = scores.float().masked_fill(~valid[:, None, None, :], float("-inf"))
         probs = torch.softmax(scores, dim=-1).to(q.dtype)  # [b, K, G, t]
         return torch.einsum("bkgt,btkd->bkgd", probs, values)  # [b, K, G, dh]
@@ -144,7 +179,11 @@ class Attention(nn.Module):
         q, k, v = self._qkv(x, torch.arange(length, device=x.device))
         k = k.repeat_interleave(self.group, dim=1)  # [l, H, dh]
         v = v.repeat_interleave(self.group, dim=1)  # [l, H, dh]
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
+        out = sdpa(
+            q.transpose(0, 1),
+            k.transpose(0, 1),
+            v.transpose(0, 1),
+            is_causal=True,
+            scale=self.scale,
         )  # [H, l, dh]
         return self.o_proj(out.transpose(0, 1).reshape(length, -1))

@@ -1,12 +1,19 @@
-"""The hybrid model: byte embedding, residual pre-norm blocks (Mamba-2 or attention), tied head.
+"""The hybrid model: embedding, residual pre-norm blocks (Mamba-2, attention, MLP, MoE), head.
 
 Glossary:
-    V   vocabulary (258 bytes + BOS + EOS)    d   model width
+    V   vocabulary                            d   model width
     l   tokens of a prefill chunk             b   sequences in a decode step
-    L   layers; A of them attention, placed evenly: layer `round((i + 1) * L / A) - 1`
+    L   blocks; in the built-in model A of them are attention, placed evenly at
+        `round((i + 1) * L / A) - 1`, the rest Mamba-2
 
-Each block is `h = h + mixer(norm(h))`; there is no MLP. The head is the embedding matrix
-itself (`logits = norm(h) @ E^T`), so the weights file holds it once.
+Each block is `h = h + r * mixer(norm(h))`, with the residual multiplier `r` 1 unless a
+checkpoint sets it (Granite). The mixer is attention (over the paged KV cache), Mamba-2 (over a
+state slot) or a stateless feed-forward (MLP or MoE). `HybridStack` is the stack and its three
+paths; `HybridModel` is Junction's built-in instance of it (byte vocabulary, seeded weights,
+no feed-forward, the head tied to the embedding, so the weights file holds it once);
+`engine.model.hf` builds the stacks of Hugging Face checkpoints.
+
+    logits = head(final_norm(h)) / logits_divisor,   h_0 = embedding_scale * E[token]
 
 Three ways through the stack, all with the same weights:
     prefill            one request's chunk, from cached K/V and a Mamba state
@@ -57,61 +64,77 @@ def mamba_shape(config: ModelConfig) -> MambaShape:
 
 
 class Block(nn.Module):
-    def __init__(self, mixer: Attention | Mamba2Mixer, d: int) -> None:
+    """`h + residual_scale * mixer(norm(h))`; the mixer of a feed-forward block is stateless."""
+
+    def __init__(
+        self,
+        mixer: Attention | Mamba2Mixer | nn.Module,
+        d: int,
+        eps: float = 1e-5,
+        residual_scale: float = 1.0,
+    ) -> None:
         super().__init__()
-        self.norm = RMSNorm(d)
+        self.norm = RMSNorm(d, eps)
         self.mixer = mixer
+        self.residual_scale = residual_scale
+
+    def add(self, h: Tensor, y: Tensor) -> Tensor:
+        """The residual step, h [..., d] + the mixer's output y [..., d]."""
+        return h + (y if self.residual_scale == 1.0 else y * self.residual_scale)
 
 
-class HybridModel(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+class HybridStack(nn.Module):
+    """Embedding, blocks, final norm and head (None: tied to the embedding), with the paths.
+
+    `attention_layer_ids` and `mamba_layer_ids` index `layers`; the KV caches and Mamba states
+    handed to `prefill` and `decode` come one per attention and one per Mamba block, in order.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d: int,
+        layers: list[Block],
+        mamba_shape: MambaShape,
+        *,
+        eps: float = 1e-5,
+        tied: bool = True,
+        embedding_scale: float = 1.0,
+        logits_divisor: float = 1.0,
+    ) -> None:
         super().__init__()
-        self.config = config
-        d = config.d_model
-        self.attention_layer_ids = attention_layer_ids(
-            config.num_layers, config.num_attention_layers
-        )
-        self.mamba_layer_ids = [
-            i for i in range(config.num_layers) if i not in self.attention_layer_ids
+        self.embedding = nn.Embedding(vocab_size, d)
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = RMSNorm(d, eps)
+        self.lm_head = None if tied else nn.Linear(d, vocab_size, bias=False)
+        self.embedding_scale = embedding_scale
+        self.logits_divisor = logits_divisor
+        self.mamba_shape = mamba_shape
+        self.attention_layer_ids = [
+            i for i, b in enumerate(layers) if isinstance(b.mixer, Attention)
         ]
-        self.num_kv_heads = config.num_kv_heads
-        self.head_dim = d // config.num_heads
-        theta = float(config.extra.get("rope_theta", 10000))
-        shape = mamba_shape(config)
-        self.embedding = nn.Embedding(config.vocab_size, d)
-        self.layers = nn.ModuleList(
-            Block(
-                Attention(d, config.num_heads, config.num_kv_heads, theta)
-                if i in self.attention_layer_ids
-                else Mamba2Mixer(shape),
-                d,
-            )
-            for i in range(config.num_layers)
-        )
-        self.final_norm = RMSNorm(d)
-        self.reset_parameters(config.seed)
-
-    def reset_parameters(self, seed: int) -> None:
-        """Every weight from one CPU generator, so a seed gives the same model on any device."""
-        generator = torch.Generator().manual_seed(seed)
-        out_scale = (2 * len(self.layers)) ** -0.5
-        with torch.no_grad():
-            self.embedding.weight.normal_(0.0, EMBEDDING_STD, generator=generator)
-            for block in self.layers:
-                block.norm.weight.fill_(1.0)
-                block.mixer.reset_parameters(generator, out_scale)
-            self.final_norm.weight.fill_(1.0)
+        self.mamba_layer_ids = [i for i, b in enumerate(layers) if isinstance(b.mixer, Mamba2Mixer)]
+        # the KV cache geometry; with no attention layer there is no KV cache, and 1 is a size
+        attention = [layers[i].mixer for i in self.attention_layer_ids]
+        self.num_kv_heads = attention[0].num_kv_heads if attention else 1
+        self.head_dim = attention[0].head_dim if attention else 1
 
     def mamba_state_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(conv_state shape, ssm_state shape) of ONE Mamba layer for ONE slot."""
-        return mamba_shape(self.config).state_shapes()
+        return self.mamba_shape.state_shapes()
 
     @property
     def device(self) -> torch.device:
         return self.embedding.weight.device
 
+    def _embed(self, token_ids: Tensor) -> Tensor:  # [...] -> [..., d]
+        h = self.embedding(token_ids.to(self.device))
+        return h if self.embedding_scale == 1.0 else h * self.embedding_scale
+
     def _logits(self, h: Tensor) -> Tensor:  # [..., d] -> [..., V] float32
-        return (self.final_norm(h) @ self.embedding.weight.t()).float()
+        head = self.embedding.weight if self.lm_head is None else self.lm_head.weight
+        logits = (self.final_norm(h) @ head.t()).float()
+        return logits if self.logits_divisor == 1.0 else logits / self.logits_divisor
 
     @torch.no_grad()
     def prefill(
@@ -141,25 +164,26 @@ class HybridModel(nn.Module):
             raise ValueError(f"save offsets {bad} lie outside 1..{length}")
         device = self.device
         write_slots, context_slots = write_slots.to(device), context_slots.to(device)
-        h = self.embedding(token_ids.to(device))  # [l, d]
+        h = self._embed(token_ids)  # [l, d]
         final_states: list[MambaState] = []
         saved: dict[int, list[MambaState]] = {o: [] for o in save_offsets}
         for i, block in enumerate(self.layers):
-            x = block.norm(h)
-            if isinstance(block.mixer, Attention):
+            x, mixer = block.norm(h), block.mixer
+            if isinstance(mixer, Attention):
                 cache = kv_caches[self.attention_layer_ids.index(i)]
-                h = h + block.mixer.prefill(x, start, cache, write_slots, context_slots)
-                continue
-            index = self.mamba_layer_ids.index(i)
-            state = (
-                mamba_states[index] if mamba_states is not None else block.mixer.zero_state(device)
-            )
-            state = (state[0].to(device), state[1].to(device))
-            out = block.mixer.prefill(x, state, save_offsets)
-            h = h + out.y
-            final_states.append(out.final_state)
-            for offset, layer_state in out.saved_states.items():
-                saved[offset].append(layer_state)
+                y = mixer.prefill(x, start, cache, write_slots, context_slots)
+            elif isinstance(mixer, Mamba2Mixer):
+                index = self.mamba_layer_ids.index(i)
+                state = mamba_states[index] if mamba_states is not None else None
+                state = mixer.zero_state(device) if state is None else state
+                out = mixer.prefill(x, (state[0].to(device), state[1].to(device)), save_offsets)
+                y = out.y
+                final_states.append(out.final_state)
+                for offset, layer_state in out.saved_states.items():
+                    saved[offset].append(layer_state)
+            else:  # a feed-forward block: no state
+                y = mixer(x)
+            h = block.add(h, y)
         return PrefillOutput(self._logits(h[-1]), final_states, saved)
 
     @torch.no_grad()
@@ -183,27 +207,66 @@ class HybridModel(nn.Module):
         device = self.device
         positions, write_slots = positions.to(device), write_slots.to(device)
         context_slots = [slots.to(device) for slots in context_slots]
-        h = self.embedding(token_ids.to(device))  # [b, d]
+        h = self._embed(token_ids)  # [b, d]
         new_states: list[MambaState] = []
         for i, block in enumerate(self.layers):
-            x = block.norm(h)
-            if isinstance(block.mixer, Attention):
+            x, mixer = block.norm(h), block.mixer
+            if isinstance(mixer, Attention):
                 cache = kv_caches[self.attention_layer_ids.index(i)]
-                h = h + block.mixer.decode(x, positions, cache, write_slots, context_slots)
-                continue
-            conv, ssm = mamba_states[self.mamba_layer_ids.index(i)]
-            y, state = block.mixer.step(x, (conv.to(device), ssm.to(device)))
-            h = h + y
-            new_states.append(state)
+                y = mixer.decode(x, positions, cache, write_slots, context_slots)
+            elif isinstance(mixer, Mamba2Mixer):
+                conv, ssm = mamba_states[self.mamba_layer_ids.index(i)]
+                y, state = mixer.step(x, (conv.to(device), ssm.to(device)))
+                new_states.append(state)
+            else:
+                y = mixer(x)
+            h = block.add(h, y)
         return DecodeOutput(self._logits(h), new_states)
 
     @torch.no_grad()
     def forward_reference(self, token_ids: Tensor) -> Tensor:
         """Whole sequence [l] -> logits [l, V] with no cache, Mamba via the sequential scan."""
-        h = self.embedding(token_ids.to(self.device))  # [l, d]
+        h = self._embed(token_ids)  # [l, d]
         for block in self.layers:
-            h = h + block.mixer.forward_reference(block.norm(h))
+            x, mixer = block.norm(h), block.mixer
+            stateful = isinstance(mixer, Attention | Mamba2Mixer)
+            h = block.add(h, mixer.forward_reference(x) if stateful else mixer(x))
         return self._logits(h)
+
+
+class HybridModel(HybridStack):
+    """Junction's built-in model: `config`'s shape, weights from `config.seed`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        d = config.d_model
+        attention_ids = attention_layer_ids(config.num_layers, config.num_attention_layers)
+        theta = float(config.extra.get("rope_theta", 10000))
+        shape = mamba_shape(config)
+        layers = [
+            Block(
+                Attention(d, config.num_heads, config.num_kv_heads, theta)
+                if i in attention_ids
+                else Mamba2Mixer(shape),
+                d,
+            )
+            for i in range(config.num_layers)
+        ]
+        super().__init__(config.vocab_size, d, layers, shape)
+        self.config = config
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = d // config.num_heads
+        self.reset_parameters(config.seed)
+
+    def reset_parameters(self, seed: int) -> None:
+        """Every weight from one CPU generator, so a seed gives the same model on any device."""
+        generator = torch.Generator().manual_seed(seed)
+        out_scale = (2 * len(self.layers)) ** -0.5
+        with torch.no_grad():
+            self.embedding.weight.normal_(0.0, EMBEDDING_STD, generator=generator)
+            for block in self.layers:
+                block.norm.weight.fill_(1.0)
+                block.mixer.reset_parameters(generator, out_scale)
+            self.final_norm.weight.fill_(1.0)
 
     def save(self, path: str) -> None:
         tensors = {name: t.detach().cpu().contiguous() for name, t in self.state_dict().items()}
@@ -229,19 +292,3 @@ class HybridModel(nn.Module):
                 )
         model.load_state_dict(found)
         return model
-
-
-def resolve_device(config: ModelConfig) -> torch.device:
-    if config.device is not None:
-        return torch.device(config.device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def build_model(config: ModelConfig) -> HybridModel:
-    """From `config.weights_path` if set, else from the seed; on the device and dtype, eval."""
-    if config.weights_path:
-        model = HybridModel.load(config, config.weights_path)
-    else:
-        model = HybridModel(config)
-    dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
-    return model.to(device=resolve_device(config), dtype=dtype).eval()

@@ -2,7 +2,7 @@
 
 Glossary:
     l   tokens of a chunk           b   sequences stepping together in decode
-    d   model width                 e   inner width = expand * d = h * p
+    d   model width                 e   inner width = h * p (expand * d unless h is given)
     h   SSM heads                   p   head dim (headdim)
     g   groups of B/C (ngroups)     n   state size (d_state)
     k   conv width (d_conv)         m   conv channels = e + 2 * g * n (x, B and C)
@@ -39,14 +39,15 @@ class MambaShape(NamedTuple):
     ngroups: int = 1
     d_conv: int = 4
     chunk_size: int = 64
+    nheads: int | None = None  # h when given (e = h * p); else h = expand * d / p
 
     @property
     def e(self) -> int:
-        return self.expand * self.d
+        return self.nheads * self.headdim if self.nheads is not None else self.expand * self.d
 
     @property
     def h(self) -> int:
-        return self.e // self.headdim
+        return self.nheads if self.nheads is not None else self.e // self.headdim
 
     @property
     def m(self) -> int:
@@ -64,7 +65,23 @@ class MambaPrefill(NamedTuple):
 
 
 class Mamba2Mixer(nn.Module):
-    def __init__(self, shape: MambaShape) -> None:
+    """The mixer. Checkpoint details: `bias` on in_proj and out_proj, `conv_bias`, the gated
+    norm's `norm_eps` and `norm_groups`, and `dt_limit`, the clamp on dt after softplus.
+
+    The clamp runs in every path (transformers clamps only in its chunked scan), so a token
+    leaves the same state whether it was prefilled or decoded, and cached states stay exact.
+    """
+
+    def __init__(
+        self,
+        shape: MambaShape,
+        *,
+        bias: bool = False,
+        conv_bias: bool = True,
+        norm_eps: float = 1e-5,
+        norm_groups: int = 1,
+        dt_limit: tuple[float, float] = (0.0, math.inf),
+    ) -> None:
         super().__init__()
         if shape.e % shape.headdim:
             raise ValueError(f"inner width {shape.e} is not a multiple of headdim {shape.headdim}")
@@ -72,16 +89,17 @@ class Mamba2Mixer(nn.Module):
             raise ValueError(f"{shape.h} SSM heads do not split into {shape.ngroups} groups")
         self.shape = shape
         self.e, self.h, self.m = shape.e, shape.h, shape.m
+        self.dt_limit = dt_limit
         self.in_proj = nn.Linear(
-            shape.d, 2 * self.e + 2 * shape.ngroups * shape.d_state + self.h, bias=False
+            shape.d, 2 * self.e + 2 * shape.ngroups * shape.d_state + self.h, bias=bias
         )  # u -> [z, x, B, C, dt]
         self.conv_weight = nn.Parameter(torch.empty(self.m, shape.d_conv))
-        self.conv_bias = nn.Parameter(torch.zeros(self.m))
+        self.conv_bias = nn.Parameter(torch.zeros(self.m)) if conv_bias else None
         self.dt_bias = nn.Parameter(torch.empty(self.h))
         self.A_log = nn.Parameter(torch.empty(self.h))
         self.D = nn.Parameter(torch.ones(self.h))
-        self.norm = GatedRMSNorm(self.e)
-        self.out_proj = nn.Linear(self.e, shape.d, bias=False)
+        self.norm = GatedRMSNorm(self.e, norm_eps, norm_groups)
+        self.out_proj = nn.Linear(self.e, shape.d, bias=bias)
 
     def reset_parameters(self, generator: torch.Generator, out_scale: float) -> None:
         """Seeded init. `out_scale` shrinks out_proj so the residual stream grows slowly."""
@@ -89,7 +107,8 @@ class Mamba2Mixer(nn.Module):
         with torch.no_grad():
             self.in_proj.weight.normal_(0.0, s.d**-0.5, generator=generator)
             self.conv_weight.uniform_(-1.0, 1.0, generator=generator).mul_(s.d_conv**-0.5)
-            self.conv_bias.zero_()
+            if self.conv_bias is not None:
+                self.conv_bias.zero_()
             # dt log-uniform in [1e-3, 1e-1] at zero input; dt_bias is its inverse softplus.
             u = torch.rand(self.h, generator=generator)
             dt = torch.exp(u * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
@@ -122,7 +141,7 @@ class Mamba2Mixer(nn.Module):
         B = B.reshape(*lead, s.ngroups, s.d_state).repeat_interleave(heads_per_group, dim=-2)
         C = C.reshape(*lead, s.ngroups, s.d_state).repeat_interleave(heads_per_group, dim=-2)
         dt = F.softplus(dt_raw.float() + self.dt_bias.float())  # [..., h]
-        return x, dt, B, C
+        return x, dt.clamp(*self.dt_limit), B, C
 
     def _output(self, y: Tensor, x: Tensor, z: Tensor) -> Tensor:
         """Scan output y [..., h, p] + D skip, gate with z [..., e], project to [..., d]."""
@@ -181,7 +200,9 @@ class Mamba2Mixer(nn.Module):
         """One token per sequence: u [b, d], conv [b, m, k - 1], ssm [b, h, p, n]."""
         z, xBC, dt_raw = self._split(self.in_proj(u))  # [b, e], [b, m], [b, h]
         window = torch.cat((state[0].to(xBC.dtype), xBC[:, :, None]), dim=2)  # [b, m, k]
-        conv = (window * self.conv_weight).sum(dim=-1) + self.conv_bias  # [b, m]
+        conv = (window * self.conv_weight).sum(dim=-1)  # [b, m]
+        if self.conv_bias is not None:
+            conv = conv + self.conv_bias
         x, dt, B, C = self._ssm_inputs(F.silu(conv), dt_raw)  # [b, h, p], [b, h], [b, h, n]
         A = -torch.exp(self.A_log.float())  # [h]
         y, ssm = ssm_step(state[1].float(), x, dt, A, B, C)  # [b, h, p], [b, h, p, n]

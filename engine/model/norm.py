@@ -32,14 +32,20 @@ class RMSNorm(nn.Module):
 class GatedRMSNorm(nn.Module):
     """Mamba-2's output norm: gate first, then normalise, `weight * norm(y * silu(z))`.
 
-    With one group the norm runs over the whole inner width.
+    With one group the norm runs over the whole inner width; with `groups` of them, over each
+    contiguous `d / groups` slice on its own (Nemotron-H normalises per B/C group).
     """
 
-    def __init__(self, d: int, eps: float = 1e-5) -> None:
+    def __init__(self, d: int, eps: float = 1e-5, groups: int = 1) -> None:
         super().__init__()
+        if d % groups:
+            raise ValueError(f"gated norm width {d} does not split into {groups} groups")
         self.eps = eps
+        self.groups = groups
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:  # [..., d], [..., d] -> [..., d]
         gated = y.float() * F.silu(z.float())
-        return (rms_normalize(gated, self.eps) * self.weight.float()).to(y.dtype)
+        grouped = gated.unflatten(-1, (self.groups, -1))  # [..., groups, d / groups]
+        normed = rms_normalize(grouped, self.eps).flatten(-2)  # [..., d]
+        return (normed * self.weight.float()).to(y.dtype)

@@ -1,6 +1,7 @@
 """Rotary position embedding applied at explicit integer positions.
 
-Glossary: `l` tokens, `h` heads, `dh` head dim (even), `f = dh / 2` frequencies.
+Glossary: `l` tokens, `h` heads, `dh` head dim, `r` rotated dims (even, <= dh; all of them
+unless the model rotates only part of each head), `f = r / 2` frequencies.
 
 A chunk prefilled from `start` and a decode step at `position` must rotate a key exactly as
 the whole-sequence reference does, so the angles depend only on the absolute position. They are
@@ -15,13 +16,21 @@ from torch import Tensor
 
 
 class RotaryEmbedding:
-    """Rotate-half RoPE: pairs `(x[i], x[i + f])` turn by `position * theta^(-2i / dh)`."""
+    """Rotate-half RoPE on the first `r` dims: pairs `(x[i], x[i + f])` turn by
+    `position * theta^(-2i / r)`; dims `r ..` pass through unturned."""
 
-    def __init__(self, head_dim: int, theta: float = 10000.0) -> None:
-        if head_dim % 2:
-            raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+    def __init__(
+        self, head_dim: int, theta: float = 10000.0, rotary_dim: int | None = None
+    ) -> None:
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
+            raise ValueError(
+                f"RoPE needs an even rotary_dim in (0, head_dim {head_dim}], got {rotary_dim}"
+            )
         self.head_dim = head_dim
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # [f]
+        self.rotary_dim = rotary_dim
+        # on the CPU even when a model is built on the meta device: these are not weights
+        exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64, device="cpu") / rotary_dim
         self.inv_freq = theta**-exponents  # [f]
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -35,6 +44,9 @@ class RotaryEmbedding:
         cos, sin = self.cos_sin(positions)
         cos = cos[:, None, :].to(torch.float32)  # [l, 1, f]
         sin = sin[:, None, :].to(torch.float32)  # [l, 1, f]
-        x1, x2 = x.float().chunk(2, dim=-1)  # [l, h, f] each
-        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # [l, h, dh]
+        xf = x.float()
+        x1, x2 = xf[..., : self.rotary_dim].chunk(2, dim=-1)  # [l, h, f] each
+        rotated = torch.cat(
+            (x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., self.rotary_dim :]), dim=-1
+        )  # [l, h, dh]
         return rotated.to(x.dtype)

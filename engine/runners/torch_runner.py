@@ -17,7 +17,7 @@ import torch
 from engine.cache.coordinator import ATTENTION
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig, ModelConfig
-from engine.model.hybrid import build_model
+from engine.model.build import build_model
 from engine.outputs import RunnerOutput, ScheduledChunk
 from engine.runners.base import Runner
 from engine.sampling import sample

@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from engine.model.tokenizer import Tokenizer
+from engine.model_card import model_card
 from engine.server.async_engine import AsyncEngine
 from engine.server.deps import ServerState
 from engine.server.errors import install_error_handlers
@@ -24,10 +26,19 @@ def create_app(
     async_engine: AsyncEngine,
     model_name: str | None = None,
     publisher: EventPublisher | None = None,
+    tokenizer: Tokenizer | None = None,
+    card: dict | None = None,
 ) -> FastAPI:
     """`model_name` is the name clients must send (default: the engine's model config);
-    `publisher`, the engine's stream to a control plane, if any, shows in `/metrics`."""
-    model_name = model_name or async_engine.engine.model_config.name
+    `publisher`, the engine's stream to a control plane, if any, shows in `/metrics`;
+    `tokenizer` and `card` (`/v1/models`' details) default to the engine's model's."""
+    engine = async_engine.engine
+    model_name = model_name or engine.model_config.name
+    if tokenizer is None:
+        from engine.model.hf.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(engine.model_config.model_dir)
+    card = card or model_card(engine.model_config, engine.cache_config)
     metrics = ServerMetrics(
         num_in_flight=lambda: async_engine.num_in_flight,
         publisher_stats=publisher.stats if publisher is not None else None,
@@ -47,7 +58,9 @@ def create_app(
         summary="OpenAI-compatible server of a hybrid attention + Mamba prefix-cache engine",
         lifespan=lifespan,
     )
-    app.state.server = ServerState(async_engine, model_name, metrics)
+    app.state.server = ServerState(
+        async_engine, model_name, metrics, tokenizer, {**card, "name": model_name}
+    )
     install_error_handlers(app)
     for module in (completions, chat, models, ops):
         app.include_router(module.router)

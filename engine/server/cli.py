@@ -14,7 +14,6 @@ from engine.options import (
     add_cache_options,
     add_model_options,
     configs_from_args,
-    model_config_from_args,
 )
 from engine.server.streaming import (
     add_control_plane_options,
@@ -23,38 +22,44 @@ from engine.server.streaming import (
     make_publisher,
 )
 
-DEFAULT_MODEL_NAME = "junction-hybrid-tiny"
-
 
 def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="run the engine behind an OpenAI-compatible server")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
-        "--model-name", default=DEFAULT_MODEL_NAME, help="the model name clients must send"
+        "--model-name",
+        default=None,
+        help="the model name clients must send (default: the --model directory's name, or "
+        "junction-hybrid-tiny)",
     )
     add_control_plane_options(serve)
     serve.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
-    add_cache_options(serve)
+    # a server runs the model; 512 Mamba slots keep the built-in's state pool near 200 MB
+    add_cache_options(serve, num_mamba_blocks=512)
     add_model_options(serve)
-    # a server runs the model; 512 Mamba slots keep its state pool near 200 MB by default
-    serve.set_defaults(func=cmd_serve, runner="torch", num_mamba_blocks=512)
+    serve.set_defaults(func=cmd_serve, runner="torch")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from engine.model.hf.tokenizer import load_tokenizer
+    from engine.model_card import describe, model_card
+
     try:
-        cache, scheduler = configs_from_args(args)
-        model = model_config_from_args(args)
-    except ValueError as exc:
+        cache, scheduler, model = configs_from_args(args)
+        tokenizer = load_tokenizer(model.model_dir)
+        card = model_card(model, cache)
+    except (ValueError, OSError) as exc:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     publisher = None
     if args.control_plane:
-        publisher = make_publisher(args, args.model_name)
+        publisher = make_publisher(args, card)
         if publisher is None:
             return EXIT_BAD_INPUT
+    print(f"junction serve: {describe(card)}", file=sys.stderr, flush=True)
 
     import uvicorn
 
@@ -70,9 +75,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async_engine = AsyncEngine(engine)
     if publisher is not None:
         # the listener runs on the engine loop's thread; `call` reaches it while it is idle
-        connect(publisher, engine, wake=async_engine.submit, call_on_engine=async_engine.call)
+        connect(
+            publisher,
+            engine,
+            tokenizer,
+            wake=async_engine.submit,
+            call_on_engine=async_engine.call,
+        )
         print(f"junction serve: streaming cache events to {publisher.url}", file=sys.stderr)
-    app = create_app(async_engine, args.model_name, publisher)
+    app = create_app(async_engine, model.name, publisher, tokenizer, card)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:

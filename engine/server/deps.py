@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from engine.model.tokenizer import Tokenizer
 from engine.server.async_engine import AsyncEngine
 from engine.server.metrics import ServerMetrics
 
@@ -17,6 +18,8 @@ class ServerState:
     async_engine: AsyncEngine
     model_name: str
     metrics: ServerMetrics
+    tokenizer: Tokenizer
+    model_card: dict  # what `/v1/models` says of the model beyond its name
     created: int = field(default_factory=lambda: int(time()))
 
 

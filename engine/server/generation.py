@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from starlette.requests import Request as HttpRequest
 
-from engine.model.tokenizer import EOS_ID
+from engine.model.tokenizer import Detokenizer
 from engine.request import SamplingParams
 from engine.server.deps import ServerState
 from engine.server.errors import OpenAIError, from_engine_error
@@ -35,8 +35,11 @@ def check_model(requested: str, served: str) -> None:
         )
 
 
-def sampling_params(fields: SamplingFields, max_tokens: int | None) -> SamplingParams:
-    """The engine's sampling parameters, each bad value reported under its own name."""
+def sampling_params(
+    fields: SamplingFields, max_tokens: int | None, stop_token_ids: tuple[int, ...]
+) -> SamplingParams:
+    """The engine's sampling parameters, each bad value reported under its own name; generation
+    ends at any of the tokenizer's `stop_token_ids`."""
     if fields.n not in (None, 1):
         raise OpenAIError(f"n must be 1 (one choice a request), got {fields.n}", param="n")
     max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
@@ -53,14 +56,20 @@ def sampling_params(fields: SamplingFields, max_tokens: int | None) -> SamplingP
         temperature=temperature,
         top_p=top_p,
         seed=fields.seed,
-        stop_token_ids=(EOS_ID,),
+        stop_token_ids=stop_token_ids,
     )
 
 
 class Generation:
-    def __init__(self, stream: RequestStream, num_prompt_tokens: int, stop: Sequence[str]):
+    def __init__(
+        self,
+        stream: RequestStream,
+        num_prompt_tokens: int,
+        stop: Sequence[str],
+        detokenizer: Detokenizer,
+    ) -> None:
         self.stream = stream
-        self.text_stream = TextStream(stop)
+        self.text_stream = TextStream(stop, detokenizer)
         self.num_prompt_tokens = num_prompt_tokens
         self.num_completion_tokens = 0
         self.num_cached_tokens = 0
@@ -140,4 +149,4 @@ async def start_generation(
     except (RequestRejected, EngineDeadError) as exc:
         raise from_engine_error(exc) from exc
     state.metrics.requests.inc()
-    return Generation(stream, len(prompt_token_ids), stop)
+    return Generation(stream, len(prompt_token_ids), stop, state.tokenizer.detokenizer())

@@ -22,7 +22,6 @@ from engine.options import (
     add_cache_options,
     add_model_options,
     configs_from_args,
-    model_config_from_args,
 )
 from engine.server.streaming import (
     add_control_plane_options,
@@ -71,20 +70,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     try:
-        cache, scheduler = configs_from_args(args)
+        configs = configs_from_args(args)
         num_items = scan_trace(args.trace)  # the whole trace is valid before anything runs
     except (ValueError, TraceError) as exc:
         print(f"junction replay: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     with contextlib.ExitStack() as outputs:
         try:
-            return _run_replay(args, cache, scheduler, iter_trace(args.trace), num_items, outputs)
+            return _run_replay(args, configs, iter_trace(args.trace), num_items, outputs)
         except BrokenPipeError:  # `junction replay ... | head`: the reader has what it wanted
             sys.stderr.close()
             return 0
 
 
-def _run_replay(args, cache, scheduler, items, num_items: int, outputs) -> int:
+def _run_replay(args, configs, items, num_items: int, outputs) -> int:
     """The replay itself: events go to `--events-out`, the control plane, or nowhere (then the
     engine builds none); records stream to `--out` or a spool for stdout, never into a list."""
     from tqdm import tqdm
@@ -103,9 +102,7 @@ def _run_replay(args, cache, scheduler, items, num_items: int, outputs) -> int:
         sink = NullSink()
     try:
         engine = Engine(
-            cache,
-            scheduler,
-            model_config_from_args(args),
+            *configs,
             runner=args.runner,
             sink=sink,
             engine_id=args.engine_id,
@@ -115,10 +112,13 @@ def _run_replay(args, cache, scheduler, items, num_items: int, outputs) -> int:
         return EXIT_BAD_INPUT
     publisher = None
     if args.control_plane:
-        publisher = make_publisher(args, engine.model_config.name)
+        from engine.model.hf.tokenizer import load_tokenizer
+        from engine.model_card import model_card
+
+        publisher = make_publisher(args, model_card(configs.model, configs.cache))
         if publisher is None:
             return EXIT_BAD_INPUT
-        connect(publisher, engine)
+        connect(publisher, engine, load_tokenizer(configs.model.model_dir))
     progress = tqdm(total=num_items, unit="line", disable=args.quiet or None, file=sys.stderr)
     summary = ReplaySummary()
     records = replay_records(

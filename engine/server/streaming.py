@@ -48,9 +48,10 @@ def add_control_plane_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def make_publisher(args: argparse.Namespace, model_name: str):
-    """An `EventPublisher` to `--control-plane` (not yet attached), or None and a message when
-    the options are wrong. Imported here, so a command without a control plane stays web-free."""
+def make_publisher(args: argparse.Namespace, model: dict):
+    """An `EventPublisher` to `--control-plane` (not yet attached) whose hello carries `model`
+    (the model card), or None and a message when the options are wrong. Imported here, so a
+    command without a control plane stays web-free."""
     from engine.server.publisher import EventPublisher
 
     if not args.token:
@@ -73,7 +74,7 @@ def make_publisher(args: argparse.Namespace, model_name: str):
         publisher = EventPublisher(
             args.control_plane,
             args.token,
-            model={"name": model_name},
+            model=model,
             max_bytes=args.outbox_bytes,
             max_batches=args.outbox_batches,
         )
@@ -83,13 +84,16 @@ def make_publisher(args: argparse.Namespace, model_name: str):
     return publisher
 
 
-def connect(publisher, engine, wake: Callable | None = None, call_on_engine=None) -> None:
+def connect(
+    publisher, engine, tokenizer, wake: Callable | None = None, call_on_engine=None
+) -> None:
     """Stream `engine`'s events through `publisher`, and apply the control plane's commands on
-    the engine's thread (`wake` rouses an idle engine loop; `call_on_engine` runs a call on
-    it, for an engine whose steps run on a thread of their own)."""
+    the engine's thread, a pin's messages rendered by `tokenizer` (`wake` rouses an idle
+    engine loop; `call_on_engine` runs a call on it, for an engine whose steps run on a thread
+    of their own)."""
     from engine.server.commands import CommandQueue
 
-    commands = CommandQueue(wake=wake)
+    commands = CommandQueue(wake=wake, tokenizer=tokenizer)
     commands.attach(engine)
     publisher.on_command = commands.on_command
     publisher.attach(engine, call_on_engine=call_on_engine)

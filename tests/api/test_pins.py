@@ -185,7 +185,12 @@ def test_create_list_show_release(client: TestClient, wire) -> None:
         assert command == {
             "type": "command",
             "command": "pin",
-            "payload": {"pin_id": created["pin_id"], "token_ids": tokens, "cache_salt": None},
+            "payload": {
+                "pin_id": created["pin_id"],
+                "token_ids": tokens,
+                "cache_salt": None,
+                "text": SYSTEM,
+            },
         }
     shown = get_pin(client, created["pin_id"])
     assert (shown["state"], states(shown)) == (
@@ -312,6 +317,25 @@ def test_commands_again_after_a_reconnect_and_a_restart(client: TestClient, wire
     assert pin_commands(restarted.serve()) == [("pin", second["pin_id"]), ("pin", first["pin_id"])]
     assert states(get_pin(client, first["pin_id"])) == {"e1": "materialized"}
     assert states(get_pin(client, doomed["pin_id"])) == {"e1": "released"}
+
+
+def test_text_and_messages_travel_with_every_command_for_the_engine_to_tokenize(
+    client: TestClient, wire
+) -> None:
+    """An engine of a checkpoint has its own tokenizer and template: the command carries the
+    text or the messages, the first time and in the resend after a restart."""
+    engine = wire(ledger("e1"))
+    messages = [{"role": "system", "content": SYSTEM}]
+    by_text = post_pin(client, {"prefix": {"text": SYSTEM}, "label": "text"})
+    by_messages = post_pin(client, {"prefix": {"messages": messages}, "label": "chat"})
+    sent = {c["payload"]["pin_id"]: c["payload"] for c in engine.serve()}
+    assert sent[by_text["pin_id"]]["text"] == SYSTEM and "messages" not in sent[by_text["pin_id"]]
+    assert sent[by_messages["pin_id"]]["messages"] == messages
+    engine.close()
+    restarted = wire(ledger("e1"))
+    resent = {c["payload"]["pin_id"]: c["payload"] for c in restarted.serve()}
+    assert resent[by_text["pin_id"]]["text"] == SYSTEM
+    assert resent[by_messages["pin_id"]]["messages"] == messages
 
 
 def test_a_late_engine_gets_the_all_pins_that_fit_it(client: TestClient, wire) -> None:

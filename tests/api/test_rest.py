@@ -51,7 +51,7 @@ def test_engines(client: TestClient, engine_run: Engine, ingested, base: str) ->
 
 
 @pytest.mark.parametrize(
-    "path", ["", "/blocks", "/requests", "/requests/req-0", "/hit-rate"], ids=str
+    "path", ["", "/blocks", "/requests", "/requests/req-0", "/hit-rate", "/attribution"], ids=str
 )
 def test_unknown_engine_is_a_404(client: TestClient, path: str) -> None:
     assert error(client.get(f"{V1}/engines/ghost{path}"), 404) == "engine 'ghost' not found"
@@ -113,7 +113,9 @@ def test_requests_newest_first(client: TestClient, events, ingested, base) -> No
     assert second["requests"] == listed[2:5]
     one = client.get(f"{base}/requests/req-3").json()
     event = next(e for e in finished if e["request_id"] == "req-3")
-    left_out = ("type", "junction_token_ids")  # prompt tokens: only the suggested junctions'
+    # prompt tokens: only the suggested junctions'; unit hashes: never (the store salts them)
+    left_out = ("type", "junction_token_ids", "unit_hashes")
+    assert "unit_hashes" not in one and one["attribution"]["state"] == "attributed"
     assert {k: one[k] for k in event if k not in left_out} == {
         k: [list(c) for c in v] if k == "chunks" else v
         for k, v in event.items()
@@ -164,7 +166,9 @@ def test_events_after_a_seq(client: TestClient, engine_run, events, ingested) ->
         after = page["next_after_seq"]
     assert [b["seq"] for b in seen] == list(range(len(ingested)))
     assert [e["type"] for b in seen for e in b["events"]] == [e["type"] for e in events]
-    assert seen[0]["events"][0] == events[0]
+    assert events[0]["type"] == "PinUpdated" and events[0]["unit_hashes"]
+    assert "unit_hashes" not in seen[0]["events"][0]  # the store keeps none, serves none
+    assert seen[0]["events"][0] == {k: v for k, v in events[0].items() if k != "unit_hashes"}
     everything = client.get(f"{V1}/events", params={"limit": 1000}).json()
     assert len(everything["batches"]) == len(ingested)
     other_epoch = client.get(f"{V1}/events", params={"engine_id": "engine-test", "epoch": 1})
@@ -239,6 +243,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/api/v1/engines/{engine_id}/requests/{request_id}",
         "/api/v1/engines/{engine_id}/dead-letters",
         "/api/v1/engines/{engine_id}/hit-rate",
+        "/api/v1/engines/{engine_id}/attribution",
         "/api/v1/events",
         "/api/v1/pins",
         "/api/v1/pins/{pin_id}",

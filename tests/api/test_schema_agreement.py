@@ -8,16 +8,20 @@ import json
 
 import msgspec
 
-from api.models import Block, Request
-from api.schemas import BlockOut, RequestOut
-from engine.events import EVENT_TYPES, BlockRow, CacheEvent, Event, RequestFinished
+from api.misses import REASONS, MatchStop
+from api.models import Attribution, Block, HitRateBucket, Request
+from api.schemas import BlockOut, MatchStopOut, RequestOut
+from engine.events import EVENT_TYPES, STOP_REASONS, BlockRow, CacheEvent, Event, RequestFinished
+from engine.events import MatchStop as EngineMatchStop
 from engine.wire import Batch, decode, encode
 
 # Fields the REST request model and the table add to the event: whose and which epoch.
 REQUEST_CONTEXT = {"engine_id", "epoch"}
 # Fields of `RequestFinished` left out of the REST model on purpose: the prompt's tokens, which
-# only the suggested junctions return (the table keeps them to rank those).
-REST_OMITTED = {"junction_token_ids"}
+# only the suggested junctions return (the table keeps them to rank those), and the raw unit
+# hashes, which the store never keeps (`shared_units` holds salted ones).
+REST_OMITTED = {"junction_token_ids", "unit_hashes"}
+TABLE_OMITTED = {"unit_hashes"}
 
 
 def fields(cls: type[msgspec.Struct]) -> set[str]:
@@ -37,11 +41,21 @@ def test_every_event_is_tagged_with_its_type():
 
 def test_the_rest_request_model_covers_request_finished():
     event = fields(RequestFinished) - REST_OMITTED
-    assert set(RequestOut.model_fields) == event | REQUEST_CONTEXT
+    assert set(RequestOut.model_fields) == event | REQUEST_CONTEXT | {"attribution"}
 
 
 def test_the_requests_table_covers_request_finished():
-    assert columns(Request) == fields(RequestFinished) | REQUEST_CONTEXT | {"id"}
+    event = fields(RequestFinished) - TABLE_OMITTED
+    assert columns(Request) == event | REQUEST_CONTEXT | {"id"}
+
+
+def test_match_stop_and_miss_reasons_agree_everywhere():
+    """The engine's `MatchStop`, the store's reading of it, its REST model; the reasons of the
+    REST models, the attribution table and the buckets."""
+    assert fields(EngineMatchStop) == set(MatchStop._fields) == set(MatchStopOut.model_fields)
+    assert set(MatchStopOut.model_fields["reason"].annotation.__args__) == set(STOP_REASONS)
+    missed = {f"missed_{reason}" for reason in REASONS}
+    assert missed <= columns(Attribution) and missed <= columns(HitRateBucket)
 
 
 def test_the_block_row_the_pool_the_rest_model_and_the_table_agree(engine_run):

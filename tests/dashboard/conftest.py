@@ -55,8 +55,15 @@ def seed_trace() -> list[dict]:
     return lines
 
 
-def replay(api_url: str, trace: Path, out: Path, engine_id: str = REPLAY_ENGINE) -> list[dict]:
-    """`junction replay` of `trace` streaming to `api_url`; returns its output lines."""
+def replay(
+    api_url: str,
+    trace: Path,
+    out: Path,
+    engine_id: str = REPLAY_ENGINE,
+    options: tuple[str, ...] = (),
+) -> list[dict]:
+    """`junction replay` of `trace` streaming to `api_url`, with `GEOMETRY` then `options`
+    (a later option wins); returns its output lines."""
     command = [
         sys.executable,
         "-m",
@@ -68,6 +75,7 @@ def replay(api_url: str, trace: Path, out: Path, engine_id: str = REPLAY_ENGINE)
         *GEOMETRY,
         "--concurrency",
         "2",
+        *options,
         "--engine-id",
         engine_id,
         "--control-plane",

@@ -3,7 +3,9 @@
 (Debian's package, driven by Playwright). Every page renders and is saved as a
 screenshot (in a temporary folder; `JUNCTION_SCREENSHOTS_DIR=docs/screenshots` refreshes the
 README's); a prefix pinned through the form becomes materialized on the live engine;
-the block table of a 100,000-block engine renders in under 3 seconds."""
+the block table of a 100,000-block engine renders in under 3 seconds. The miss attribution's
+views (the Overview's stacked reasons and remedies, the Requests page's reasons) render for an
+engine that replayed the known cases."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 
 from tests.api.processes import AUTH, TOKEN, Serve, free_port
 from tests.dashboard.conftest import Stack, chromium_or_skip
+from tests.dashboard.test_attribution_pages import ATTRIBUTION_ENGINE, ensure_attribution_engine
 from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
 from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
@@ -199,5 +202,45 @@ def test_the_dashboard_in_a_browser(
             print(f"\nblock tables page at 100,000 blocks rendered in {elapsed:.2f} s")
             page.wait_for_timeout(1000)
             shoot(page, screenshots, "block_tables_100k")  # the time is printed, not asserted
+        finally:
+            browser.close()
+
+
+def pause_live_refresh(page) -> None:
+    """Pause the live refresh: a rerun neither closes an open drop-down nor fades the page
+    while a shot is taken."""
+    page.get_by_text("Pause live refresh").click()
+    page.get_by_text("Paused.").first.wait_for(timeout=30_000)
+
+
+def test_the_attribution_views_in_a_browser(
+    chromium: str, stack: Stack, dashboard_url: str, screenshots: Path, tmp_path: Path
+):
+    from playwright.sync_api import sync_playwright
+
+    ensure_attribution_engine(stack, tmp_path)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:  # tall, so a shot holds the section below the hit rate (the page scrolls inside)
+            page = browser.new_page(viewport={"width": 1440, "height": 2300})
+            page.goto(f"{dashboard_url}/?engine={ATTRIBUTION_ENGINE}")
+            page.get_by_text("Why shared tokens missed").first.wait_for(timeout=60_000)
+            pause_live_refresh(page)
+            page.get_by_text("the remedy would have saved").first.wait_for(timeout=30_000)
+            page.get_by_text("Pin these boundaries").first.wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").nth(3).wait_for(timeout=30_000)
+            page.wait_for_timeout(1500)
+            shoot(page, screenshots, "overview_attribution")
+
+            page.goto(f"{dashboard_url}/requests?engine={ATTRIBUTION_ENGINE}")
+            shown = page.get_by_text("What each request shared, hit and missed")
+            shown.first.wait_for(timeout=30_000)
+            pause_live_refresh(page)
+            page.get_by_label("Request (its reasons, remedies and prefill timeline)").click()
+            page.get_by_role("option", name="n2", exact=True).click()
+            page.get_by_text("Pin this boundary (token 96)").first.wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
+            page.wait_for_timeout(1500)
+            shoot(page, screenshots, "requests_attribution")
         finally:
             browser.close()

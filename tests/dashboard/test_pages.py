@@ -232,7 +232,7 @@ def test_requests_list_and_chunk_timeline(dashboard_env: Stack):
     at.selectbox(key="requests_one").select("q1").run()
     q1 = next(r for r in page["requests"] if r["request_id"] == "q1")
     assert f"hit {q1['num_cached_tokens']:,}, computed {q1['num_computed_tokens']:,}" in texts(at)
-    (fig,) = figures(at)
+    fig = figures(at)[-1]  # the chunk timeline, after the requests' attribution
     reasons = {trace["name"] for trace in fig["data"]}
     assert reasons == {"cached (hit)", *q1["chunk_stop_reasons"]}
     assert fig["layout"]["xaxis"]["title"]["text"] == "prompt position (tokens)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pytest
 
@@ -74,3 +75,20 @@ class CacheBuilder:
 @pytest.fixture
 def cache_builder():
     return CacheBuilder
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    """Small Hugging Face checkpoints, one per variant, built once for the session."""
+    from tests.engine.model.hf_checkpoints import CheckpointCache
+
+    return CheckpointCache(tmp_path_factory.mktemp("hf"))
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One torch thread for a module of checkpoint tests (two fight on a shared machine)."""
+    from tests.engine.model.hf_checkpoints import one_torch_thread
+
+    with one_torch_thread():
+        yield

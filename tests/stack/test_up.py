@@ -52,6 +52,15 @@ class Up:
     def log(self) -> str:
         return "\n".join(self.lines)
 
+    def interrupt(self) -> int:
+        """Ctrl-C, as a user stops it; its exit code (killed, and raised, after 90 s)."""
+        self.process.send_signal(signal.SIGINT)
+        try:
+            return self.process.wait(90)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+
     def pids(self) -> dict[str, int]:
         found = (re.search(r"^\s*(\w+) \| started \(pid (\d+)\)", line) for line in self.lines)
         return {m.group(1): int(m.group(2)) for m in found if m}
@@ -135,12 +144,7 @@ def test_junction_up_runs_everything_and_stops_on_ctrl_c(tmp_path: Path) -> None
         assert dashboard.status_code == 200
     finally:
         pids = up.pids()
-        up.process.send_signal(signal.SIGINT)
-        try:
-            code = up.process.wait(90)
-        except subprocess.TimeoutExpired:
-            up.process.kill()
-            raise
+        code = up.interrupt()
     assert code == 0, up.log[-4000:]
     assert "every part stopped" in up.log
     deadline = time.monotonic() + 10

@@ -1,16 +1,16 @@
-"""`POST /v1/chat/completions`: messages rendered by the plain chat template, then generated
-like a completion; where each rendered message ends goes with it as a message checkpoint."""
+"""`POST /v1/chat/completions`: messages rendered by the model's chat template (the plain one
+of the byte tokenizer, or the checkpoint's own), then generated like a completion; where each
+rendered message ends goes with it as a message checkpoint."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import NamedTuple
 
 from fastapi import APIRouter, Request
 
-from engine.model.tokenizer import ByteTokenizer, message_ends, render_chat
+from engine.model.tokenizer import ChatPrompt, Tokenizer
 from engine.server.deps import StateDep
 from engine.server.errors import OpenAIError
 from engine.server.generation import Generation, check_model, sampling_params, start_generation
@@ -34,16 +34,14 @@ def _content(message: ChatMessage, index: int) -> str:
     return "".join(texts)
 
 
-class ChatPrompt(NamedTuple):
-    token_ids: list[int]
-    checkpoint_offsets: list[int]  # where each rendered message ends (the open header not)
-
-
-def chat_prompt(messages: list[ChatMessage]) -> ChatPrompt:
+def chat_prompt(tokenizer: Tokenizer, messages: list[ChatMessage]) -> ChatPrompt:
     if not messages:
         raise OpenAIError("messages must not be empty", param="messages")
     plain = [{"role": m.role, "content": _content(m, i)} for i, m in enumerate(messages)]
-    return ChatPrompt(ByteTokenizer().encode(render_chat(plain)), message_ends(plain))
+    try:
+        return tokenizer.chat_prompt(plain)
+    except ValueError as exc:  # no chat template, or the template refused the messages
+        raise OpenAIError(str(exc), param="messages") from exc
 
 
 @router.post("/chat/completions")
@@ -56,16 +54,16 @@ async def create_chat_completion(
     max_tokens = body.max_completion_tokens
     if max_tokens is None:
         max_tokens = body.max_tokens
-    sampling = sampling_params(body, max_tokens)
+    sampling = sampling_params(body, max_tokens, state.tokenizer.stop_token_ids)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    prompt = chat_prompt(body.messages)
+    prompt = chat_prompt(state.tokenizer, body.messages)
     generation = await start_generation(
         state,
         prompt.token_ids,
         sampling,
         body.stop_strings,
         completion_id,
-        prompt.checkpoint_offsets,
+        prompt.message_ends,
     )
     head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:

@@ -1,4 +1,4 @@
-"""`POST /v1/completions`: a prompt (text as bytes, or token ids) in, generated text out.
+"""`POST /v1/completions`: a prompt (text, or token ids) in, generated text out.
 
 The extension field `checkpoint_offsets` (token offsets where the prompt's chat messages end)
 asks the engine to keep the states there, as a chat request's rendered messages do."""
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
-from engine.model.tokenizer import VOCAB_SIZE, ByteTokenizer
+from engine.model.tokenizer import Tokenizer
 from engine.server.deps import StateDep
 from engine.server.errors import OpenAIError
 from engine.server.generation import Generation, check_model, sampling_params, start_generation
@@ -21,7 +21,9 @@ from engine.server.sse import sse_response
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
-def prompt_token_ids(prompt: str | list[int] | list[str] | list[list[int]]) -> list[int]:
+def prompt_token_ids(
+    tokenizer: Tokenizer, prompt: str | list[int] | list[str] | list[list[int]]
+) -> list[int]:
     if prompt and isinstance(prompt, list) and not isinstance(prompt[0], int):
         if len(prompt) != 1:
             raise OpenAIError(
@@ -30,10 +32,11 @@ def prompt_token_ids(prompt: str | list[int] | list[str] | list[list[int]]) -> l
             )
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return ByteTokenizer().encode(prompt)
-    bad = [t for t in prompt if not 0 <= t < VOCAB_SIZE]
+        return tokenizer.encode(prompt)
+    vocab_size = tokenizer.vocab_size
+    bad = [t for t in prompt if not 0 <= t < vocab_size]
     if bad:
-        raise OpenAIError(f"token ids must lie in [0, {VOCAB_SIZE}), got {bad[:5]}", param="prompt")
+        raise OpenAIError(f"token ids must lie in [0, {vocab_size}), got {bad[:5]}", param="prompt")
     return list(prompt)
 
 
@@ -56,9 +59,9 @@ async def create_completion(body: CompletionRequest, http_request: Request, stat
         raise OpenAIError("echo is not supported", param="echo")
     if body.logprobs is not None:
         raise OpenAIError("logprobs are not supported", param="logprobs")
-    sampling = sampling_params(body, body.max_tokens)
+    sampling = sampling_params(body, body.max_tokens, state.tokenizer.stop_token_ids)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
-    token_ids = prompt_token_ids(body.prompt)
+    token_ids = prompt_token_ids(state.tokenizer, body.prompt)
     offsets = checkpoint_offsets(body.checkpoint_offsets, len(token_ids))
     generation = await start_generation(
         state, token_ids, sampling, body.stop_strings, completion_id, offsets

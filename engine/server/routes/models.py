@@ -1,4 +1,5 @@
-"""`GET /v1/models`: the one model this engine serves."""
+"""`GET /v1/models`: the one model this engine serves, with where it comes from, its
+architecture and the cache geometry (`engine.model_card`) beside OpenAI's fields."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def _model_card(state: ServerState) -> dict:
         "object": "model",
         "created": state.created,
         "owned_by": "junction",
+        "root": state.model_card["source"],
+        "junction": state.model_card,
     }
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from engine.config import ModelConfig
-from engine.model.hybrid import HybridModel, build_model
+from engine.model.build import build_model
+from engine.model.hybrid import HybridModel
 
 BLOCK_SIZE = 16
 

@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.config import ModelConfig
-from engine.model.hybrid import HybridModel, attention_layer_ids, build_model
+from engine.model.build import build_model
+from engine.model.hybrid import HybridModel, attention_layer_ids
 from tests.engine.model.conftest import PagedKV, prefill_chunks, random_tokens
 
 

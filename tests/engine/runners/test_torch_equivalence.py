@@ -81,9 +81,9 @@ def family(seed: int, shared: int, num: int, tail: int) -> list[Submission]:
     ]
 
 
-@pytest.mark.parametrize("mode", ["stops", "inline"])
-@pytest.mark.parametrize("eagle", [False, True])
-def test_shared_prefix_family_matches_cache_off(mode, eagle):
+def check_shared_prefix_family(model: ModelConfig, mode: str, eagle: bool, size: int) -> None:
+    """A family of `size` prompts on a 70-token prefix, partial hits (unit 4 inside blocks of
+    8 and 32) in `mode`, with or without EAGLE: cache-on equals cache-off, and it hits."""
     cache = CacheConfig(
         block_size=8,
         mamba_block_size=32,
@@ -95,12 +95,13 @@ def test_shared_prefix_family_matches_cache_off(mode, eagle):
         junction_checkpoints=True,
     )
     requests = assert_equivalent(
-        cache, SchedulerConfig(max_num_batched_tokens=48), SMALL_MODEL, family(1, 70, 6, 40)
+        cache, SchedulerConfig(max_num_batched_tokens=48), model, family(1, 70, size, 40)
     )
     assert sum(r.num_cached_tokens for r in requests) > 0
 
 
-def test_default_model_multi_turn_extension_hit():
+def check_multi_turn_extension(model: ModelConfig, first_len: int) -> None:
+    """A next turn that extends the first hits the whole first turn (the extension state)."""
     cache = CacheConfig(
         block_size=16,
         mamba_block_size=64,
@@ -108,10 +109,20 @@ def test_default_model_multi_turn_extension_hit():
         num_blocks=128,
         num_mamba_blocks=32,
     )
-    first = family(2, 300, 1, 10)[0]
+    first = family(2, first_len, 1, 10)[0]
     turns = [first, Submission([7] * 33, max_tokens=3, extends_previous=True)]
-    requests = assert_equivalent(cache, SchedulerConfig(), ModelConfig(), turns)
-    assert requests[1].num_cached_tokens == len(first.token_ids) // 16 * 16  # the extension
+    requests = assert_equivalent(cache, SchedulerConfig(), model, turns)
+    assert requests[1].num_cached_tokens == len(first.token_ids) // 16 * 16
+
+
+@pytest.mark.parametrize("mode", ["stops", "inline"])
+@pytest.mark.parametrize("eagle", [False, True])
+def test_shared_prefix_family_matches_cache_off(mode, eagle):
+    check_shared_prefix_family(SMALL_MODEL, mode, eagle, size=6)
+
+
+def test_default_model_multi_turn_extension_hit():
+    check_multi_turn_extension(ModelConfig(), first_len=300)
 
 
 @st.composite

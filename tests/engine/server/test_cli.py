@@ -6,8 +6,10 @@ import argparse
 import subprocess
 import sys
 
-from engine.options import EXIT_BAD_INPUT
+from engine.engine import Engine
+from engine.options import EXIT_BAD_INPUT, configs_from_args
 from engine.server.cli import add_serve_parser, cmd_serve
+from engine.snapshot import geometry
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -18,8 +20,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def test_serve_defaults_and_options():
     args = parse(["serve"])
-    assert (args.host, args.port, args.model_name) == ("127.0.0.1", 8000, "junction-hybrid-tiny")
-    assert args.runner == "torch" and args.num_mamba_blocks == 512 and args.func is cmd_serve
+    cache, _, model = configs_from_args(args)
+    assert (args.host, args.port, model.name) == ("127.0.0.1", 8000, "junction-hybrid-tiny")
+    assert args.runner == "torch" and args.func is cmd_serve
+    assert (cache.num_blocks, cache.num_mamba_blocks, model.model_dir) == (4096, 512, None)
     args = parse(
         ["serve", "--port", "9001", "--engine-id", "e7", "--control-plane", "http://cp:8080"]
         + ["--token", "t", "--block-size", "32", "--mamba-block-size", "64", "--runner", "ledger"]
@@ -31,6 +35,15 @@ def test_serve_defaults_and_options():
         "t",
     )
     assert (args.block_size, args.mamba_block_size, args.runner) == (32, 64, "ledger")
+
+
+def test_the_prefix_wait_is_an_option_and_the_hello_geometry_reports_it():
+    _, scheduler, _ = configs_from_args(parse(["serve"]))
+    assert scheduler.max_prefix_wait_steps == 32
+    _, scheduler, _ = configs_from_args(parse(["serve", "--max-prefix-wait-steps", "0"]))
+    assert scheduler.max_prefix_wait_steps == 0
+    engine = Engine(runner="null", scheduler_config=scheduler)
+    assert geometry(engine)["max_prefix_wait_steps"] == 0
 
 
 def test_bad_geometry_is_refused_before_serving(capsys):

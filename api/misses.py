@@ -1,0 +1,101 @@
+"""The split of a request's missed tokens by reason: pure arithmetic, no store.
+
+Symbols (all token positions, multiples of the match unit `U`):
+
+    H      the hit (`num_cached_tokens`)
+    A      the attention match after the EAGLE drop and the grid floor (`hit_tokens_by_group`)
+    proof  the attention match before the drop (`match_stop.attention_tokens`)
+    limit  the most that proof could reach (`match_stop.limit_tokens`)
+    F      how far a request in flight was computing the prefix (`match_stop.in_flight_tokens`)
+    L      the prefix truly shared with an earlier arrival or a pin (the online oracle)
+    E      the end of the shared units that some sequence had finished before this request came
+    R      the end a hit could reach: L, floored to the hit grid when hits are coarse
+
+The engine guarantees H <= A <= proof <= limit. The tokens of [H, max(L, H)) are each given
+one reason, so the hit plus the missed tokens is max(L, H):
+
+    [H, A)                  no_state    attention matched; no recurrent state was there
+    [A, proof)              held_back   the EAGLE drop (or the grid floor) took them off
+    [proof, R)              held_back   when proof >= limit: a hit never covers a whole prompt
+    [proof, F)              in_flight   a request in flight was computing them
+    [max(proof, F), E)      evicted     finished (so cached) before it came, gone when it did
+    [max(proof, F, E), R)   in_flight   still being computed by an earlier arrival
+    [R, L)                  held_back   coarse hits stop at the grid below L
+
+`copy_pending` is always 0 tokens: the engine waits for a pending copy rather than miss it
+(`match_stop.copy_wait_steps` counts the steps it waited).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple, get_args
+
+MissReason = Literal["no_state", "in_flight", "held_back", "evicted", "copy_pending"]
+REASONS: tuple[str, ...] = get_args(MissReason)
+
+
+class Geometry(NamedTuple):
+    """What the split needs of an engine's hello geometry."""
+
+    unit: int  # the match unit U (`prefix_match_unit`)
+    eagle: bool
+    partial_hits: bool  # fine-grained hits; False: hits land on the `alignment` grid only
+    alignment: int  # the hit grid (`hit_alignment`)
+
+    @classmethod
+    def of(cls, geometry: dict) -> Geometry | None:
+        """The hello's geometry, or None when it does not say the match unit."""
+        unit = geometry.get("prefix_match_unit")
+        if not isinstance(unit, int) or unit <= 0:
+            return None
+        alignment = geometry.get("hit_alignment")
+        return cls(
+            unit,
+            bool(geometry.get("eagle", False)),
+            bool(geometry.get("partial_hits", True)),
+            alignment if isinstance(alignment, int) and alignment > 0 else unit,
+        )
+
+
+class MatchStop(NamedTuple):
+    """`RequestFinished.match_stop`, as the store keeps it (a JSON object)."""
+
+    reason: str
+    attention_tokens: int
+    limit_tokens: int
+    in_flight_tokens: int = 0
+    copy_wait_steps: int = 0
+
+
+def split_misses(
+    hit: int,
+    attention: int,
+    stop: MatchStop,
+    shared: int,
+    finished: int,
+    geometry: Geometry,
+) -> dict[str, int]:
+    """The tokens of [hit, max(shared, hit)) by reason (every reason a key); `attention` is A,
+    `shared` L and `finished` E of the module's table. Reads only its arguments."""
+    missed = dict.fromkeys(REASONS, 0)
+    if shared <= hit:
+        return missed
+    reach = shared
+    if not geometry.partial_hits:
+        reach = shared // geometry.alignment * geometry.alignment
+
+    def add(reason: str, start: int, end: int) -> None:
+        missed[reason] += max(0, min(end, reach) - max(start, hit))
+
+    proof, in_flight = stop.attention_tokens, stop.in_flight_tokens
+    add("no_state", hit, attention)
+    add("held_back", attention, proof)
+    if proof >= stop.limit_tokens:
+        add("held_back", proof, reach)
+    else:
+        add("in_flight", proof, in_flight)
+        rest = max(proof, in_flight)
+        add("evicted", rest, finished)
+        add("in_flight", max(rest, finished), reach)
+    missed["held_back"] += shared - max(reach, hit)
+    return missed

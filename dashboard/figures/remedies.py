@@ -1,0 +1,145 @@
+"""Remedies: for each reason tokens missed (`dashboard.figures.attribution`), what would fix
+it and what it would have saved. Pure functions of the attribution, the engine's hello geometry
+and its cache usage."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from dashboard.figures.attribution import REASONS
+
+CHECKPOINTS_PAGE = "pages/checkpoints.py"
+CHECKPOINTS_LINK = "Checkpoints: suggested junctions and the pin form"
+POOL_FLAGS = {"attention": "--num-blocks", "mamba": "--num-mamba-blocks"}
+
+
+class Action(NamedTuple):
+    """One thing to do about a reason."""
+
+    text: str  # markdown: what to do, and why it helps
+    page: str | None = None  # the dashboard page that does it (`st.page_link`), if any
+    page_label: str = ""  # the link's text
+
+
+class Remedy(NamedTuple):
+    """A reason that missed tokens, what would fix it, and what it would have saved."""
+
+    reason: str  # a key of `REASONS`
+    num_tokens: int  # the tokens that reason missed: what the remedy would have saved
+    share: float  # of the prompt tokens (0 with none)
+    actions: tuple[Action, ...]
+
+
+def remedies(
+    missed: dict[str, int],
+    num_prompt_tokens: int,
+    geometry: dict,
+    cache: dict | None = None,
+    boundary: int | None = None,
+    junction: dict | None = None,
+) -> list[Remedy]:
+    """The remedy for each reason that missed tokens, most tokens first. `geometry` is the
+    engine's hello geometry, `cache` its usage per group (`GET /engines/{id}`), `boundary`
+    one request's attention match (None: a window of requests) and `junction` the suggested
+    junction there (`GET /junctions/suggested`), if the control plane suggests one."""
+    found = [
+        Remedy(reason, tokens, tokens / num_prompt_tokens if num_prompt_tokens else 0.0, actions)
+        for reason, tokens in missed.items()
+        if tokens > 0 and (actions := _actions(reason, geometry, cache or {}, boundary, junction))
+    ]
+    return sorted(found, key=lambda r: (-r.num_tokens, list(REASONS).index(r.reason)))
+
+
+def _actions(
+    reason: str, geometry: dict, cache: dict, boundary: int | None, junction: dict | None
+) -> tuple[Action, ...]:
+    junctions_off = geometry.get("junction_checkpoints") is False
+    where = f"this boundary (token {boundary:,})" if boundary is not None else "these boundaries"
+    listed = "lists each suggested junction"
+    if junction is not None:
+        num = junction["num_requests"]
+        listed = (
+            f"suggests this one ({num:,} {'request' if num == 1 else 'requests'} matched it; "
+            f"a pin would have saved them {junction['tokens_saved']:,} tokens)"
+        )
+    pin = Action(
+        f"**Pin {where}**: the Checkpoints page {listed} with a preview of its text and a "
+        "*Pin it* button.",
+        CHECKPOINTS_PAGE,
+        CHECKPOINTS_LINK,
+    )
+    if reason == "no_state":
+        if junctions_off:
+            return pin, _turn_on_junctions(
+                "they keep the Mamba state where a request leaves the cached prefix"
+            )
+        return (pin,)
+    if reason == "evicted":
+        return (*_pool_actions(geometry, cache), _pin_prefix("so it is never evicted"))
+    if reason == "in_flight":
+        if junctions_off:
+            return (
+                _turn_on_junctions(
+                    "they also turn on in-flight sharing, so a request waits for the one "
+                    "computing its prefix instead of computing it again"
+                ),
+            )
+        wait = geometry.get("max_prefix_wait_steps")
+        if wait is not None:
+            return (
+                Action(
+                    f"**Raise `--max-prefix-wait-steps`** (now {wait}): in-flight sharing is "
+                    "on, but these requests stopped waiting for the request computing their "
+                    "prefix before it registered it."
+                ),
+                _pin_prefix("so a burst finds it cached"),
+            )
+        return (_pin_prefix("so a burst finds it cached"),)
+    if reason == "held_back":
+        eagle = " and, with EAGLE on here, every hit drops one unit for the drafts" * bool(
+            geometry.get("eagle")
+        )
+        unit = geometry.get("prefix_match_unit")
+        return (
+            Action(
+                f"**By design**: an exact resend recomputes its last match unit"
+                f"{f' ({unit} tokens)' if unit else ''} for the next token's logits{eagle}; "
+                "no cache setting saves it."
+            ),
+            _pin_prefix("so resends of it still hit up to the pin"),
+        )
+    return ()
+
+
+def _turn_on_junctions(why: str) -> Action:
+    return Action(
+        "**Turn on junction checkpoints** (`junction serve --junction-checkpoints`; this "
+        f"engine runs with them off): {why}."
+    )
+
+
+def _pin_prefix(why: str) -> Action:
+    return Action(f"**Pin the shared prefix** ({why}).", CHECKPOINTS_PAGE, CHECKPOINTS_LINK)
+
+
+def _pool_actions(geometry: dict, cache: dict) -> list[Action]:
+    """Enlarge a pool: the fullest first (least free, from `cache`), each with its size."""
+    groups = geometry.get("groups", {})
+
+    def free_share(group: str) -> float:
+        usage = cache.get(group, {})
+        return usage.get("num_free", 0) / usage["num_blocks"] if usage.get("num_blocks") else 1.0
+
+    actions = []
+    for group in sorted(groups, key=free_share):
+        pool = groups[group]
+        flag = POOL_FLAGS.get(group, f"the {group} pool's size")
+        usage = cache.get(group)
+        free = f", {usage['num_free']:,} free now" if usage else ""
+        actions.append(
+            Action(
+                f"**Enlarge the {group} pool** (`{flag}`): {pool.get('num_blocks', 0):,} blocks "
+                f"of {pool.get('block_size', '?')} tokens{free}."
+            )
+        )
+    return actions

@@ -1,0 +1,31 @@
+"""The remedies of miss attribution as the Overview and Requests pages show them: a card per
+reason with what it would have saved and what to do, linking to the page that does it."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard.figures.attribution import REASONS
+from dashboard.figures.remedies import Remedy
+
+
+def remedy_cards(remedies: list[Remedy], scope: str, num_columns: int = 2) -> None:
+    """A bordered card per remedy, most tokens first, `num_columns` side by side; `scope` names
+    whose prompt tokens the share is of ("this request", "the window")."""
+    if not remedies:
+        st.caption("Nothing shared was missed: no remedy needed.")
+        return
+    columns = st.columns(num_columns)
+    for i, remedy in enumerate(remedies):
+        series = REASONS[remedy.reason]
+        with columns[i % num_columns].container(border=True):
+            st.markdown(
+                f"**{series.label}** ({series.short}): the remedy would have saved "
+                f"**{remedy.num_tokens:,} tokens**, {remedy.share:.1%} of {scope}'s prompt "
+                "tokens",
+                help=series.meaning,
+            )
+            for action in remedy.actions:
+                st.markdown(f"- {action.text}")
+                if action.page:
+                    st.page_link(action.page, label=action.page_label, icon=":material/push_pin:")

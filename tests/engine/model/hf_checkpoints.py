@@ -1,0 +1,211 @@
+"""Small random Hugging Face checkpoints, built and saved by transformers itself.
+
+`build_checkpoint(arch, path)` writes config.json, model.safetensors, generation_config.json
+and a byte-level BPE tokenizer (tokenizer.json, tokenizer_config.json with a chat template) to
+`path`. The weights are random (seeded), large enough that greedy text is not degenerate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    BambaConfig,
+    BambaForCausalLM,
+    GraniteMoeHybridConfig,
+    GraniteMoeHybridForCausalLM,
+    NemotronHConfig,
+    NemotronHForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
+
+ARCHITECTURES = ("BambaForCausalLM", "GraniteMoeHybridForCausalLM", "NemotronHForCausalLM")
+VOCAB_SIZE = 384  # the config's; the tokenizer fills the first ids, as real checkpoints pad
+SPECIAL_TOKENS = ["<|pad|>", "<|begin|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Junction caches prefixes of hybrid attention and Mamba models.",
+    "Hello, world! How are you today? I am fine, thank you.",
+    "A state space model carries a recurrent state from token to token.",
+    "def main():\n    print('hello')\n",
+] * 4
+
+# hidden 32; 2 attention and 2 Mamba layers at least; Mamba: 8 heads of 8, 2 groups, state 8
+COMMON = {
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "pad_token_id": PAD_ID,
+    "bos_token_id": BOS_ID,
+    "eos_token_id": EOS_ID,
+    "initializer_range": 0.2,
+}
+BENCH = {  # about 100M parameters, Bamba-shaped
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 768,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 4,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 12,
+    "attn_layer_indices": [3, 7, 11],
+    "mamba_n_heads": 24,
+    "mamba_d_state": 128,
+    "pad_token_id": PAD_ID,
+    "bos_token_id": BOS_ID,
+    "eos_token_id": EOS_ID,
+}
+
+
+def bamba(moe: bool) -> PreTrainedModel:
+    config = BambaConfig(
+        **COMMON,
+        tie_word_embeddings=False,
+        intermediate_size=48,
+        num_hidden_layers=5,
+        attn_layer_indices=[1, 4],
+        mamba_n_heads=8,
+        mamba_n_groups=2,
+        mamba_d_state=8,
+        mamba_d_conv=4,
+        mamba_chunk_size=16,
+    )
+    return BambaForCausalLM(config)
+
+
+def granite(moe: bool) -> PreTrainedModel:
+    config = GraniteMoeHybridConfig(
+        **COMMON,
+        tie_word_embeddings=not moe,  # Granite 4.0 ties its head; the MoE variant does not
+        intermediate_size=24,
+        shared_intermediate_size=40,
+        num_local_experts=4 if moe else 0,
+        num_experts_per_tok=2,
+        num_hidden_layers=4,
+        layer_types=["mamba", "attention", "mamba", "attention"],
+        mamba_n_heads=8,
+        mamba_n_groups=2,
+        mamba_d_state=8,
+        mamba_chunk_size=16,
+        position_embedding_type="rope",
+        embedding_multiplier=2.0,
+        residual_multiplier=0.5,
+        attention_multiplier=0.2,
+        logits_scaling=1.5,
+    )
+    return GraniteMoeHybridForCausalLM(config)
+
+
+def nemotron_h(moe: bool) -> PreTrainedModel:
+    config = NemotronHConfig(
+        **COMMON,
+        tie_word_embeddings=False,
+        hybrid_override_pattern="M-M*E-*E",
+        head_dim=16,  # not hidden / heads: Nemotron-H sets it apart
+        intermediate_size=48,
+        mamba_num_heads=8,
+        mamba_head_dim=8,
+        n_groups=2,
+        ssm_state_size=8,
+        chunk_size=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        moe_shared_expert_intermediate_size=40,
+    )
+    return NemotronHForCausalLM(config)
+
+
+BUILDERS = {
+    "BambaForCausalLM": bamba,
+    "GraniteMoeHybridForCausalLM": granite,
+    "NemotronHForCausalLM": nemotron_h,
+}
+
+
+def build_tokenizer(path: Path) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on a few sentences, with the chat template, saved to `path`."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE - 16,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token="<|pad|>",
+        bos_token="<|begin|>",
+        eos_token="<|end|>",
+        chat_template=CHAT_TEMPLATE,
+    )
+    fast.save_pretrained(path)
+    return fast
+
+
+def build_checkpoint(
+    arch: str, path: Path, *, moe: bool = False, size: str = "tiny", seed: int = 0
+) -> Path:
+    """A random `arch` checkpoint with a tokenizer in `path`; `moe` gives Granite experts
+    (Nemotron-H always has its E layers); `size` "tiny" for tests, "100m" (Bamba) for benches."""
+    path = Path(path)
+    torch.manual_seed(seed)
+    if size == "100m":
+        if arch != "BambaForCausalLM":
+            raise ValueError(f"size '100m' is Bamba-shaped, got {arch}")
+        model = BambaForCausalLM(BambaConfig(**BENCH))
+    elif size == "tiny":
+        model = BUILDERS[arch](moe)
+    else:
+        raise ValueError(f"unknown size {size!r}: choose tiny or 100m")
+    model.save_pretrained(path)
+    build_tokenizer(path)
+    return path
+
+
+#: the variants the tests run on, by id: (architecture, moe)
+VARIANTS = {
+    "bamba": ("BambaForCausalLM", False),
+    "granite": ("GraniteMoeHybridForCausalLM", False),
+    "granite-moe": ("GraniteMoeHybridForCausalLM", True),
+    "nemotron-h": ("NemotronHForCausalLM", False),
+}
+
+
+class CheckpointCache:
+    """Builds each variant once, on first use, under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.built: dict[str, Path] = {}
+
+    def get(self, variant: str) -> Path:
+        if variant not in self.built:
+            arch, moe = VARIANTS[variant]
+            self.built[variant] = build_checkpoint(arch, self.root / variant, moe=moe)
+        return self.built[variant]
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models gain nothing from intra-op threads, and on a shared machine a second thread
+    that is descheduled stalls every op (an order of magnitude here), so tests run on one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
