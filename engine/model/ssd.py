@@ -23,6 +23,8 @@ chunk's total decay `exp(sum dt * A)` and the chunk's summed input `local_states
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -63,11 +65,14 @@ def chunked_scan(
     C: Tensor,
     initial_state: Tensor,
     chunk_size: int = 64,
-) -> tuple[Tensor, Tensor]:
-    """The same result as `sequential_scan`, in chunks. Returns (y [l, h, p], final S)."""
+    chunk_ends: Sequence[int] = (),
+) -> tuple[Tensor, Tensor, dict[int, Tensor]]:
+    """The same result as `sequential_scan`, in chunks. Returns (y [l, h, p], final S, and
+    S after each of `chunk_ends`: token counts that are multiples of `c`, read off the carry
+    across chunks at no extra cost)."""
     length, h, p = x.shape
     if length == 0:
-        return x.new_zeros(x.shape), initial_state
+        return x.new_zeros(x.shape), initial_state, {}
     n = B.shape[-1]
     c = chunk_size
     nz = -(-length // c)
@@ -103,4 +108,6 @@ def chunked_scan(
     # The carried state's contribution: y_i += exp(log_decay_i) * (S_in . C_i).
     y_off = torch.einsum("zhpn,zihn->zihp", states_in, C) * torch.exp(log_decay)[..., None]
     y = (y_diag + y_off).reshape(nz * c, h, p)[:length]  # [l, h, p]
-    return y, state
+    # S after k chunks is S at the start of chunk k (the last one's is the final state)
+    ends = {end: states_in[end // c] if end < length else state for end in chunk_ends}
+    return y, state, ends
