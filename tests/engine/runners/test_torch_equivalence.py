@@ -157,7 +157,9 @@ def test_random_traces_match_cache_off(trace):
     )
 
 
-def test_preemption_under_a_small_pool_matches_cache_off():
+def check_preemption(model: ModelConfig) -> None:
+    """Four requests in flight on a pool too small for them: preempted ones are recomputed,
+    and cache-on still equals cache-off."""
     cache = CacheConfig(
         block_size=4, mamba_block_size=8, prefix_match_unit=2, num_blocks=24, num_mamba_blocks=24
     )
@@ -165,9 +167,13 @@ def test_preemption_under_a_small_pool_matches_cache_off():
     for sub in subs:
         sub.max_tokens = 16
     requests = assert_equivalent(
-        cache, SchedulerConfig(max_num_batched_tokens=32), SMALL_MODEL, subs, concurrency=4
+        cache, SchedulerConfig(max_num_batched_tokens=32), model, subs, concurrency=4
     )
     assert sum(r.num_preemptions for r in requests) > 0
+
+
+def test_preemption_under_a_small_pool_matches_cache_off():
+    check_preemption(SMALL_MODEL)
 
 
 @pytest.mark.gpu

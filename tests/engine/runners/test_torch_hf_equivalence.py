@@ -25,8 +25,8 @@ from tests.engine.runners.test_torch_copy_on_write import CACHE as COPY_CACHE
 from tests.engine.runners.test_torch_equivalence import (
     assert_equivalent,
     check_multi_turn_extension,
+    check_preemption,
     check_shared_prefix_family,
-    family,
     traces,
 )
 
@@ -48,16 +48,7 @@ def test_multi_turn_extension_hit(model) -> None:
 
 
 def test_preemption_under_a_small_pool(model) -> None:
-    cache = CacheConfig(
-        block_size=4, mamba_block_size=8, prefix_match_unit=2, num_blocks=24, num_mamba_blocks=24
-    )
-    subs = family(3, 40, 4, 20)
-    for sub in subs:
-        sub.max_tokens = 16
-    requests = assert_equivalent(
-        cache, SchedulerConfig(max_num_batched_tokens=32), model, subs, concurrency=4
-    )
-    assert sum(r.num_preemptions for r in requests) > 0
+    check_preemption(model)
 
 
 def test_consumer_copy_on_write_matches_cache_off(model) -> None:
