@@ -1,8 +1,9 @@
 """Junction against transformers on one checkpoint, side by side in one run: prefill speed,
 and the second turn's time to first token.
 
-A random Bamba-shaped checkpoint of about 100M parameters is built with transformers into a
-temp dir (`tests/engine/model/hf_checkpoints.py`, size "100m"); both load it in the same
+Random checkpoints of about 100M parameters, one Bamba-shaped (Mamba-2) and one Qwen3.5-shaped
+(Gated DeltaNet), are built with transformers into a temp dir
+(`tests/engine/model/hf_checkpoints.py`, size "100m"); both sides load each in the same
 process, dtype and thread count.
 - Prefill: tokens/s of one fresh prompt of 512, 2048 and 8192 tokens. Junction's time is the
   request's time to first token (cache on, nothing to hit); transformers' is one forward
@@ -12,8 +13,8 @@ process, dtype and thread count.
 Ratios are Junction over transformers, measured in this run (median of `--rounds`, the two
 interleaved so machine noise falls on both). `--quick` uses smaller sizes.
 
-    .venv/bin/python benchmarks/hf_reference.py [--quick] [--rounds 3] [--threads N]
-        [--device cpu|cuda] [--dtype float32|bfloat16]
+    .venv/bin/python benchmarks/hf_reference.py [--quick] [--rounds 5] [--threads N]
+        [--device cpu|cuda] [--dtype float32|bfloat16] [--arch bamba qwen3_5]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ FULL = {"prefill": (512, 2048, 8192), "first": 10000, "extra": 200}
 QUICK = {"prefill": (128, 512, 1024), "first": 2000, "extra": 100}
 NUM_SPECIAL = 16  # the tokenizer's first ids; prompts avoid them
 ONE = SamplingParams(max_tokens=1)
+ARCHITECTURES = {"bamba": "BambaForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}
 
 
 def junction_engine(model: ModelConfig, longest: int) -> Engine:
@@ -85,60 +87,70 @@ def median_of(rounds: int, run: Callable[[], float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller prompts")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--arch", nargs="+", default=list(ARCHITECTURES), choices=list(ARCHITECTURES)
+    )
     args = parser.parse_args()
-    sizes = QUICK if args.quick else FULL
     torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.arch:
+            path = build_checkpoint(ARCHITECTURES[name], Path(tmp) / f"{name}-100m", size="100m")
+            compare(name, path, args)
+
+
+def compare(name: str, path: Path, args: argparse.Namespace) -> None:
+    """Both measurements on the checkpoint at `path`, printed as a table."""
+    sizes = QUICK if args.quick else FULL
     rng = np.random.default_rng(0)
 
     def tokens(n: int) -> list[int]:
         return rng.integers(NUM_SPECIAL, VOCAB_SIZE, n).tolist()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = build_checkpoint("BambaForCausalLM", Path(tmp) / "bamba-100m", size="100m")
-        dtype = getattr(torch, args.dtype)
-        reference = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
-        num_params = sum(p.numel() for p in reference.parameters())
-        model = ModelConfig(model_dir=str(path), device=args.device, dtype=args.dtype)
-        longest = max(*sizes["prefill"], sizes["first"] + sizes["extra"])
-        # one engine throughout: random prompts share nothing but what a test sends twice
-        engine = junction_engine(model, longest)
-        junction_ttft(engine, tokens(64))  # warm-up
-        reference_seconds(reference, tokens(64), args.device)
+    dtype = getattr(torch, args.dtype)
+    reference = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
+    num_params = sum(p.numel() for p in reference.parameters())
+    model = ModelConfig(model_dir=str(path), device=args.device, dtype=args.dtype)
+    longest = max(*sizes["prefill"], sizes["first"] + sizes["extra"])
+    # one engine throughout: random prompts share nothing but what a test sends twice
+    engine = junction_engine(model, longest)
+    junction_ttft(engine, tokens(64))  # warm-up
+    reference_seconds(reference, tokens(64), args.device)
 
-        print(
-            f"random Bamba-shaped checkpoint, {num_params / 1e6:.0f}M parameters, "
-            f"{args.device} {args.dtype}, {args.threads} threads, median of {args.rounds}"
-        )
-        print(f"{'prefill':>8}{'junction tok/s':>16}{'transformers tok/s':>20}{'ratio':>8}")
-        for n in sizes["prefill"]:
-            junction_s, reference_s = [], []
-            for _ in range(args.rounds):
-                prompt = tokens(n)  # fresh each round: nothing to hit
-                junction_s.append(junction_ttft(engine, prompt))
-                reference_s.append(reference_seconds(reference, prompt, args.device))
-            ours, theirs = n / statistics.median(junction_s), n / statistics.median(reference_s)
-            print(f"{n:>8}{ours:>16.0f}{theirs:>20.0f}{ours / theirs:>7.2f}x")
-
-        first, extra = sizes["first"], sizes["extra"]
-        junction_s, reference_s, hits = [], [], []
+    print(
+        f"random {name}-shaped checkpoint, {num_params / 1e6:.0f}M parameters, "
+        f"{args.device} {args.dtype}, {args.threads} threads, median of {args.rounds}"
+    )
+    print(f"{'prefill':>8}{'junction tok/s':>16}{'transformers tok/s':>20}{'ratio':>8}")
+    for n in sizes["prefill"]:
+        junction_s, reference_s = [], []
         for _ in range(args.rounds):
-            turn = tokens(first)
-            second = turn + tokens(extra)
-            engine.generate([turn], ONE)
-            (request,) = engine.generate([second], ONE)
-            junction_s.append(request.ttft_s)
-            hits.append(request.num_cached_tokens)
-            reference_s.append(reference_seconds(reference, second, args.device))
-        ours, theirs = statistics.median(junction_s), statistics.median(reference_s)
-        print(
-            f"second turn ({first} + {extra} tokens): junction TTFT {ours * 1e3:.1f} ms "
-            f"(hit {min(hits)}-{max(hits)} tokens), transformers {theirs * 1e3:.1f} ms "
-            f"(recomputes all): {ours / theirs:.3f}x"
-        )
+            prompt = tokens(n)  # fresh each round: nothing to hit
+            junction_s.append(junction_ttft(engine, prompt))
+            reference_s.append(reference_seconds(reference, prompt, args.device))
+        ours, theirs = n / statistics.median(junction_s), n / statistics.median(reference_s)
+        print(f"{n:>8}{ours:>16.0f}{theirs:>20.0f}{ours / theirs:>7.2f}x")
+
+    first, extra = sizes["first"], sizes["extra"]
+    junction_s, reference_s, hits = [], [], []
+    for _ in range(args.rounds):
+        turn = tokens(first)
+        second = turn + tokens(extra)
+        engine.generate([turn], ONE)
+        (request,) = engine.generate([second], ONE)
+        junction_s.append(request.ttft_s)
+        hits.append(request.num_cached_tokens)
+        reference_s.append(reference_seconds(reference, second, args.device))
+    ours, theirs = statistics.median(junction_s), statistics.median(reference_s)
+    print(
+        f"second turn ({first} + {extra} tokens): junction TTFT {ours * 1e3:.1f} ms "
+        f"(hit {min(hits)}-{max(hits)} tokens), transformers {theirs * 1e3:.1f} ms "
+        f"(recomputes all): {ours / theirs:.3f}x"
+    )
+    del engine, reference
 
 
 if __name__ == "__main__":

@@ -21,8 +21,11 @@ class Footprint(NamedTuple):
     num_attention_layers: int
     num_mamba_layers: int
     attention_bytes_per_token: int  # a key and a value in every attention layer
-    mamba_bytes_per_slot: int  # conv and SSM state of one sequence in every Mamba layer
+    mamba_bytes_per_slot: int  # the state of one sequence in every state (Mamba) layer
     weights_bytes: int  # every parameter at the serving dtype
+    # what the state group (the cache's `mamba` group) holds: "mamba" (Mamba-2 conv and SSM
+    # states) or "linear" (Gated DeltaNet conv states and recurrent matrices)
+    state_kind: str = "mamba"
 
 
 def safetensors_numel(model_dir: Path) -> int:
@@ -48,6 +51,7 @@ def footprint(model: ModelConfig) -> Footprint:
             spec.attention_bytes_per_token(model.dtype),
             spec.mamba_bytes_per_slot(model.dtype),
             safetensors_numel(Path(model.model_dir)) * ITEM_SIZES[model.dtype],
+            spec.state_kind,
         )
     import torch
 

@@ -20,6 +20,8 @@ def model_card(model: ModelConfig, cache: CacheConfig) -> dict:
         "dtype": model.dtype,
         "num_attention_layers": cost.num_attention_layers,
         "num_mamba_layers": cost.num_mamba_layers,
+        # what the `mamba` group holds: "mamba" (Mamba-2) or "linear" (Gated DeltaNet)
+        "state_group": cost.state_kind,
         "weights_bytes": cost.weights_bytes,
         "geometry": {
             "attention_block_size": cache.attention_block_size,
@@ -33,6 +35,10 @@ def model_card(model: ModelConfig, cache: CacheConfig) -> dict:
     }
 
 
+#: the layers behind each kind of state group, as the start-up line names them
+STATE_LAYERS = {"mamba": "Mamba", "linear": "Gated DeltaNet"}
+
+
 def human(num_bytes: int) -> str:
     """Bytes in the largest binary unit that keeps the number at least 1."""
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -44,10 +50,11 @@ def human(num_bytes: int) -> str:
 def describe(card: dict) -> str:
     """The card as the line `junction serve` prints at start."""
     g = card["geometry"]
+    layers = STATE_LAYERS.get(card.get("state_group", "mamba"), "state")
     return (
         f"model {card['name']} ({card['architecture']}, {card['num_attention_layers']} attention "
-        f"+ {card['num_mamba_layers']} Mamba layers, {card['dtype']}, from {card['source']}); "
+        f"+ {card['num_mamba_layers']} {layers} layers, {card['dtype']}, from {card['source']}); "
         f"cache {human(g['cache_bytes'])}: {g['num_blocks']} attention blocks of "
         f"{g['attention_block_size']} tokens ({human(g['attention_bytes_per_block'])} each), "
-        f"{g['num_mamba_blocks']} Mamba slots ({human(g['mamba_bytes_per_slot'])} each)"
+        f"{g['num_mamba_blocks']} {layers} state slots ({human(g['mamba_bytes_per_slot'])} each)"
     )

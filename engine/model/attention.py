@@ -13,6 +13,10 @@ valid for any later query, whichever chunk wrote it.
 
 Scores are `scale * q . k` with `scale = dh^-0.5` unless the model sets its own (Granite's
 attention multiplier). Without RoPE (`rope_theta` None) the causal mask alone orders tokens.
+
+Two details of Qwen3.5 / Qwen3-Next ("gated attention"): `qk_norm` RMS-normalises each query
+and key head before RoPE, and `output_gate` makes q_proj emit, per head, the query and then a
+gate of dh values; the attention output is multiplied by `sigmoid(gate)` before o_proj.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine.model.norm import RMSNorm
 from engine.model.rope import RotaryEmbedding
 
 KVCache = tuple[Tensor, Tensor]  # (k_cache, v_cache), each [num_blocks, block_size, K, dh]
@@ -53,7 +58,10 @@ class Attention(nn.Module):
         bias: bool = False,
         scale: float | None = None,
         rotary_dim: int | None = None,
+        output_gate: bool = False,
+        qk_norm: tuple[float, float] | None = None,
     ) -> None:
+        """`qk_norm`: (eps, weight offset) of the per-head query and key norms, or None."""
         super().__init__()
         if num_heads % num_kv_heads:
             raise ValueError(f"{num_heads} query heads do not share {num_kv_heads} KV heads evenly")
@@ -62,10 +70,17 @@ class Attention(nn.Module):
         self.head_dim = d // num_heads if head_dim is None else head_dim
         self.group = num_heads // num_kv_heads
         self.scale = self.head_dim**-0.5 if scale is None else scale
-        self.q_proj = nn.Linear(d, num_heads * self.head_dim, bias=bias)
+        self.output_gate = output_gate
+        self.q_proj = nn.Linear(d, (2 if output_gate else 1) * num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(d, num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(d, num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * self.head_dim, d, bias=bias)
+        if qk_norm is not None:
+            eps, offset = qk_norm
+            self.q_norm = RMSNorm(self.head_dim, eps, offset)
+            self.k_norm = RMSNorm(self.head_dim, eps, offset)
+        else:
+            self.q_norm = self.k_norm = None
         self.rope = (
             None
             if rope_theta is None
@@ -79,14 +94,25 @@ class Attention(nn.Module):
                 proj.weight.normal_(0.0, d**-0.5, generator=generator)
             self.o_proj.weight.normal_(0.0, out_scale * d**-0.5, generator=generator)
 
-    def _qkv(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x [l, d] at positions [l] -> rotated q [l, H, dh], rotated k [l, K, dh], v [l, K, dh]."""
-        q = self.q_proj(x).view(-1, self.num_heads, self.head_dim)
+    def _qkv(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """x [l, d] at positions [l] -> rotated q [l, H, dh], rotated k [l, K, dh], v [l, K, dh]
+        and the output gate [l, H * dh] (None without one)."""
+        q = self.q_proj(x).view(x.shape[0], self.num_heads, -1)  # [l, H, (2)dh]
+        gate = None
+        if self.output_gate:
+            q, gate = q.chunk(2, dim=-1)  # [l, H, dh] each
+            gate = gate.reshape(x.shape[0], -1)  # [l, H * dh]
         k = self.k_proj(x).view(-1, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(-1, self.num_kv_heads, self.head_dim)
-        if self.rope is None:
-            return q, k, v
-        return self.rope.apply(q, positions), self.rope.apply(k, positions), v
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope is not None:
+            q, k = self.rope.apply(q, positions), self.rope.apply(k, positions)
+        return q, k, v, gate
+
+    def _out(self, out: Tensor, gate: Tensor | None) -> Tensor:
+        """Attention output [l, H * dh], gated if the model gates it -> o_proj -> [l, d]."""
+        return self.o_proj(out if gate is None else out * torch.sigmoid(gate))
 
     def _write(self, cache: KVCache, slots: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         k_flat, v_flat = flat_view(cache[0]), flat_view(cache[1])
@@ -106,7 +132,7 @@ class Attention(nn.Module):
         """
         length = x.shape[0]
         positions = torch.arange(start, start + length, device=x.device)  # [l]
-        q, k, v = self._qkv(x, positions)
+        q, k, v, gate = self._qkv(x, positions)
         k_flat, v_flat = self._write(cache, write_slots, k, v)
         keys = k_flat[context_slots].to(q.dtype).transpose(0, 1)  # [K, t, dh]
         values = v_flat[context_slots].to(q.dtype).transpose(0, 1)  # [K, t, dh]
@@ -115,7 +141,7 @@ class Attention(nn.Module):
         q = q.transpose(0, 1)  # [H, l, dh]
         if start == 0:
             out = sdpa(q, keys, values, is_causal=True, scale=self.scale)  # [H, l, dh]
-            return self.o_proj(out.transpose(0, 1).reshape(length, -1))  # [l, d]
+            return self._out(out.transpose(0, 1).reshape(length, -1), gate)  # [l, d]
         t = keys.shape[1]
         key_positions = torch.arange(t, device=x.device)  # [t]
         tile = max(16, PREFILL_SCORE_BUDGET // (self.num_heads * t))
@@ -129,7 +155,7 @@ class Attention(nn.Module):
             out[:, lo:hi] = sdpa(
                 q[:, lo:hi], keys[:, :reach], values[:, :reach], attn_mask=mask, scale=self.scale
             )
-        return self.o_proj(out.transpose(0, 1).reshape(length, -1))  # [l, d]
+        return self._out(out.transpose(0, 1).reshape(length, -1), gate)  # [l, d]
 
     def decode(
         self,
@@ -145,7 +171,7 @@ class Attention(nn.Module):
         a group, contexts are padded to the longest and the padding is masked out.
         """
         b = x.shape[0]
-        q, k, v = self._qkv(x, positions)  # [b, H, dh], [b, K, dh] x2
+        q, k, v, gate = self._qkv(x, positions)  # [b, H, dh], [b, K, dh] x2, [b, H * dh]
         k_flat, v_flat = self._write(cache, write_slots, k, v)
         q = q.view(b, self.num_kv_heads, self.group, self.head_dim)  # [b, K, G, dh]
         out = torch.empty_like(q)
@@ -157,7 +183,7 @@ class Attention(nn.Module):
                 hi += 1
             out[lo:hi] = self._attend_padded(q[lo:hi], k_flat, v_flat, context_slots[lo:hi])
             lo = hi
-        return self.o_proj(out.reshape(b, -1))  # [b, d]
+        return self._out(out.reshape(b, -1), gate)  # [b, d]
 
     def _attend_padded(
         self, q: Tensor, k_flat: Tensor, v_flat: Tensor, context_slots: list[Tensor]
@@ -176,7 +202,7 @@ class Attention(nn.Module):
     def forward_reference(self, x: Tensor) -> Tensor:
         """Whole sequence x [l, d] at positions 0.., no cache -> [l, d]."""
         length = x.shape[0]
-        q, k, v = self._qkv(x, torch.arange(length, device=x.device))
+        q, k, v, gate = self._qkv(x, torch.arange(length, device=x.device))
         k = k.repeat_interleave(self.group, dim=1)  # [l, H, dh]
         v = v.repeat_interleave(self.group, dim=1)  # [l, H, dh]
         out = sdpa(
@@ -186,4 +212,4 @@ class Attention(nn.Module):
             is_causal=True,
             scale=self.scale,
         )  # [H, l, dh]
-        return self.o_proj(out.transpose(0, 1).reshape(length, -1))
+        return self._out(out.transpose(0, 1).reshape(length, -1), gate)

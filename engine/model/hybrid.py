@@ -7,8 +7,10 @@ Glossary:
         `round((i + 1) * L / A) - 1`, the rest Mamba-2
 
 Each block is `h = h + r * mixer(norm(h))`, with the residual multiplier `r` 1 unless a
-checkpoint sets it (Granite). The mixer is attention (over the paged KV cache), Mamba-2 (over a
-state slot) or a stateless feed-forward (MLP or MoE). `HybridStack` is the stack and its three
+checkpoint sets it (Granite). The mixer is attention (over the paged KV cache), a recurrent
+mixer over a state slot (Mamba-2, or Gated DeltaNet in Qwen3.5 / Qwen3-Next: one model has one
+kind, and the cache keeps either state as its `mamba` group) or a stateless feed-forward (MLP or
+MoE). `HybridStack` is the stack and its three
 paths; `HybridModel` is Junction's built-in instance of it (byte vocabulary, seeded weights,
 no feed-forward, the head tied to the embedding, so the weights file holds it once);
 `engine.model.hf` builds the stacks of Hugging Face checkpoints.
@@ -31,10 +33,15 @@ from torch import Tensor, nn
 
 from engine.config import ModelConfig
 from engine.model.attention import Attention, KVCache
+from engine.model.gdn import GatedDeltaNet, GDNShape
 from engine.model.mamba2 import Mamba2Mixer, MambaShape, MambaState
 from engine.model.norm import RMSNorm
 
 EMBEDDING_STD = 0.1
+
+#: the mixers that carry a recurrent state in a slot: (conv, ssm) for Mamba-2, (conv, recurrent
+#: matrix) for Gated DeltaNet; both take `prefill(u, state, save_offsets)` and `step(u, state)`
+STATE_MIXERS = (Mamba2Mixer, GatedDeltaNet)
 
 
 class PrefillOutput(NamedTuple):
@@ -68,13 +75,14 @@ class Block(nn.Module):
 
     def __init__(
         self,
-        mixer: Attention | Mamba2Mixer | nn.Module,
+        mixer: Attention | Mamba2Mixer | GatedDeltaNet | nn.Module,
         d: int,
         eps: float = 1e-5,
         residual_scale: float = 1.0,
+        norm_offset: float = 0.0,
     ) -> None:
         super().__init__()
-        self.norm = RMSNorm(d, eps)
+        self.norm = RMSNorm(d, eps, norm_offset)
         self.mixer = mixer
         self.residual_scale = residual_scale
 
@@ -95,17 +103,18 @@ class HybridStack(nn.Module):
         vocab_size: int,
         d: int,
         layers: list[Block],
-        mamba_shape: MambaShape,
+        mamba_shape: MambaShape | GDNShape,
         *,
         eps: float = 1e-5,
         tied: bool = True,
         embedding_scale: float = 1.0,
         logits_divisor: float = 1.0,
+        norm_offset: float = 0.0,
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d)
         self.layers = nn.ModuleList(layers)
-        self.final_norm = RMSNorm(d, eps)
+        self.final_norm = RMSNorm(d, eps, norm_offset)
         self.lm_head = None if tied else nn.Linear(d, vocab_size, bias=False)
         self.embedding_scale = embedding_scale
         self.logits_divisor = logits_divisor
@@ -113,14 +122,17 @@ class HybridStack(nn.Module):
         self.attention_layer_ids = [
             i for i, b in enumerate(layers) if isinstance(b.mixer, Attention)
         ]
-        self.mamba_layer_ids = [i for i, b in enumerate(layers) if isinstance(b.mixer, Mamba2Mixer)]
+        self.mamba_layer_ids = [
+            i for i, b in enumerate(layers) if isinstance(b.mixer, STATE_MIXERS)
+        ]
         # the KV cache geometry; with no attention layer there is no KV cache, and 1 is a size
         attention = [layers[i].mixer for i in self.attention_layer_ids]
         self.num_kv_heads = attention[0].num_kv_heads if attention else 1
         self.head_dim = attention[0].head_dim if attention else 1
 
     def mamba_state_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(conv_state shape, ssm_state shape) of ONE Mamba layer for ONE slot."""
+        """(conv_state shape, ssm_state shape) of ONE state layer for ONE slot (for Gated
+        DeltaNet the second is the recurrent matrix per value head)."""
         return self.mamba_shape.state_shapes()
 
     @property
@@ -172,7 +184,7 @@ class HybridStack(nn.Module):
             if isinstance(mixer, Attention):
                 cache = kv_caches[self.attention_layer_ids.index(i)]
                 y = mixer.prefill(x, start, cache, write_slots, context_slots)
-            elif isinstance(mixer, Mamba2Mixer):
+            elif isinstance(mixer, STATE_MIXERS):
                 index = self.mamba_layer_ids.index(i)
                 state = mamba_states[index] if mamba_states is not None else None
                 state = mixer.zero_state(device) if state is None else state
@@ -214,7 +226,7 @@ class HybridStack(nn.Module):
             if isinstance(mixer, Attention):
                 cache = kv_caches[self.attention_layer_ids.index(i)]
                 y = mixer.decode(x, positions, cache, write_slots, context_slots)
-            elif isinstance(mixer, Mamba2Mixer):
+            elif isinstance(mixer, STATE_MIXERS):
                 conv, ssm = mamba_states[self.mamba_layer_ids.index(i)]
                 y, state = mixer.step(x, (conv.to(device), ssm.to(device)))
                 new_states.append(state)
@@ -229,7 +241,7 @@ class HybridStack(nn.Module):
         h = self._embed(token_ids)  # [l, d]
         for block in self.layers:
             x, mixer = block.norm(h), block.mixer
-            stateful = isinstance(mixer, Attention | Mamba2Mixer)
+            stateful = isinstance(mixer, (Attention, *STATE_MIXERS))
             h = block.add(h, mixer.forward_reference(x) if stateful else mixer(x))
         return self._logits(h)
 

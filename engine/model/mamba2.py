@@ -166,9 +166,8 @@ class Mamba2Mixer(nn.Module):
     def prefill(self, u: Tensor, state: MambaState, save_offsets: list[int]) -> MambaPrefill:
         """A chunk u [l, d] from `state`; hands back the state after l and after each offset.
 
-        The scan runs in segments, carrying the SSM state: an offset on the scan's chunk grid
-        (counted from the segment's start) is read off that one scan's carry across chunks; any
-        other offset ends a segment. Either way the state at an offset is exact.
+        One scan over the chunk yields the state at every offset (`chunked_scan`), on its chunk
+        grid or not, exactly.
         """
         length = u.shape[0]
         k1 = self.shape.d_conv - 1
@@ -176,27 +175,15 @@ class Mamba2Mixer(nn.Module):
         xBC, padded = self._conv(xBC, state[0])  # [l, m], [m, k - 1 + l]
         x, dt, B, C = self._ssm_inputs(xBC, dt_raw)  # [l, h, p], [l, h], [l, h, n] x2
         A = -torch.exp(self.A_log.float())  # [h]
+        y, ssm, at = chunked_scan(
+            x, dt, A, B, C, state[1].float(), self.shape.chunk_size, save_offsets
+        )  # [l, h, p]
 
-        ssm = state[1].float()
-        c = self.shape.chunk_size
-        ys, saved = [], {}
-        for begin, end, inside in _segments(save_offsets, length, c):
-            y, ssm, ends = chunked_scan(
-                x[begin:end],
-                dt[begin:end],
-                A,
-                B[begin:end],
-                C[begin:end],
-                ssm,
-                c,
-                [o - begin for o in inside],
-            )  # [end - begin, h, p]
-            ys.append(y)
-            for offset, state_at in [*((begin + o, s) for o, s in ends.items()), (end, ssm)]:
-                saved[offset] = (padded[:, offset : offset + k1].float().clone(), state_at)
-        final = saved[length]
-        saved = {o: saved[o] for o in save_offsets}
-        return MambaPrefill(self._output(torch.cat(ys), x, z), final, saved)
+        def saved(offset: int, ssm_state: Tensor) -> MambaState:
+            return padded[:, offset : offset + k1].float().clone(), ssm_state
+
+        states = {o: saved(o, at[o]) for o in save_offsets}
+        return MambaPrefill(self._output(y, x, z), saved(length, ssm), states)
 
     def step(self, u: Tensor, state: MambaState) -> tuple[Tensor, MambaState]:
         """One token per sequence: u [b, d], conv [b, m, k - 1], ssm [b, h, p, n]."""
@@ -218,18 +205,3 @@ class Mamba2Mixer(nn.Module):
         x, dt, B, C = self._ssm_inputs(xBC, dt_raw)
         y, _ = sequential_scan(x, dt, -torch.exp(self.A_log.float()), B, C, ssm)
         return self._output(y, x, z)
-
-
-def _segments(offsets: list[int], length: int, c: int) -> list[tuple[int, int, list[int]]]:
-    """The scans of a prefill of `length` tokens that keeps the state at `offsets`: each
-    `(begin, end, inside)` is one scan, `inside` the offsets strictly within it, all on its
-    chunk grid (`(o - begin) % c == 0`); an offset off the grid ends a scan."""
-    segments, begin, inside = [], 0, []
-    for offset in sorted({o for o in offsets if 0 < o < length}):
-        if (offset - begin) % c == 0:
-            inside.append(offset)
-        else:
-            segments.append((begin, offset, inside))
-            begin, inside = offset, []
-    segments.append((begin, length, inside))
-    return segments

@@ -5,11 +5,14 @@ Glossary:
     E   routed experts    k   experts per token  f   expert inner width
 
 Two routers, as the checkpoints define them:
-    softmax  (Granite)    top-k of the logits, weights = softmax over those k logits
+    softmax  (Granite, Qwen) top-k of the logits, weights = softmax over those k logits (which is
+                          the softmax over all E, renormalised over the k); with `normalize`
+                          off (Qwen3-Next's norm_topk_prob false), the k of the softmax over all E
     sigmoid  (Nemotron-H) scores = sigmoid(logits); experts chosen by scores + a learned bias,
                           within the best `top_groups` of `num_groups` expert groups; weights are
                           the chosen scores, normalised to sum 1 if asked, times `routed_scale`
 Routing and the weighted sum run in float32. Experts add in ascending expert order.
+The shared MLP's output is scaled by `sigmoid(shared_gate(x))` when the model gates it (Qwen).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class MoE(nn.Module):
         shared: MLP | None = None,
         latent: int | None = None,
         latent_bias: bool = False,
+        shared_gate: bool = False,
     ) -> None:
         super().__init__()
         if not 0 < top_k <= num_experts or num_experts % num_groups:
@@ -69,13 +73,16 @@ class MoE(nn.Module):
         self.up_proj = nn.Parameter(torch.empty(num_experts, rows, width))  # [E, (2)f, d']
         self.down_proj = nn.Parameter(torch.empty(num_experts, width, inner))  # [E, d', f]
         self.shared = shared
+        self.shared_gate = nn.Linear(d, 1, bias=False) if shared_gate else None
 
     def route(self, x: Tensor) -> Route:
         """x [t, d] -> the k experts of each token and their weights."""
         if self.routing == "softmax":
             logits = F.linear(x, self.router).float()  # [t, E]
             top, expert_ids = logits.topk(self.top_k, dim=-1)  # [t, k]
-            return Route(expert_ids, torch.softmax(top, dim=-1))
+            if self.normalize:
+                return Route(expert_ids, torch.softmax(top, dim=-1))
+            return Route(expert_ids, torch.softmax(logits, dim=-1).gather(1, expert_ids))
         scores = F.linear(x.float(), self.router.float()).sigmoid()  # [t, E]
         choice = scores + self.score_bias.float()  # [t, E]
         grouped = choice.unflatten(-1, (self.num_groups, -1))  # [t, groups, E / groups]
@@ -111,5 +118,8 @@ class MoE(nn.Module):
         if self.latent_out is not None:
             y = self.latent_out(y)  # [t, d]
         if self.shared is not None:
-            y = y + self.shared(x)
+            shared = self.shared(x)  # [t, d]
+            if self.shared_gate is not None:
+                shared = torch.sigmoid(self.shared_gate(x)) * shared
+            y = y + shared
         return y

@@ -18,15 +18,21 @@ def rms_normalize(x: Tensor, eps: float) -> Tensor:
 
 
 class RMSNorm(nn.Module):
-    """`weight * x / rms(x)`; the pre-norm of every block and the final norm."""
+    """`(offset + weight) * x / rms(x)`; the pre-norm of every block and the final norm.
 
-    def __init__(self, d: int, eps: float = 1e-5) -> None:
+    `offset` is 0 for most checkpoints; Qwen3.5 and Qwen3-Next store the weight centred on zero
+    and scale by `1 + weight`.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5, offset: float = 0.0) -> None:
         super().__init__()
         self.eps = eps
+        self.offset = offset
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: Tensor) -> Tensor:  # [..., d] -> [..., d]
-        return (rms_normalize(x, self.eps) * self.weight.float()).to(x.dtype)
+        scale = self.weight.float() + self.offset if self.offset else self.weight.float()
+        return (rms_normalize(x, self.eps) * scale).to(x.dtype)
 
 
 class GatedRMSNorm(nn.Module):

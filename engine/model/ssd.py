@@ -65,23 +65,25 @@ def chunked_scan(
     C: Tensor,
     initial_state: Tensor,
     chunk_size: int = 64,
-    chunk_ends: Sequence[int] = (),
+    offsets: Sequence[int] = (),
 ) -> tuple[Tensor, Tensor, dict[int, Tensor]]:
     """The same result as `sequential_scan`, in chunks. Returns (y [l, h, p], final S, and
-    S after each of `chunk_ends`: token counts that are multiples of `c`, read off the carry
-    across chunks at no extra cost)."""
+    S after each of `offsets`, token counts in 0..l). An offset on the chunk grid is read off
+    the carry across chunks at no extra cost; one inside chunk z is chunk z's carried-in state
+    decayed to it plus the chunk's own inputs up to it, the step rule over a part of a chunk."""
     length, h, p = x.shape
     if length == 0:
-        return x.new_zeros(x.shape), initial_state, {}
+        return x.new_zeros(x.shape), initial_state, dict.fromkeys(offsets, initial_state)
     n = B.shape[-1]
     c = chunk_size
     nz = -(-length // c)
     pad = nz * c - length
-    # Padding tokens have dt = 0: decay 1 and no input, so they leave S unchanged.
-    x = F.pad(x, (0, 0, 0, 0, 0, pad)).view(nz, c, h, p)
-    dt = F.pad(dt, (0, 0, 0, pad)).view(nz, c, h)
-    B = F.pad(B, (0, 0, 0, 0, 0, pad)).view(nz, c, h, n)
-    C = F.pad(C, (0, 0, 0, 0, 0, pad)).view(nz, c, h, n)
+    # Padding tokens have dt = 0: decay 1 and no input, so they leave S unchanged. (No pad, no
+    # copy: a prompt of whole chunks is only reshaped.)
+    x = _pad_tokens(x, pad).reshape(nz, c, h, p)
+    dt = _pad_tokens(dt, pad).reshape(nz, c, h)
+    B = _pad_tokens(B, pad).reshape(nz, c, h, n)
+    C = _pad_tokens(C, pad).reshape(nz, c, h, n)
 
     log_decay = torch.cumsum(dt * A, dim=1)  # [nz, c, h]: log of the decay from chunk start
 
@@ -108,6 +110,20 @@ def chunked_scan(
     # The carried state's contribution: y_i += exp(log_decay_i) * (S_in . C_i).
     y_off = torch.einsum("zhpn,zihn->zihp", states_in, C) * torch.exp(log_decay)[..., None]
     y = (y_diag + y_off).reshape(nz * c, h, p)[:length]  # [l, h, p]
-    # S after k chunks is S at the start of chunk k (the last one's is the final state)
-    ends = {end: states_in[end // c] if end < length else state for end in chunk_ends}
-    return y, state, ends
+
+    def state_at(offset: int) -> Tensor:
+        z, r = divmod(offset, c)
+        if offset == length:
+            return state
+        if r == 0:  # S after z chunks is S at the start of chunk z
+            return states_in[z]
+        to_offset = torch.exp(log_decay[z, r - 1] - log_decay[z, :r])  # [r, h]
+        own = torch.einsum("jh,jhp,jhn->hpn", to_offset * dt[z, :r], x[z, :r], B[z, :r])
+        return torch.exp(log_decay[z, r - 1])[:, None, None] * states_in[z] + own  # [h, p, n]
+
+    return y, state, {offset: state_at(offset) for offset in offsets}
+
+
+def _pad_tokens(t: Tensor, pad: int) -> Tensor:
+    """`t` [l, ...] with `pad` zero tokens appended (itself when there are none)."""
+    return t if pad == 0 else F.pad(t, (0, 0) * (t.dim() - 1) + (0, pad))

@@ -68,12 +68,29 @@ def generation_eos_ids(model_dir: Path) -> list[int]:
     return [int(t) for t in eos] if isinstance(eos, list) else [int(eos)]
 
 
+def config_vocab_size(model_dir: Path) -> int | None:
+    """config.json's `vocab_size` (a multimodal config's `text_config`'s), if it has one."""
+    path = model_dir / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text(encoding="utf-8"))
+    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    return int(size) if size else None
+
+
 class HFTokenizer:
     """`tokenizer` as the server's `Tokenizer`; generation stops at any of `stop_token_ids`."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop_token_ids: Sequence[int]) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        stop_token_ids: Sequence[int],
+        model_vocab_size: int | None = None,
+    ) -> None:
+        """`model_vocab_size`: the rows of the model's embedding (config.json's vocab_size).
+        A prompt's token ids must be ids of both the tokenizer and the model."""
         self._tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
+        self.vocab_size = min(len(tokenizer), model_vocab_size or len(tokenizer))
         self.stop_token_ids = tuple(dict.fromkeys(stop_token_ids))
 
     @classmethod
@@ -91,7 +108,7 @@ class HFTokenizer:
                 f"(tokenizer.json / tokenizer_config.json): {reason}"
             ) from None
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        return cls(tokenizer, [*eos, *generation_eos_ids(model_dir)])
+        return cls(tokenizer, [*eos, *generation_eos_ids(model_dir)], config_vocab_size(model_dir))
 
     def encode(self, text: str) -> list[int]:
         """Text as the tokenizer encodes it alone, with its special tokens (a BOS, if any)."""

@@ -3,7 +3,8 @@
 A family maps every parameter of the Junction model to a `Source`: the checkpoint tensors it is
 made of, in order, and how they join (one tensor; several concatenated along dim 0, as Bamba's
 gate and up projections become one gated `up_proj`; or several stacked along a new dim 0, as
-Nemotron-H's per-expert matrices become one [E, ...] tensor).
+Nemotron-H's per-expert matrices become one [E, ...] tensor, or pairs concatenated, then
+stacked, as Qwen's per-expert gate and up projections).
 
 Every check runs on the safetensors headers before one tensor is read, so a bad directory fails
 at load, before any request: each shard the index names exists, each tensor a source names is
@@ -31,6 +32,9 @@ class Source(NamedTuple):
     names: tuple[str, ...]  # checkpoint tensors, in the order they join
     join: Join = "one"  # "cat": along dim 0; "stack": along a new dim 0
     shape: tuple[int, ...] | None = None  # each tensor's stored shape; None: from the parameter
+    # "stack" only: each stacked item is `per_item` consecutive names concatenated along dim 0
+    # (an expert's gate and up projections, stored apart, become its one gated up_proj)
+    per_item: int = 1
 
 
 class StoredTensor(NamedTuple):
@@ -45,7 +49,7 @@ def stored_shape(source: Source, parameter_shape: tuple[int, ...]) -> tuple[int,
     if source.join == "cat":
         return (parameter_shape[0] // len(source.names), *parameter_shape[1:])
     if source.join == "stack":
-        return parameter_shape[1:]
+        return (parameter_shape[1] // source.per_item, *parameter_shape[2:])
     return parameter_shape
 
 
@@ -125,7 +129,10 @@ def load_weights(
             if source.join == "cat":
                 tensor = torch.cat(tensors)
             elif source.join == "stack":
-                tensor = torch.stack(tensors)
+                k = source.per_item
+                tensor = torch.stack(
+                    [torch.cat(tensors[i : i + k]) for i in range(0, len(tensors), k)]
+                )
             else:
                 (tensor,) = tensors
             parameter = parameters[parameter_name]

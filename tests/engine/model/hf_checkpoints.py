@@ -22,9 +22,25 @@ from transformers import (
     NemotronHForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerFast,
+    Qwen3_5Config,
+    Qwen3_5ForCausalLM,
+    Qwen3_5ForConditionalGeneration,
+    Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeTextConfig,
+    Qwen3_5TextConfig,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
 )
 
-ARCHITECTURES = ("BambaForCausalLM", "GraniteMoeHybridForCausalLM", "NemotronHForCausalLM")
+ARCHITECTURES = (
+    "BambaForCausalLM",
+    "GraniteMoeHybridForCausalLM",
+    "NemotronHForCausalLM",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3NextForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+)
 VOCAB_SIZE = 384  # the config's; the tokenizer fills the first ids, as real checkpoints pad
 SPECIAL_TOKENS = ["<|pad|>", "<|begin|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -65,6 +81,91 @@ BENCH = {  # about 100M parameters, Bamba-shaped
     "bos_token_id": BOS_ID,
     "eos_token_id": EOS_ID,
 }
+
+
+BENCH_QWEN = {  # about 100M parameters, Qwen3.5-shaped: 3 Gated DeltaNet layers to 1 attention
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 768,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "linear_num_key_heads": 8,
+    "linear_num_value_heads": 16,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "pad_token_id": PAD_ID,
+    "bos_token_id": BOS_ID,
+    "eos_token_id": EOS_ID,
+}
+
+# Qwen: 3 Gated DeltaNet and 2 attention layers; DeltaNet 2 key heads shared by 4 value heads.
+# Weights at std 0.1, not COMMON's 0.2: at 0.2 the random delta rule amplifies float32 rounding
+# until two exact orders of the same sums (transformers' chunked rule and a token-by-token
+# recurrence) differ by 1.5e-5 at one layer's output and 1.5e-4 in the logits; at 0.1 they
+# differ by 9e-6 in the logits, and greedy text stays varied.
+QWEN = {
+    **COMMON,
+    "initializer_range": 0.1,
+    "head_dim": 16,
+    "num_hidden_layers": 5,
+    "layer_types": [
+        "linear_attention",
+        "full_attention",
+        "linear_attention",
+        "linear_attention",
+        "full_attention",
+    ],
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+}
+QWEN_EXPERTS = {
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 24,
+    "shared_expert_intermediate_size": 40,
+}
+
+
+def qwen3_5(moe: bool) -> PreTrainedModel:
+    if moe:
+        config = Qwen3_5MoeTextConfig(**QWEN, **QWEN_EXPERTS, tie_word_embeddings=False)
+        return Qwen3_5MoeForCausalLM(config)
+    config = Qwen3_5TextConfig(**QWEN, intermediate_size=48, tie_word_embeddings=True)
+    return Qwen3_5ForCausalLM(config)
+
+
+def qwen3_5_multimodal(moe: bool) -> PreTrainedModel:
+    """Qwen3.5 as published: the language model of `qwen3_5` beside a one-block vision tower."""
+    text = {**QWEN, "intermediate_size": 48, "tie_word_embeddings": False}
+    vision = {
+        "depth": 1,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_heads": 2,
+        "out_hidden_size": 32,
+        "patch_size": 4,
+        "temporal_patch_size": 1,
+        "spatial_merge_size": 1,
+    }
+    config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=False)
+    return Qwen3_5ForConditionalGeneration(config)
+
+
+def qwen3_next(moe: bool) -> PreTrainedModel:
+    """MoE in every layer but layer 1 (a dense MLP), top-k weights not renormalised."""
+    config = Qwen3NextConfig(
+        **QWEN,
+        **QWEN_EXPERTS,
+        intermediate_size=48,
+        mlp_only_layers=[1],
+        norm_topk_prob=False,
+        tie_word_embeddings=False,
+    )
+    return Qwen3NextForCausalLM(config)
 
 
 def bamba(moe: bool) -> PreTrainedModel:
@@ -130,6 +231,10 @@ BUILDERS = {
     "BambaForCausalLM": bamba,
     "GraniteMoeHybridForCausalLM": granite,
     "NemotronHForCausalLM": nemotron_h,
+    "Qwen3_5ForCausalLM": qwen3_5,
+    "Qwen3_5MoeForCausalLM": lambda moe: qwen3_5(True),
+    "Qwen3NextForCausalLM": qwen3_next,
+    "Qwen3_5ForConditionalGeneration": qwen3_5_multimodal,
 }
 
 
@@ -160,13 +265,17 @@ def build_checkpoint(
     arch: str, path: Path, *, moe: bool = False, size: str = "tiny", seed: int = 0
 ) -> Path:
     """A random `arch` checkpoint with a tokenizer in `path`; `moe` gives Granite experts
-    (Nemotron-H always has its E layers); `size` "tiny" for tests, "100m" (Bamba) for benches."""
+    (Nemotron-H always has its E layers); `size` "tiny" for tests, "100m" (Bamba or Qwen3.5)
+    for benches."""
     path = Path(path)
     torch.manual_seed(seed)
     if size == "100m":
-        if arch != "BambaForCausalLM":
-            raise ValueError(f"size '100m' is Bamba-shaped, got {arch}")
-        model = BambaForCausalLM(BambaConfig(**BENCH))
+        if arch == "BambaForCausalLM":
+            model = BambaForCausalLM(BambaConfig(**BENCH))
+        elif arch == "Qwen3_5ForCausalLM":
+            model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**BENCH_QWEN))
+        else:
+            raise ValueError(f"size '100m' is Bamba- or Qwen3.5-shaped, got {arch}")
     elif size == "tiny":
         model = BUILDERS[arch](moe)
     else:
@@ -182,6 +291,9 @@ VARIANTS = {
     "granite": ("GraniteMoeHybridForCausalLM", False),
     "granite-moe": ("GraniteMoeHybridForCausalLM", True),
     "nemotron-h": ("NemotronHForCausalLM", False),
+    "qwen3_5": ("Qwen3_5ForCausalLM", False),
+    "qwen3_5-moe": ("Qwen3_5MoeForCausalLM", True),
+    "qwen3-next": ("Qwen3NextForCausalLM", True),
 }
 
 

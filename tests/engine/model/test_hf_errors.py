@@ -107,8 +107,13 @@ def test_an_unsupported_architecture_is_refused_by_name(checkpoints, tmp_path) -
         ),
         ("nemotron-h", {"n_groups": 3}, "mamba_num_heads 8 is not divisible by n_groups 3"),
         ("bamba", {"mamba_n_heads": 7, "mamba_d_head": "auto"}, "mamba_n_heads must divide"),
+        (
+            "qwen3_5",
+            {"linear_num_value_heads": 3},
+            "linear_num_value_heads 3 is not divisible by linear_num_key_heads 2",
+        ),
     ],
-    ids=["kv-heads", "head-size", "mamba-groups", "mamba-heads"],
+    ids=["kv-heads", "head-size", "mamba-groups", "mamba-heads", "deltanet-heads"],
 )
 def test_head_sizes_that_do_not_divide_are_named(
     checkpoints, tmp_path, variant, changes, pattern

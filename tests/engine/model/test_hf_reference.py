@@ -1,14 +1,15 @@
 """Hugging Face checkpoints on Junction's paged paths against transformers' own forward.
 
-Per variant (Bamba, Granite dense and with experts, Nemotron-H with - and E blocks), on the
-CPU in float32: the logits at every position of a few prompts, through chunked prefill and
-through decode, equal transformers' within 1e-4; the greedy continuation of 32 tokens through
-the engine equals `generate`; and prefill split into chunks, or resumed from cached blocks and
-saved states, gives the same logits.
+Per variant (Bamba, Granite dense and with experts, Nemotron-H with - and E blocks, Qwen3.5
+dense and MoE, Qwen3-Next), on the CPU in float32: the logits at every position of a few
+prompts, through chunked prefill and through decode, equal transformers' within 1e-4; the greedy
+continuation of 32 tokens through the engine equals `generate`; and prefill split into chunks,
+or resumed from cached blocks and saved states, gives the same logits.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -158,27 +159,41 @@ def test_geometry_follows_the_config(model) -> None:
     assert len(model.attention_layer_ids) == spec.num_attention_layers
     assert len(model.mamba_layer_ids) == spec.num_mamba_layers
     assert (model.num_kv_heads, model.head_dim) == (spec.num_kv_heads, spec.head_dim)
-    assert (model.lm_head is None) == spec.hf_config.tie_word_embeddings
+    assert (model.lm_head is None) == spec.tie_word_embeddings
     conv_shape, ssm_shape = model.mamba_state_shapes()
-    assert conv_shape == spec.mamba.conv_state_shape == (64 + 2 * 2 * 8, 3)
-    assert ssm_shape == spec.mamba.ssm_state_shape == (8, 8, 8)
+    if spec.state_kind == "linear":  # Gated DeltaNet: q, k (2 heads of 8) and v (4 of 8)
+        want_conv, want_ssm = (2 * 2 * 8 + 4 * 8, 3), (4, 8, 8)
+    else:  # Mamba-2: x (8 heads of 8), B and C (2 groups of 8)
+        want_conv, want_ssm = (64 + 2 * 2 * 8, 3), (8, 8, 8)
+    assert conv_shape == spec.mamba.conv_state_shape == want_conv
+    assert ssm_shape == spec.mamba.ssm_state_shape == want_ssm
     per_token = 2 * spec.num_attention_layers * spec.num_kv_heads * spec.head_dim * 2
     assert spec.attention_bytes_per_token("bfloat16") == per_token
-    per_slot = spec.num_mamba_layers * (96 * 3 + 8 * 8 * 8) * 4
+    per_slot = spec.num_mamba_layers * (math.prod(want_conv) + math.prod(want_ssm)) * 4
     assert spec.mamba_bytes_per_slot("float32") == per_slot
+    assert spec.state_kind == ("linear" if spec.architecture.startswith("Qwen") else "mamba")
     if spec.architecture == "NemotronHForCausalLM":
         symbols = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
         assert "".join(symbols[kind] for kind in spec.layer_kinds) == "M-M*E-*E"
         assert spec.head_dim == 16 != spec.hidden_size // spec.num_attention_heads
 
 
-def test_bfloat16_tracks_float32(model_dir, model, prompts) -> None:
-    """The same checkpoint read into bfloat16: the logits stay near, the top token mostly too."""
+def test_bfloat16_tracks_float32(model_dir, model, reference, prompts) -> None:
+    """The same checkpoint read into bfloat16 strays from float32 by about what transformers'
+    own bfloat16 forward does (a MoE router's near ties flip in bfloat16, on both sides, so the
+    error is compared per position on average, not at one position)."""
     half = load_hf_model(model_dir, "bfloat16", "cpu")
     assert half.embedding.weight.dtype == torch.bfloat16
     tokens = prompts[2]
+    want = model.forward_reference(tokens)  # [l, V] float32
+    reference_half = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.bfloat16, local_files_only=True
+    ).eval()
+    theirs = (reference_logits(reference_half, tokens) - want).abs().amax(-1).mean()
+    ours = (half.forward_reference(tokens).float() - want).abs().amax(-1).mean()
+    assert ours < 2 * theirs + 0.01 * want.abs().max()
     out = prefill_chunks(half, PagedKV(half, 10), list(range(10)), tokens, [40, 70])
-    want = model.forward_reference(tokens)[-1]
     assert out.logits.dtype == torch.float32
-    assert (out.logits - want).abs().max() < 0.1 * want.abs().max()
-    assert want.topk(3).indices.eq(out.logits.argmax()).any()
+    torch.testing.assert_close(
+        out.logits, half.forward_reference(tokens)[-1].float(), atol=0.1, rtol=0
+    )

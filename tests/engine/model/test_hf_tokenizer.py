@@ -132,3 +132,16 @@ def test_random_ids_join_to_one_decode(tokenizer, raw, seed):
     token_ids = [rng.randrange(tokenizer.vocab_size) for _ in range(200)]
     joined = "".join(pushed(tokenizer, token_ids))
     assert joined == raw.decode(token_ids, skip_special_tokens=True)
+
+
+def test_prompt_ids_are_bounded_by_the_tokenizer_and_the_model(tokenizer_dir, raw) -> None:
+    """A config whose embedding is smaller than the tokenizer bounds the ids a prompt may hold
+    (an id past the embedding would fail inside the forward instead of at the request)."""
+    config = tokenizer_dir / "config.json"
+    config.write_text(json.dumps({"vocab_size": 100}))
+    try:
+        assert HFTokenizer.load(tokenizer_dir).vocab_size == 100
+        config.write_text(json.dumps({"text_config": {"vocab_size": 10_000}}))
+        assert HFTokenizer.load(tokenizer_dir).vocab_size == len(raw)
+    finally:
+        config.unlink()

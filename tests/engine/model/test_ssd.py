@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.model.mamba2 import Mamba2Mixer, MambaShape, _segments
+from engine.model.mamba2 import Mamba2Mixer, MambaShape
 from engine.model.ssd import chunked_scan, sequential_scan
 
 
@@ -46,7 +46,7 @@ def test_saved_states_equal_the_recurrent_states_at_their_offsets() -> None:
     u = torch.randn(90, 32, generator=g)
     conv_shape, ssm_shape = mixer.shape.state_shapes()
     state = (torch.randn(conv_shape, generator=g), torch.randn(ssm_shape, generator=g))
-    offsets = [1, 2, 16, 18, 34, 40, 41, 57, 90]  # 18 -> 34: on the grid of the scan from 2
+    offsets = [1, 2, 16, 18, 34, 40, 41, 57, 90]  # on the chunk grid (16) and off it
 
     with torch.no_grad():
         out = mixer.prefill(u, state, offsets)
@@ -67,19 +67,17 @@ def test_saved_states_equal_the_recurrent_states_at_their_offsets() -> None:
     torch.testing.assert_close(out.final_state[1], stepped[90][1], atol=1e-5, rtol=1e-5)
 
 
-def test_states_at_chunk_ends_equal_the_recurrence() -> None:
+ENDS = [0, 5, 16, 17, 47, 48, 144, 149, 150]  # on the chunk grid of 16, inside chunks, 0, l
+
+
+def test_states_at_any_offset_equal_the_recurrence() -> None:
     inputs = scan_inputs(150, torch.float64, seed=9)
-    _, _, ends = chunked_scan(*inputs, chunk_size=16, chunk_ends=[16, 48, 144])
-    for end in (16, 48, 144):
+    _, final, at = chunked_scan(*inputs, chunk_size=16, offsets=ENDS)
+    assert sorted(at) == ENDS and at[150] is final
+    for end in ENDS:
         _, state = sequential_scan(
             *(t[:end] for t in inputs[:2]), inputs[2], *(t[:end] for t in inputs[3:5]), inputs[5]
         )
-        torch.testing.assert_close(ends[end], state, atol=1e-10, rtol=1e-10)
-
-
-def test_offsets_on_a_scans_chunk_grid_share_that_scan() -> None:
-    # from 0: 16 lies on the grid of 16, 40 does not and starts a scan; 56 and 72 are on its
-    assert _segments([16, 40, 56, 72, 100], 100, 16) == [(0, 40, [16]), (40, 100, [56, 72])]
-    assert _segments([16, 40, 48], 100, 16) == [(0, 40, [16]), (40, 48, []), (48, 100, [])]
-    assert _segments([64, 128, 192], 256, 64) == [(0, 256, [64, 128, 192])]
-    assert _segments([], 30, 16) == [(0, 30, [])]
+        torch.testing.assert_close(at[end], state, atol=1e-10, rtol=1e-10, msg=str(end))
+    # the state one token on is another state: a read that ignored the offset would not pass
+    assert not torch.allclose(at[17], at[16]) and not torch.allclose(at[149], at[150])

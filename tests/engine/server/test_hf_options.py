@@ -18,7 +18,7 @@ from cli.main import main
 from engine.bench.spec import BenchmarkSpec
 from engine.cache_memory import MemoryBudget, parse_budget
 from engine.engine import Engine
-from engine.model_card import model_card
+from engine.model_card import describe, model_card
 from engine.model_dir import resolve_model_dir
 from engine.options import EXIT_BAD_INPUT, configs_from_args
 from engine.server.cli import add_serve_parser
@@ -177,6 +177,9 @@ def test_the_runner_allocates_the_bytes_the_card_says(checkpoints, variant):
     weights = sum(p.numel() * p.element_size() for p in runner.model.parameters())
     assert math.isclose(card["weights_bytes"], weights, rel_tol=0.01)
     assert runner.dtype == torch.float32
+    # the state group is named by what fills it: Gated DeltaNet states in Qwen
+    assert card["state_group"] == ("linear" if variant and variant.startswith("qwen") else "mamba")
+    assert ("Gated DeltaNet" in describe(card)) == (card["state_group"] == "linear")
 
 
 def test_a_replay_runs_the_checkpoint_and_hits_the_shared_prefix(checkpoint, tmp_path, capsys):

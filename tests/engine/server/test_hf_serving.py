@@ -27,9 +27,10 @@ CACHE = CacheConfig(
 )
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    return build_checkpoint("BambaForCausalLM", tmp_path_factory.mktemp("bamba"))
+@pytest.fixture(scope="module", params=["BambaForCausalLM", "Qwen3_5ForCausalLM"])
+def checkpoint(request, tmp_path_factory) -> Path:
+    """A Mamba-2 hybrid and a Gated DeltaNet one."""
+    return build_checkpoint(request.param, tmp_path_factory.mktemp("checkpoint"))
 
 
 @pytest.fixture(scope="module")
@@ -133,11 +134,14 @@ def test_models_tell_the_architecture_and_the_cache_geometry(hf_server, checkpoi
     (card,) = hf_server.client().models.list().data
     details = card.model_extra["junction"]
     config = json.loads((checkpoint / "config.json").read_text())
-    head_dim = config["hidden_size"] // config["num_attention_heads"]
-    num_attention = len(config["attn_layer_indices"])
-    assert details["architecture"] == "BambaForCausalLM" and card.model_extra["root"] == str(
-        checkpoint
-    )
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    if "layer_types" in config:  # Qwen
+        num_attention = config["layer_types"].count("full_attention")
+    else:
+        num_attention = len(config["attn_layer_indices"])
+    assert details["architecture"] == config["architectures"][0]
+    assert card.model_extra["root"] == str(checkpoint)
+    assert details["state_group"] == ("linear" if "layer_types" in config else "mamba")
     geometry = details["geometry"]
     assert (geometry["num_blocks"], geometry["num_mamba_blocks"]) == (256, 64)
     # a key and a value of [kv heads, head dim] floats per attention layer and token

@@ -1,0 +1,24 @@
+"""What each cache group is called on an engine's pages.
+
+The store and the events name the recurrent-state group `mamba` whatever layers fill it. A
+Qwen3.5 or Qwen3-Next engine fills it with Gated DeltaNet states, and its hello's model card
+says so (`state_group`: "linear"); the pages then call the group by what it holds, keeping the
+stored name beside it so that it can be found in the REST API.
+"""
+
+from __future__ import annotations
+
+STATE_LAYERS = {"mamba": "Mamba-2", "linear": "Gated DeltaNet"}
+
+
+def state_kind(engine: dict | None) -> str:
+    """ "mamba" or "linear": what the engine's state group holds (built-in engines: mamba)."""
+    return ((engine or {}).get("model") or {}).get("state_group") or "mamba"
+
+
+def group_label(engine: dict | None, group: str) -> str:
+    """`group` as the engine's pages show it: `linear (mamba)` for a Gated DeltaNet model."""
+    kind = state_kind(engine)
+    if group != "mamba" or kind == "mamba":
+        return group
+    return f"{kind} ({group})"
