@@ -78,6 +78,46 @@ class ApiClient:
         params["max_cells"] = max_cells
         return self.call("GET", f"/engines/{engine_id}/blocks/grid", params=params)
 
+    def peer_blocks(
+        self,
+        engine_id: str,
+        rank: int | None = None,
+        group: str | None = None,
+        medium: str | None = None,
+        limit: int = 1000,
+        offset: int = 0,
+    ) -> dict:
+        """One page of an engine's hash-keyed blocks: `{"total", "blocks": [...]}`."""
+        params = {"rank": rank, "group": group, "medium": medium}
+        params |= {"limit": limit, "offset": offset}
+        return self.call("GET", f"/engines/{engine_id}/peer-blocks", params=params)
+
+    def peer_summary(self, engine_id: str, window_s: float | None = None) -> dict:
+        """An engine's hash-keyed cache by group and medium, and its last `window_s` seconds
+        of churn, metric samples, hit rate and resyncs."""
+        params = {"window_s": window_s}
+        return self.call("GET", f"/engines/{engine_id}/peer-summary", params=params)
+
+    # the prefix views of a hash-keyed cache (`api.routes.peer_views`)
+    def peer_tree(
+        self,
+        engine_id: str,
+        rank: int | None = None,
+        group: str = "attention",
+        max_nodes: int = 200,
+    ) -> dict:
+        """`group`'s cached prefixes as a radix tree (Mamba states marked on the attention's)."""
+        params = {"rank": rank, "group": group, "max_nodes": max_nodes}
+        return self.call("GET", f"/engines/{engine_id}/peer-tree", params=params)
+
+    def peer_suggested_junctions(
+        self, engine_id: str, rank: int | None = None, limit: int = 20
+    ) -> dict:
+        """The branch points worth a Mamba state, with what would keep one (not the
+        request-based `suggested_junctions` of Junction's own engines)."""
+        params = {"rank": rank, "limit": limit}
+        return self.call("GET", f"/engines/{engine_id}/suggested-junctions", params=params)
+
     def pins(self, state: str | None = None, engine_id: str | None = None) -> list[dict]:
         return self.call("GET", "/pins", params={"state": state, "engine_id": engine_id})
 

@@ -6,7 +6,18 @@ from __future__ import annotations
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from api.models import Block, DeadLetter, Engine, EventBatch, HitRateBucket, Request
+from api.models import (
+    Block,
+    DeadLetter,
+    Engine,
+    EventBatch,
+    HitRateBucket,
+    PeerBlock,
+    PeerChurnBucket,
+    PeerMetricSample,
+    PeerResyncRecord,
+    Request,
+)
 from engine.wire import BLOCK_STATES, GROUPS
 
 
@@ -41,9 +52,10 @@ def num_requests(session: Session, engine_id: str) -> int:
 
 
 def forget_engine(session: Session, engine: Engine) -> None:
-    """Delete the engine with its rows, batches, requests, buckets, dead letters and its side
-    of every pin (the pins stay, for their other engines)."""
-    for table in (Block, EventBatch, Request, HitRateBucket, DeadLetter):
+    """Delete the engine with its rows, batches, requests, buckets, dead letters, its peer
+    tables and its side of every pin (the pins stay, for their other engines)."""
+    peer_tables = (PeerBlock, PeerChurnBucket, PeerMetricSample, PeerResyncRecord)
+    for table in (Block, EventBatch, Request, HitRateBucket, DeadLetter, *peer_tables):
         session.execute(delete(table).where(table.engine_id == engine.engine_id))
     session.delete(engine)
 

@@ -23,7 +23,10 @@ Only `BlockStateChanged` (whole block rows), `RequestFinished` (requests, bucket
 miss attribution) and `PinUpdated` (pin targets, pinned prefixes for attribution) change
 tables besides `event_batches`; the other events are kept in their batch for readers of
 `/events`, without the prompt-derived fields (`unit_hashes`, `junction_token_ids`) that only
-`api.attribution` and the requests table use. Rows go in with one statement per table
+`api.attribution` and the requests table use. An engine without physical block ids (its hello's
+geometry says `physical_block_ids: false`) sends the peer events instead, which
+`api.peer_blocks` applies in the same transaction (and its stored batches keep no token ids);
+for any other engine they are not looked for. Rows go in with one statement per table
 (`api.bulk`). What the pins' reports call for (an unpin of a released pin the engine still
 holds) comes back in `Applied.commands`, for the socket to send after the ack.
 """
@@ -39,10 +42,11 @@ from sqlalchemy import Table, delete, insert, update
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from api import attribution, bulk, dead_letters, pins, shared_units
+from api import attribution, bulk, dead_letters, peer_blocks, pins, shared_units
 from api.attribution import AttributionConfig
 from api.hit_rate import BUCKETS, COUNTERS, bucket_row
 from api.models import Block, Engine, EventBatch, Request, utcnow
+from api.peer_blocks import PeerConfig
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
@@ -130,6 +134,7 @@ def apply_hello(session: Session, hello: Hello, bucket_s: int = 60) -> Welcome:
                 session, engine.engine_id, hello.epoch, engine.geometry, bucket_s
             )
             session.execute(delete(Block).where(Block.engine_id == hello.engine_id))
+            peer_blocks.forget_blocks(session, engine)
             engine.epoch = hello.epoch
             engine.next_seq = 0
             engine.num_batches_dropped = engine.num_requests_dropped = 0  # counts are per epoch
@@ -148,8 +153,9 @@ def apply_batch(
     batch: Batch,
     bucket_s: int = 60,
     config: AttributionConfig | None = None,
+    peer: PeerConfig | None = None,
 ) -> Applied:
-    return apply_batches(session, hello, [batch], bucket_s, config)[0]
+    return apply_batches(session, hello, [batch], bucket_s, config, peer)[0]
 
 
 def apply_batches(
@@ -158,6 +164,7 @@ def apply_batches(
     batches: list[Batch],
     bucket_s: int = 60,
     config: AttributionConfig | None = None,
+    peer: PeerConfig | None = None,
 ) -> list[Applied]:
     """Consecutive batches of one connection in one transaction, each taken as `apply_batch`
     takes it alone, with one statement per table for all of them (the last row of a block
@@ -175,7 +182,11 @@ def apply_batches(
             next_seq += is_new[-1]
         new = [batch for batch, fresh in zip(batches, is_new, strict=True) if fresh]
         config = config or AttributionConfig()
-        commands = _store_batches(session, hello, new, bucket_s, config) if new else {}
+        commands = {}
+        if new:
+            commands = _store_batches(session, hello, new, bucket_s, config)
+            if peer_blocks.is_peer(hello.geometry):
+                peer_blocks.apply(session, engine, new, bucket_s, peer or PeerConfig())
         if new:
             engine.next_seq = next_seq
             engine.last_seen = utcnow()
@@ -192,6 +203,7 @@ def _store_batches(
 ) -> dict[int, tuple[Command, ...]]:
     """Store new batches, in seq order; returns the commands each calls for, by seq."""
     engine_id, epoch = hello.engine_id, hello.epoch  # the batches' own (`_check_frame`)
+    kept = _peer_without_prompt if peer_blocks.is_peer(hello.geometry) else _without_prompt
     session.execute(
         insert(BATCHES).values(events=bulk.raw_json(session, "events_json")),
         [
@@ -203,7 +215,7 @@ def _store_batches(
                 "received_at": utcnow(),
                 "num_events": len(batch.events),
                 "events_json": msgspec.json.encode(
-                    [_without_prompt(event) for event in batch.events]
+                    [kept(event) for event in batch.events]
                 ).decode(),
             }
             for batch in new
@@ -350,10 +362,16 @@ def _without_prompt(event):
     return event
 
 
+def _peer_without_prompt(event):
+    """An event of an engine without physical block ids, as the store keeps it."""
+    return peer_blocks.without_tokens(_without_prompt(event))
+
+
 def _frame_without_prompt(frame: Batch | Snapshot) -> Batch | Snapshot:
-    """A frame to park as a dead letter, its events as `_without_prompt` keeps them."""
+    """A frame to park as a dead letter, its events as `_peer_without_prompt` keeps them."""
     if isinstance(frame, Batch):
-        return msgspec.structs.replace(frame, events=[_without_prompt(e) for e in frame.events])
+        events = [_peer_without_prompt(e) for e in frame.events]
+        return msgspec.structs.replace(frame, events=events)
     requests = [msgspec.structs.replace(r, event=_without_prompt(r.event)) for r in frame.requests]
     return msgspec.structs.replace(
         frame, requests=requests, pins=[_without_prompt(p) for p in frame.pins]

@@ -21,6 +21,8 @@ from api.routes import (
     hit_rate,
     ingest,
     junctions,
+    peer_blocks,
+    peer_views,
     pins,
     requests,
 )
@@ -46,6 +48,8 @@ ROUTERS = (
     engines,
     blocks,
     block_grid,
+    peer_blocks,
+    peer_views,
     requests,
     dead_letters,
     hit_rate,

@@ -5,6 +5,8 @@ split into `token_start`/`token_end`); `event_batches` keeps every batch as it c
 `requests` and `hit_rate_buckets` are what `RequestFinished` events add up to; `pins` and
 `pin_targets` hold the operator's pins and each engine's state of them (`api.pins`);
 `dead_letters` the frames the store refused, parked so the stream went on (`api.dead_letters`).
+Engines without physical block ids (vLLM, SGLang: `api.peer_blocks`) keep `peer_blocks` (their
+cache, hash-keyed), `peer_churn_buckets`, `peer_metric_samples` and `peer_resyncs`.
 Miss attribution (`api.attribution`) keeps `shared_units` (each engine's salted match-unit
 hashes, bounded), `pending_attributions` (requests waiting for the ones that arrived before
 them) and `attributions` (each request's split of the tokens it missed), salted by the
@@ -81,6 +83,9 @@ class Engine(Base):
     num_batches_dropped: Mapped[int] = mapped_column(BigInteger, default=0)
     num_requests_dropped: Mapped[int] = mapped_column(BigInteger, default=0)
     last_drop: Mapped[str | None] = mapped_column(Text, default=None)
+    # its `peer_blocks` rows (an engine without physical block ids), kept by the ingest that
+    # writes them, so the per-engine cap needs no count
+    num_peer_blocks: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class EventBatch(Base):
@@ -358,3 +363,76 @@ class BenchmarkRun(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     task_id: Mapped[str | None] = mapped_column(String(64))
     worker: Mapped[str | None] = mapped_column(Text)
+
+
+class PeerBlock(Base):
+    """A block of an engine without physical block ids, as its `PeerBlockStored` said: keyed by
+    its rank, group, medium and hash; `parent_hash` is the block before it in its chain (None
+    at the root), `token_sample` its first `JUNCTION_PEER_TOKEN_SAMPLE` token ids, `stored_at`
+    the Unix seconds of the batch that stored it last."""
+
+    __tablename__ = "peer_blocks"
+
+    engine_id: Mapped[str] = mapped_column(
+        ForeignKey(ENGINE_FK, ondelete="CASCADE"), primary_key=True
+    )
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    group: Mapped[str] = mapped_column("group", String(64), primary_key=True)
+    medium: Mapped[str] = mapped_column(String(32), primary_key=True)
+    block_hash: Mapped[str] = mapped_column(String(128), primary_key=True)
+    group_idx: Mapped[int] = mapped_column(Integer)
+    parent_hash: Mapped[str | None] = mapped_column(String(128))
+    num_tokens: Mapped[int] = mapped_column(Integer)
+    token_sample: Mapped[list[Any]] = mapped_column()
+    stored_at: Mapped[float] = mapped_column(Float)
+
+
+class PeerChurnBucket(Base):
+    """Blocks a peer stored and removed (a clear's included) in `[bucket_start, +bucket_s)`."""
+
+    __tablename__ = "peer_churn_buckets"
+    __table_args__ = (Index("ix_peer_churn_buckets_engine_start", "engine_id", "bucket_start"),)
+
+    engine_id: Mapped[str] = mapped_column(
+        ForeignKey(ENGINE_FK, ondelete="CASCADE"), primary_key=True
+    )
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    group: Mapped[str] = mapped_column("group", String(64), primary_key=True)
+    medium: Mapped[str] = mapped_column(String(32), primary_key=True)
+    bucket_start: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    bucket_s: Mapped[int] = mapped_column(Integer)
+    num_stored: Mapped[int] = mapped_column(BigInteger, default=0)
+    num_removed: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class PeerMetricSample(Base):
+    """One scrape of a peer's Prometheus counters (`PeerMetrics`): cumulative tokens, at `ts`
+    (the scrape's Unix seconds)."""
+
+    __tablename__ = "peer_metric_samples"
+    __table_args__ = (Index("ix_peer_metric_samples_engine_ts", "engine_id", "ts"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    engine_id: Mapped[str] = mapped_column(ForeignKey(ENGINE_FK, ondelete="CASCADE"))
+    rank: Mapped[int] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)
+    queries_tokens: Mapped[float] = mapped_column(Float)
+    hits_tokens: Mapped[float] = mapped_column(Float)
+    usage: Mapped[float | None] = mapped_column(Float)
+
+
+class PeerResyncRecord(Base):
+    """A gap in a peer's stream the bridge could not fill (`PeerResync`), or stores the store
+    refused for its cap (`reason` "store full: ...", the seqs those of the wire's batches);
+    `ts` is its batch's."""
+
+    __tablename__ = "peer_resyncs"
+    __table_args__ = (Index("ix_peer_resyncs_engine_ts", "engine_id", "ts"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    engine_id: Mapped[str] = mapped_column(ForeignKey(ENGINE_FK, ondelete="CASCADE"))
+    rank: Mapped[int] = mapped_column(Integer)
+    first_missing_seq: Mapped[int] = mapped_column(BigInteger)
+    resumed_seq: Mapped[int] = mapped_column(BigInteger)
+    reason: Mapped[str] = mapped_column(Text)
+    ts: Mapped[float] = mapped_column(Float)

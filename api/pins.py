@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from api import bulk
 from api.models import Engine, Pin, PinTarget, utcnow
+from api.peer_blocks import is_peer
 from engine.wire import Command, PinUpdated, RequestFinished
 
 #: Target states in which the engine holds (or is about to hold) the pin.
@@ -124,6 +125,14 @@ def create_pin(
             noun = "engine" if len(missing) == 1 else "engines"
             raise UnknownEngine(f"{noun} {names} not found")
         engines = [found[engine_id] for engine_id in wanted]
+        peers = [engine.engine_id for engine in engines if is_peer(engine.geometry)]
+        if peers:
+            raise PinRejected(
+                f"{', '.join(repr(e) for e in peers)}: an engine bridged by `junction attach` "
+                "(vLLM, SGLang) takes no pins; pin on a Junction engine"
+            )
+    # an "all" pin goes to every engine that can hold one: bridged engines take no commands
+    engines = [engine for engine in engines if not is_peer(engine.geometry)]
     fits = {engine.engine_id: fit(engine, len(token_ids)) for engine in engines}
     problems = [f.problem for f in fits.values() if f.problem is not None]
     if problems:
@@ -192,6 +201,9 @@ def on_hello(session: Session, engine: Engine, restarted: bool) -> None:
                 target.state, target.reason, target.updated_at = "released", reason, now
         _follow_engine(session, {pin.pin_id for _, pin in rows if pin.origin == "engine"}, now)
     targeted = {target.pin_id for target, _ in rows}
+    if is_peer(engine.geometry):  # a bridged engine takes no pins
+        session.flush()
+        return
     for pin in session.scalars(
         select(Pin).where(Pin.target_mode == "all", Pin.released_at.is_(None))
     ):

@@ -76,6 +76,77 @@ class BlockPage(BaseModel):
     offset: int
     limit: int
     blocks: list[BlockOut]
+    # why the page is empty: an engine without physical block ids (`/peer-blocks` has its cache)
+    note: str | None = None
+
+
+class PeerBlockOut(BaseModel):
+    """A block of an engine without physical block ids (`api.models.PeerBlock`): `parent` is
+    the hash before it in its chain (null at a root), `token_sample` its first token ids,
+    `stored_at` the Unix seconds of the batch that stored it last."""
+
+    rank: int
+    group: str
+    group_idx: int
+    medium: str
+    hash: str
+    parent: str | None
+    num_tokens: int
+    token_sample: list[int]
+    stored_at: float
+
+
+class PeerBlockPage(BaseModel):
+    total: int
+    blocks: list[PeerBlockOut]
+
+
+class PeerChurnOut(BaseModel):
+    """Blocks stored and removed (a clear's included) in the bucket starting at `ts`."""
+
+    ts: float
+    rank: int
+    group: str
+    medium: str
+    stored: int
+    removed: int
+
+
+class PeerMetricOut(BaseModel):
+    """One scrape of the peer's counters: cumulative prefix-cache tokens, usage in 0..1."""
+
+    ts: float
+    rank: int
+    queries_tokens: float
+    hits_tokens: float
+    usage: float | None
+
+
+class PeerResyncOut(BaseModel):
+    """A gap the bridge could not fill (or, `reason` "store full: ...", new blocks the store
+    refused for its cap; then the seqs are the wire's batches)."""
+
+    ts: float
+    rank: int
+    first_missing_seq: int
+    resumed_seq: int
+    reason: str
+
+
+class PeerSummary(BaseModel):
+    """An engine's hash-keyed cache at a glance: `kind` the peer's ("vllm", "sglang"; "junction"
+    for an engine with physical block ids, whose other fields are then empty), blocks held by
+    group and medium (every rank's), its ranks, and its churn, metric samples and resyncs of
+    the last `window_s` seconds, oldest first. `hit_rate` is the hits over the queries the
+    samples' counters added in the window (null without any query)."""
+
+    kind: str
+    groups: dict[str, dict[str, int]]
+    ranks: list[int]
+    churn: list[PeerChurnOut]
+    metrics: list[PeerMetricOut]
+    hit_rate: float | None
+    resyncs: list[PeerResyncOut]
 
 
 class MatchStopOut(BaseModel):

@@ -103,6 +103,16 @@ class Settings(BaseSettings):
     attribution_window_s: float = 86400.0
     attribution_max_units: int = 1_000_000
 
+    # Engines without physical block ids (`api.peer_blocks`: vLLM, SGLang through `junction
+    # attach`): the token ids kept of each block (its first ones), the most blocks kept per
+    # engine (stores past it are refused and recorded as a resync), the seconds their churn
+    # buckets, metric samples and resyncs are kept, and the most samples and resyncs kept per
+    # engine (the oldest go first).
+    peer_token_sample: int = 32
+    peer_max_blocks: int = 1_000_000
+    peer_window_s: float = 86400.0
+    peer_max_samples: int = 100_000
+
     @field_validator("attribution_salt", mode="before")
     @classmethod
     def _salt_or_none(cls, value: object) -> object:
@@ -136,11 +146,21 @@ class Settings(BaseSettings):
         "dead_letters_per_engine",
         "dead_letter_frame_bytes",
         "dashboard_refresh_s",
+        "peer_max_blocks",
+        "peer_window_s",
+        "peer_max_samples",
     )
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError(f"must be positive, got {value}")
+        return value
+
+    @field_validator("peer_token_sample")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be 0 or more, got {value}")
         return value
 
 

@@ -1,10 +1,11 @@
 """The `junction` command line: one parser gathering each package's subcommands.
 
 Every package offers its own through an `add_*_parser(commands)` function, imported here and
-nowhere else, so no package needs one above it: the engine (`replay`, `serve`, `bench`), the
-control plane (`api`, `migrate`, `pin`, `unpin`, `pins`), the jobs (`worker`, `beat`), the
-dashboard and the stack (`up`). Each command loads its heavy libraries only when it runs.
-Settings the environment gets wrong are said one line each (`engine.settings_errors`), exit 2.
+nowhere else, so no package needs one above it: the engine (`replay`, `serve`, `attach`,
+`bench`), the control plane (`api`, `migrate`, `pin`, `unpin`, `pins`), the jobs (`worker`,
+`beat`), the dashboard and the stack (`up`). Each command loads its heavy libraries only when
+it runs. Settings the environment gets wrong are said one line each (`engine.settings_errors`),
+exit 2.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from api.cli import add_api_parser
 from api.pins_cli import add_pin_parsers
 from dashboard.cli import add_dashboard_parser
 from engine.bench.cli import add_bench_parser
+from engine.server.attach import add_attach_parser
 from engine.server.cli import add_serve_parser
 from engine.server.replay_cli import add_replay_parser
 from jobs.cli import add_jobs_parsers
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     # the order of `junction --help`
     add_replay_parser(commands)
     add_serve_parser(commands)
+    add_attach_parser(commands)
     add_api_parser(commands)
     add_pin_parsers(commands)
     add_bench_parser(commands)

@@ -9,6 +9,7 @@ navigation = st.navigation(
         st.Page("pages/block_tables.py", title="Block tables", icon=":material/grid_view:"),
         st.Page("pages/requests.py", title="Requests", icon=":material/list:"),
         st.Page("pages/checkpoints.py", title="Checkpoints", icon=":material/push_pin:"),
+        st.Page("pages/peer_cache.py", title="Peer cache", icon=":material/account_tree:"),
         st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/speed:"),
     ]
 )

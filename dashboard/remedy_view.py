@@ -1,5 +1,6 @@
 """The remedies of miss attribution as the Overview and Requests pages show them: a card per
-reason with what it would have saved and what to do, linking to the page that does it."""
+reason with what it would have saved and what to do, linking to the page that does it; and
+the suggested junctions of a vLLM or SGLang engine as cards of the same kind."""
 
 from __future__ import annotations
 
@@ -29,3 +30,24 @@ def remedy_cards(remedies: list[Remedy], scope: str, num_columns: int = 2) -> No
                 st.markdown(f"- {action.text}")
                 if action.page:
                     st.page_link(action.page, label=action.page_label, icon=":material/push_pin:")
+
+
+ENGINE_NAMES = {"junction": "Junction", "vllm": "vLLM", "sglang": "SGLang"}
+
+
+def peer_junction_cards(junctions: list[dict], num_columns: int = 2) -> None:
+    """A bordered card per suggested junction of a peer engine (`GET .../suggested-junctions`):
+    where its cached prefixes part, what a state there saves, and what would keep one."""
+    columns = st.columns(num_columns)
+    for i, junction in enumerate(junctions):
+        num = junction["num_prefixes"]
+        with columns[i % num_columns].container(border=True):
+            st.markdown(
+                f"**Junction at token {junction['position']:,}**: {num:,} cached prefixes "
+                f"pass through it and part {junction['num_branches']:,} ways there; the nearest "
+                f"Mamba state is at {junction['nearest_state']:,}, so each request through it "
+                f"recomputes **{junction['tokens_saved']:,} tokens** a state there would save."
+            )
+            for remedy in junction["remedies"]:
+                engine = ENGINE_NAMES.get(remedy["engine"], remedy["engine"])
+                st.markdown(f"- **{engine}**, `{remedy['flags']}`: {remedy['text']}")

@@ -256,6 +256,79 @@ class PinUpdated(CacheEvent):
     unit_hashes: UnitHashes = ""  # the pinned prefix's chained unit hashes, as a request's
 
 
+# --- engines without physical block ids ---------------------------------------------------
+# vLLM and SGLang publish their KV-cache events keyed by block hash alone; `junction attach`
+# bridges them in as these. The store keeps such an engine's cache per rank, group and medium,
+# hash-keyed (its parent, token count and a token sample), beside what the scrapes of the
+# engine's Prometheus endpoint say of hits.
+
+PeerGroup = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"\A[a-z][a-z0-9_]*\Z")]
+Medium = Annotated[str, Meta(min_length=1, max_length=32, pattern=ID_PATTERN)]
+MAX_PEER_TOKENS = 1 << 20  # tokens one PeerBlockStored carries
+
+
+class PeerBlockStored(CacheEvent):
+    """Blocks a peer stored in one group, chained: block i's parent is block i - 1, the first
+    one's `parent_block_hash` (None at the root). `token_ids` are the blocks' tokens in order,
+    `block_size` each. `group` names what the group holds ("attention", "mamba",
+    "sliding_window", ...: the peer's cache spec kind), `group_idx` is the peer's own index."""
+
+    type: ClassVar[str] = "PeerBlockStored"
+    rank: Count32  # the data-parallel rank that published it
+    group_idx: Count32
+    group: PeerGroup
+    medium: Medium  # "GPU", "CPU" or "STORAGE" (the peer's tier)
+    block_hashes: list[Hex]
+    parent_block_hash: Hex | None
+    block_size: Count32
+    token_ids: Annotated[list[Int], Meta(max_length=MAX_PEER_TOKENS)]
+    lora_name: Text | None = None
+
+
+class PeerBlockRemoved(CacheEvent):
+    type: ClassVar[str] = "PeerBlockRemoved"
+    rank: Count32
+    group_idx: Count32
+    group: PeerGroup
+    medium: Medium
+    block_hashes: list[Hex]
+
+
+class PeerCacheCleared(CacheEvent):
+    """The peer dropped every block of the rank (in one medium, or all when None)."""
+
+    type: ClassVar[str] = "PeerCacheCleared"
+    rank: Count32
+    medium: Medium | None = None
+
+
+class PeerResync(CacheEvent):
+    """The bridge lost the rank's batches from `first_missing_seq` to before `resumed_seq`
+    and could not fill the gap (`reason`: no replay socket, the replay no longer held them, the
+    publisher restarted). The stored table may hold blocks the peer has since removed, or
+    miss ones it stored, until they are stored or removed again."""
+
+    type: ClassVar[str] = "PeerResync"
+    rank: Count32
+    first_missing_seq: Int
+    resumed_seq: Int
+    reason: Text
+
+
+class PeerMetrics(CacheEvent):
+    """One scrape of the peer's Prometheus endpoint: its cumulative prefix-cache counters (in
+    tokens) and cache usage (0..1), as of `scraped_ts` (Unix seconds)."""
+
+    type: ClassVar[str] = "PeerMetrics"
+    rank: Count32
+    scraped_ts: Finite
+    queries_tokens: Annotated[float, Meta(ge=0, le=sys.float_info.max)]
+    hits_tokens: Annotated[float, Meta(ge=0, le=sys.float_info.max)]
+    usage: Annotated[float, Meta(ge=0, le=1)] | None = None
+
+
+PEER_EVENTS = (PeerBlockStored, PeerBlockRemoved, PeerCacheCleared, PeerResync, PeerMetrics)
+
 Event = (
     BlockStored
     | BlockRemoved
@@ -265,5 +338,10 @@ Event = (
     | BlockStateChanged
     | RequestFinished
     | PinUpdated
+    | PeerBlockStored
+    | PeerBlockRemoved
+    | PeerCacheCleared
+    | PeerResync
+    | PeerMetrics
 )
 EVENT_TYPES: tuple[type[CacheEvent], ...] = get_args(Event)

@@ -16,7 +16,9 @@ from pydantic import BaseModel
 
 from api import block_grid as grid
 from api.deps import MAX_INT64, READ, EngineDep, SessionDep
-from engine.wire import Group
+from api.peer_blocks import is_peer
+from api.routes.blocks import no_block_ids_note
+from engine.wire import BLOCK_STATES, REASONS, Group
 
 router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"], dependencies=[READ])
 MAX_LINK_BATCHES = 1000
@@ -80,6 +82,8 @@ class BlockGrid(BaseModel):
     last_change: list[int]
     keys: list[list[str]] | None
     links: list[GridLink]
+    # why the grid is empty: an engine without physical block ids (`/peer-blocks` has its cache)
+    note: str | None = None
 
 
 @router.get("/grid", response_model=BlockGrid)
@@ -97,6 +101,30 @@ def block_grid(
     ] = None,
     link_batches: Annotated[int, Query(ge=0, le=MAX_LINK_BATCHES)] = 64,
 ) -> Response:
-    """The grid's columns, serialized without a model per row (the response is `BlockGrid`)."""
-    body = grid.block_grid(session, engine, group, start, stop, keys, max_cells, link_batches)
+    """The grid's columns, serialized without a model per row (the response is `BlockGrid`).
+    An engine without physical block ids has no grid: an empty one with a `note`."""
+    if is_peer(engine.geometry):
+        body = _empty_grid(engine.engine_id, group, start)
+    else:
+        body = grid.block_grid(session, engine, group, start, stop, keys, max_cells, link_batches)
     return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
+
+
+def _empty_grid(engine_id: str, group: str, start: int) -> dict:
+    columns = dict.fromkeys(grid.BLOCK_COLUMNS, [])
+    return BlockGrid(
+        **columns,
+        engine_id=engine_id,
+        group=group,
+        block_size=None,
+        num_blocks=0,
+        start=start,
+        stop=start,
+        blocks_per_cell=1,
+        cells=None,
+        states=list(BLOCK_STATES),
+        reasons=list(REASONS),
+        keys=None,
+        links=[],
+        note=no_block_ids_note(engine_id),
+    ).model_dump()

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from api import blocks
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.models import Block
+from api.peer_blocks import is_peer
 from api.schemas import BlockOut, BlockPage
 from engine.wire import BlockState, Group
 
@@ -25,7 +26,17 @@ def list_blocks(
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
 ) -> BlockPage:
-    """Rows ordered by group, then block id; `group` and `state` filter them."""
+    """Rows ordered by group, then block id; `group` and `state` filter them. An engine without
+    physical block ids has none (its cache is `/peer-blocks`): an empty page with a `note`."""
+    if is_peer(engine.geometry):
+        return BlockPage(
+            engine_id=engine.engine_id,
+            total=0,
+            offset=offset,
+            limit=limit,
+            blocks=[],
+            note=no_block_ids_note(engine.engine_id),
+        )
     total, rows = blocks.block_page(session, engine.engine_id, group, state, offset, limit)
     return BlockPage(
         engine_id=engine.engine_id,
@@ -33,6 +44,13 @@ def list_blocks(
         offset=offset,
         limit=limit,
         blocks=[block_out(row) for row in rows],
+    )
+
+
+def no_block_ids_note(engine_id: str) -> str:
+    return (
+        f"engine {engine_id!r} has no physical block ids: its cache is hash-keyed, at "
+        f"/api/v1/engines/{engine_id}/peer-blocks"
     )
 
 

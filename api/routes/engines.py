@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
+from sqlalchemy.orm import Session
 
-from api import engines
+from api import engines, peer_reads
 from api.deps import READ, EngineDep, RequireWrite, SessionDep, StateDep
 from api.models import Engine
+from api.peer_blocks import is_peer
 from api.schemas import EngineDetail, EngineOut, GroupUsage
 
 router = APIRouter(prefix="/engines", tags=["engines"], dependencies=[READ])
@@ -19,11 +21,17 @@ def list_engines(session: SessionDep) -> list[Engine]:
 
 @router.get("/{engine_id}", response_model=EngineDetail)
 def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
-    groups = engine.geometry.get("groups", {})
-    cache = {
-        group: _usage(states, groups.get(group, {}).get("num_blocks"))
-        for group, states in engines.block_counts(session, engine.engine_id).items()
-    }
+    """The engine, its cache by group, and how many requests the store holds. An engine
+    without physical block ids counts its `peer-blocks` per group (all cached, none free; the
+    usage is the mean of its ranks' last reported one, 0 when none was)."""
+    if is_peer(engine.geometry):
+        cache = _peer_usage(session, engine.engine_id)
+    else:
+        groups = engine.geometry.get("groups", {})
+        cache = {
+            group: _usage(states, groups.get(group, {}).get("num_blocks"))
+            for group, states in engines.block_counts(session, engine.engine_id).items()
+        }
     return EngineDetail(
         **EngineOut.model_validate(engine).model_dump(),
         cache=cache,
@@ -41,6 +49,21 @@ def delete_engine(_: RequireWrite, engine: EngineDep, session: SessionDep, state
         )
     engines.forget_engine(session, engine)
     session.commit()
+
+
+def _peer_usage(session: Session, engine_id: str) -> dict[str, GroupUsage]:
+    usage = peer_reads.latest_usage(session, engine_id) or 0.0
+    return {
+        group: GroupUsage(
+            num_blocks=count,
+            num_free=0,
+            num_cached=count,
+            num_in_use=0,
+            num_pinned=0,
+            usage=usage,
+        )
+        for group, count in peer_reads.group_counts(session, engine_id).items()
+    }
 
 
 def _usage(states: dict[str, int], num_blocks: int | None) -> GroupUsage:

@@ -46,6 +46,7 @@ from api.ingest import (
     apply_snapshot,
     mark_disconnected,
 )
+from api.peer_blocks import PeerConfig
 from api.pins import hello_commands
 from api.registry import Connection
 from api.snapshot_chunks import SnapshotChunks
@@ -280,7 +281,12 @@ def _apply_group(state: AppState, hello: Hello, frames: list) -> list[Applied | 
         try:
             with state.sessions() as session:
                 group = apply_batches(
-                    session, hello, frames, state.settings.hit_rate_bucket_s, _config(state)
+                    session,
+                    hello,
+                    frames,
+                    state.settings.hit_rate_bucket_s,
+                    _config(state),
+                    PeerConfig.from_settings(state.settings),
                 )
         except Exception:
             pass  # one at a time below: the frames before the bad one are committed
@@ -329,7 +335,8 @@ def _apply(state: AppState, hello: Hello, frame: object) -> Applied:
     with state.sessions() as session:
         bucket_s, config = state.settings.hit_rate_bucket_s, _config(state)
         if isinstance(frame, Batch):
-            applied = apply_batch(session, hello, frame, bucket_s, config)
+            peer = PeerConfig.from_settings(state.settings)
+            applied = apply_batch(session, hello, frame, bucket_s, config, peer)
         elif isinstance(frame, Snapshot):
             applied = apply_snapshot(session, hello, frame, bucket_s, config)
         elif isinstance(frame, Hello):

@@ -16,7 +16,9 @@ from dashboard.grid import (
     link_frame,
     request_outline,
 )
+from dashboard.groups import group_label
 from dashboard.live import live
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
 
 GROUPS = ("attention", "mamba")
 
@@ -182,6 +184,9 @@ with api_errors(api):
     engine = pick_engine(engines, key="blocks_engine")
     if engine is None:
         st.info(START_ENGINE.format(url=api.base_url))
+    elif is_peer(engine):
+        st.info(why_empty(engine, "block table of physical blocks"))
+        st.page_link(PEER_PAGE, label=PEER_PAGE_LABEL, icon=":material/account_tree:")
     else:
         left, middle, right = st.columns([1, 2, 2])
         wanted = st.query_params.get("group")
@@ -189,6 +194,7 @@ with api_errors(api):
             "Group",
             GROUPS,
             index=GROUPS.index(wanted) if wanted in GROUPS else 0,
+            format_func=lambda g: group_label(engine, g),
             key="blocks_group",
             horizontal=True,
         )

@@ -11,6 +11,7 @@ import streamlit as st
 from api.client import ApiError
 from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
 from dashboard.live import live
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, kind_name
 from engine.model.tokenizer import ByteTokenizer
 
 st.title("Checkpoints")
@@ -191,6 +192,20 @@ with st.form("pin_form", clear_on_submit=True):
             act("Pin", "create_pin", pin)
 
 
+def peer_lines() -> None:
+    """Why a vLLM or SGLang engine has no suggestion here, and where its are."""
+    peers = [e for e in api.engines() if is_peer(e)]
+    if peers:
+        names = ", ".join(f"{e['engine_id']} ({kind_name(e)})" for e in peers)
+        st.info(
+            f"{names}: {'it reports' if len(peers) == 1 else 'they report'} the cache by block "
+            "hash, without finished requests, so the suggestions below never come from "
+            f"{'it' if len(peers) == 1 else 'them'}: the Peer cache page finds the junctions "
+            "in the cached prefix tree instead."
+        )
+        st.page_link(PEER_PAGE, label=PEER_PAGE_LABEL, icon=":material/account_tree:")
+
+
 def body() -> None:
     show_notice()
     with api_errors(api):
@@ -209,6 +224,7 @@ def body() -> None:
             with st.expander(f"{len(released)} released pins"):
                 st.dataframe(pins_frame(released), hide_index=True)
         st.subheader("Suggested junctions")
+        peer_lines()
         junctions = api.suggested_junctions()["junctions"]
         if not junctions:
             st.info(

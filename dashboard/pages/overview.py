@@ -19,7 +19,9 @@ from dashboard.figures.attribution import (
 from dashboard.figures.cache_usage import cache_usage_figure, cache_usage_frame, usage_text
 from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame, requests_rate_figure
 from dashboard.figures.remedies import remedies
+from dashboard.groups import STATE_LAYERS, group_label, state_kind
 from dashboard.live import live
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
 from dashboard.remedy_view import remedy_cards
 
 GEOMETRY = {
@@ -51,10 +53,12 @@ api = api_client()
 window = st.sidebar.selectbox("Window", list(WINDOWS), key="overview_window")
 
 
-def geometry_frame(geometry: dict) -> pd.DataFrame:
+def geometry_frame(geometry: dict, engine: dict | None = None) -> pd.DataFrame:
     rows = [(label, str(geometry[key])) for key, label in GEOMETRY.items() if key in geometry]
     for group, pool in sorted(geometry.get("groups", {}).items()):
-        rows.append((f"{group} pool (blocks)", str(pool.get("num_blocks"))))
+        rows.append((f"{group_label(engine, group)} pool (blocks)", str(pool.get("num_blocks"))))
+    if state_kind(engine) != "mamba":
+        rows.append(("state layers", STATE_LAYERS[state_kind(engine)]))
     return pd.DataFrame(rows, columns=["setting", "value"])
 
 
@@ -145,6 +149,12 @@ def attribution_section(engine: dict, since: float | None) -> None:
 
 def engine_section(summary: dict) -> None:
     engine_id = summary["engine_id"]
+    if is_peer(summary):
+        state = "connected" if summary["connected"] else "disconnected"
+        st.subheader(f"{engine_id} · {state}")
+        st.info(why_empty(summary, "finished requests to rate"))
+        st.page_link(PEER_PAGE, label=PEER_PAGE_LABEL, icon=":material/account_tree:")
+        return
     engine = api.engine(engine_id)
     since = None if WINDOWS[window] is None else time.time() - WINDOWS[window]
     hit_rate = api.hit_rate(engine_id, since=since)
@@ -182,7 +192,7 @@ def engine_section(summary: dict) -> None:
         st.plotly_chart(cache_usage_figure(cache_usage_frame(engine)), key=f"usage_{engine_id}")
         st.caption(usage_text(engine))
         st.markdown("**Geometry**")
-        st.table(geometry_frame(engine["geometry"]).set_index("setting"))
+        st.table(geometry_frame(engine["geometry"], engine).set_index("setting"))
     attribution_section(engine, since)
 
 

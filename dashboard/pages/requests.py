@@ -14,7 +14,9 @@ from dashboard.figures.attribution import (
 )
 from dashboard.figures.chunks import chunk_frame, chunk_timeline_figure
 from dashboard.figures.remedies import remedies
+from dashboard.groups import group_label
 from dashboard.live import live
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
 from dashboard.remedy_view import remedy_cards
 
 #: How many of the most useful suggested junctions a request's own is looked for among.
@@ -40,7 +42,7 @@ def checkpoints_text(checkpoints: list[int]) -> str:
     return f"{'checkpoint' if len(checkpoints) == 1 else 'checkpoints'} at {where}"
 
 
-def requests_frame(page: dict) -> pd.DataFrame:
+def requests_frame(page: dict, engine: dict | None = None) -> pd.DataFrame:
     rows = [
         {
             "request": r["request_id"],
@@ -49,7 +51,7 @@ def requests_frame(page: dict) -> pd.DataFrame:
             "hit": r["num_cached_tokens"],
             **request_columns(r),
             "hit attention": r["hit_tokens_by_group"].get("attention", 0),
-            "hit mamba": r["hit_tokens_by_group"].get("mamba", 0),
+            f"hit {group_label(engine, 'mamba')}": r["hit_tokens_by_group"].get("mamba", 0),
             "computed": r["num_computed_tokens"],
             "chunks": len(r["chunks"]),
             "TTFT (ms)": None if r["ttft_s"] is None else round(r["ttft_s"] * 1000, 2),
@@ -92,6 +94,9 @@ with api_errors(api):
     engine = pick_engine(api.engines(), key="requests_engine")
     if engine is None:
         st.info(START_ENGINE.format(url=api.base_url))
+    elif is_peer(engine):
+        st.info(why_empty(engine, "finished requests"))
+        st.page_link(PEER_PAGE, label=PEER_PAGE_LABEL, icon=":material/account_tree:")
     else:
         engine_id = engine["engine_id"]
         limit = st.sidebar.number_input("Requests shown", 10, 1000, 100, step=10)
@@ -106,7 +111,7 @@ with api_errors(api):
                     )
                     return
                 st.caption(f"The {len(page['requests'])} newest of {page['total']:,} requests.")
-                st.dataframe(requests_frame(page), hide_index=True)
+                st.dataframe(requests_frame(page, engine), hide_index=True)
                 if any(is_attributed(r) for r in page["requests"]):
                     st.markdown("**What each request shared, hit and missed, by reason**")
                     st.plotly_chart(

@@ -18,17 +18,22 @@ from api.settings import Settings, get_settings
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 ATTRIBUTION_TABLES = {"attribution_salts", "shared_units", "pending_attributions", "attributions"}
-TABLES = ATTRIBUTION_TABLES | {
-    "engines",
-    "event_batches",
-    "blocks",
-    "requests",
-    "hit_rate_buckets",
-    "pins",
-    "pin_targets",
-    "benchmark_runs",
-    "dead_letters",
-}
+PEER_TABLES = {"peer_blocks", "peer_churn_buckets", "peer_metric_samples", "peer_resyncs"}
+TABLES = (
+    ATTRIBUTION_TABLES
+    | PEER_TABLES
+    | {
+        "engines",
+        "event_batches",
+        "blocks",
+        "requests",
+        "hit_rate_buckets",
+        "pins",
+        "pin_targets",
+        "benchmark_runs",
+        "dead_letters",
+    }
+)
 
 
 @pytest.fixture(params=("sqlite", "postgresql"))
@@ -150,7 +155,7 @@ def test_0002_keeps_the_pins_an_engine_reported(empty_database_url: str) -> None
             ("held", "e1", "materialized", 96, True, 0),
         ]
         migrate.downgrade(empty_database_url, "0001")
-        later = {"pin_targets", "dead_letters"} | ATTRIBUTION_TABLES
+        later = {"pin_targets", "dead_letters"} | ATTRIBUTION_TABLES | PEER_TABLES
         assert table_names(empty_database_url) == TABLES - later
         with db.connect() as connection:
             old = connection.execute(
@@ -164,3 +169,39 @@ def test_0002_keeps_the_pins_an_engine_reported(empty_database_url: str) -> None
     finally:
         db.dispose()
     migrate.upgrade(empty_database_url)
+
+
+def test_0008_adds_the_peer_tables_and_takes_them_back(empty_database_url: str) -> None:
+    """An engine stored before 0008 counts no peer blocks; a downgrade keeps the engine and
+    drops the peer tables with their rows."""
+    migrate.upgrade(empty_database_url, "0007")
+    db = make_engine(empty_database_url)
+    try:
+        with db.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO engines (engine_id, epoch, next_seq, geometry, model, connected,"
+                    " first_seen, last_seen) VALUES ('vllm', 1, 0, '{}', '{}', false, :now, :now)"
+                ),
+                {"now": NOW},
+            )
+        migrate.upgrade(empty_database_url, "0008")
+        with db.begin() as connection:
+            assert connection.scalar(text("SELECT num_peer_blocks FROM engines")) == 0
+            connection.execute(
+                text(
+                    'INSERT INTO peer_blocks (engine_id, rank, "group", medium, block_hash,'
+                    " group_idx, parent_hash, num_tokens, token_sample, stored_at) VALUES"
+                    " ('vllm', 0, 'attention', 'GPU', 'ab', 0, NULL, 16, '[1, 2]', 1.5)"
+                )
+            )
+        migrate.downgrade(empty_database_url, "0007")
+        assert table_names(empty_database_url) == TABLES - PEER_TABLES
+        columns = {c["name"] for c in inspect(db).get_columns("engines")}
+        assert "num_peer_blocks" not in columns
+        with db.connect() as connection:
+            assert connection.scalar(text("SELECT engine_id FROM engines")) == "vllm"
+    finally:
+        db.dispose()
+    migrate.upgrade(empty_database_url)
+    assert table_names(empty_database_url) == TABLES

@@ -637,3 +637,24 @@ def test_pin_writes_need_the_token_and_unknown_pins_are_404(
             "pin 'pin-nope' not found",
         )
     assert client.get(f"{V1}/pins", params={"state": "stuck"}).status_code == 422
+
+
+# ----------------------------------------------------- engines bridged by `junction attach`
+def test_a_bridged_engine_takes_no_pin(client: TestClient, wire) -> None:
+    """A vLLM engine's bridge cannot materialize a pin: an "all" pin leaves it out, before and
+    after its hello, and a pin that names it is refused, naming it."""
+    from tests.api.test_peer_blocks import peer_socket
+
+    fine = wire(ledger("fine"))
+    with peer_socket(client):
+        created = post_pin(client, {"prefix": {"text": SYSTEM}, "label": "all"})
+        assert states(created) == {"fine": "pending"}
+        refused = post_pin(
+            client,
+            {"prefix": {"text": SYSTEM}, "label": "one", "engine_ids": ["vllm-a"]},
+            status=422,
+        )
+        assert "'vllm-a'" in refused["detail"] and "takes no pins" in refused["detail"]
+    with peer_socket(client):  # a later hello of the bridge adds no target either
+        assert states(get_pin(client, created["pin_id"])) == {"fine": "pending"}
+    fine.serve()

@@ -5,7 +5,8 @@ screenshot (in a temporary folder; `JUNCTION_SCREENSHOTS_DIR=docs/screenshots` r
 README's); a prefix pinned through the form becomes materialized on the live engine;
 the block table of a 100,000-block engine renders in under 3 seconds. The miss attribution's
 views (the Overview's stacked reasons and remedies, the Requests page's reasons) render for an
-engine that replayed the known cases."""
+engine that replayed the known cases. The Peer cache page renders for a vLLM engine fed by
+hash-keyed peer events."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import pytest
 
 from tests.api.processes import AUTH, TOKEN, Serve, free_port
 from tests.dashboard.conftest import Stack, chromium_or_skip
+from tests.dashboard.peer_engine import PEER_ENGINE, ensure_peer_engine
 from tests.dashboard.test_attribution_pages import ATTRIBUTION_ENGINE, ensure_attribution_engine
 from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
 from tests.engine.server.conftest import text_prompt
@@ -242,5 +244,42 @@ def test_the_attribution_views_in_a_browser(
             page.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
             page.wait_for_timeout(1500)
             shoot(page, screenshots, "requests_attribution")
+        finally:
+            browser.close()
+
+
+def test_the_peer_cache_page_in_a_browser(
+    chromium: str, stack: Stack, dashboard_url: str, screenshots: Path
+):
+    """A vLLM engine attached by hash-keyed events: its page draws the prefix tree with the
+    Mamba states and suggested junctions, and the block tables say why it has none."""
+    from playwright.sync_api import sync_playwright
+
+    ensure_peer_engine(stack)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:  # tall: the page scrolls inside, and the cards are below the tree
+            page = browser.new_page(viewport={"width": 1440, "height": 2600})
+            page.goto(f"{dashboard_url}/")  # the app's navigation first: it names the pages
+            page.get_by_text("Peer cache").first.wait_for(timeout=60_000)
+            page.goto(f"{dashboard_url}/peer_cache?engine={PEER_ENGINE}")
+            page.get_by_text("Cached prefixes").first.wait_for(timeout=60_000)
+            pause_live_refresh(page)
+            page.get_by_text("Junction at token 720").first.wait_for(timeout=30_000)
+            page.get_by_text("could not fill").first.wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").nth(3).wait_for(timeout=30_000)
+            page.wait_for_timeout(1500)
+            shoot(page, screenshots, "peer_cache")
+
+            page.get_by_test_id("stRadioGroup").get_by_text("mamba", exact=True).click()
+            page.get_by_text("mamba blocks of 16 tokens").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1500)
+            shoot(page, screenshots, "peer_cache_mamba")
+
+            page.set_viewport_size({"width": 1440, "height": 900})
+            page.goto(f"{dashboard_url}/block_tables?engine={PEER_ENGINE}")
+            page.get_by_text(f"{PEER_ENGINE} is a vLLM engine").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            shoot(page, screenshots, "peer_cache_block_tables")
         finally:
             browser.close()

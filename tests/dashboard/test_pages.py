@@ -317,7 +317,7 @@ def test_unreachable_api_names_the_url(monkeypatch: pytest.MonkeyPatch):
     url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", url)
     monkeypatch.setenv("JUNCTION_API_TOKEN", TOKEN)
-    for page in ("overview", "block_tables", "requests", "checkpoints", "benchmarks"):
+    for page in ("overview", "block_tables", "requests", "checkpoints", "benchmarks", "peer_cache"):
         at = open_page(page)
         assert at.error, page
         assert f"{url}/api/v1/" in at.error[0].value
@@ -338,6 +338,7 @@ def test_empty_store_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyP
             "requests": "junction replay",
             "checkpoints": "No pin yet",
             "benchmarks": "No benchmark run yet",
+            "peer_cache": "No vLLM or SGLang engine is attached",
         }.items():
             assert hint in texts(open_page(page)), page
     finally:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # the control plane's own settings and its clients' (where it is, the token they send)
 SETTINGS_CLASSES = (Settings, ControlPlaneSettings)
 SETTINGS = {f"JUNCTION_{name.upper()}" for cls in SETTINGS_CLASSES for name in cls.model_fields}
-PROJECT_SERVICES = {"migrate", "api", "engine", "dashboard", "worker", "beat"}
+PROJECT_SERVICES = {"migrate", "api", "engine", "dashboard", "worker", "beat", "attach"}
 # `${JUNCTION_API_TOKEN:?set JUNCTION_API_TOKEN ...}`: compose stops with the message when unset
 NO_DEFAULT = r"\$\{JUNCTION_API_TOKEN:\?set JUNCTION_API_TOKEN [^}]+\}"
 # `${JUNCTION_BIND:-127.0.0.1}:${API_PORT:-8080}:8080`: this host only, unless told otherwise

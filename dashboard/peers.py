@@ -1,0 +1,28 @@
+"""Engines without physical block ids (vLLM, SGLang through `junction attach`) on the pages:
+how to tell one, and the line the block-id pages show for it instead of an empty view."""
+
+from __future__ import annotations
+
+PEER_PAGE = "pages/peer_cache.py"
+PEER_PAGE_LABEL = "Peer cache: its prefix tree, tiers, churn, hit rate and suggested junctions"
+KIND_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def is_peer(engine: dict | None) -> bool:
+    """Whether the engine's hello said it has no physical block ids."""
+    return ((engine or {}).get("geometry") or {}).get("physical_block_ids") is False
+
+
+def kind_name(engine: dict) -> str:
+    """The peer's kind as people write it ("vLLM", "SGLang")."""
+    kind = str(engine.get("geometry", {}).get("kind") or "peer")
+    return KIND_NAMES.get(kind, kind)
+
+
+def why_empty(engine: dict, what: str) -> str:
+    """Why a page of `what` (physical blocks, their requests) has nothing for a peer engine."""
+    return (
+        f"{engine['engine_id']} is a {kind_name(engine)} engine: it reports its cache by "
+        f"block hash, without physical block ids or finished requests, so it has no {what} "
+        "here. The Peer cache page shows what it caches."
+    )
