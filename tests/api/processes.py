@@ -68,10 +68,14 @@ class ApiProcess:
             self.process.wait(10)
 
     def blocks(self, engine_id: str) -> list[dict]:
+        return self.all_blocks(engine_id, "blocks")
+
+    def all_blocks(self, engine_id: str, route: str) -> list[dict]:
+        """Every row of a paged block route (`blocks`, `peer-blocks`), page after page."""
         rows, offset = [], 0
         while True:
             page = httpx.get(
-                f"{self.url}/api/v1/engines/{engine_id}/blocks",
+                f"{self.url}/api/v1/engines/{engine_id}/{route}",
                 params={"offset": offset, "limit": 10000},
                 headers=AUTH,
                 timeout=30,

@@ -111,20 +111,10 @@ class Attach:
 
 def stored_table(api: ApiProcess, engine_id: str) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    offset = 0
-    while True:
-        page = httpx.get(
-            f"{api.url}/api/v1/engines/{engine_id}/peer-blocks",
-            params={"offset": offset, "limit": 10000},
-            headers=AUTH,
-            timeout=30,
-        ).json()
-        for block in page["blocks"]:
-            assert block["rank"] == 0 and block["medium"] == "GPU"
-            found.setdefault(block["group"], set()).add(block["hash"])
-        offset += len(page["blocks"])
-        if offset >= page["total"] or not page["blocks"]:
-            return found
+    for block in api.all_blocks(engine_id, "peer-blocks"):
+        assert block["rank"] == 0 and block["medium"] == "GPU"
+        found.setdefault(block["group"], set()).add(block["hash"])
+    return found
 
 
 def pool_table(pool: dict) -> dict[str, set[str]]:
