@@ -9,18 +9,23 @@ both backends through the app.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import select
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Annotated
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import AfterValidator
 from sqlalchemy.orm import Session
+from starlette.requests import Request
 
+from api.json_body import JsonBody
 from api.main import create_app
 from api.settings import Settings
 from engine.engine import Engine
@@ -222,19 +227,49 @@ def test_connections_over_the_cap_get_503_until_the_idle_ones_are_cut(
 
 
 def test_healthz_answers_while_a_large_pin_body_is_validated(limited_api: ApiProcess) -> None:
-    """A pin of 2^20 token ids (4.6 MB) and a 15 MB one of 8M ids: their bodies are decoded
-    and validated in a worker thread, and /healthz keeps answering meanwhile."""
+    """A pin of 2^20 token ids (4.6 MB) and a 15 MB one of 8M ids are answered (201, 422)
+    with short answers, and every /healthz made meanwhile is answered 200, some of them
+    before the pin's answer. How long each took is not asserted (a shared machine decides
+    that): that the body is parsed off the event loop is the next test's."""
     valid = json.dumps({"prefix": {"token_ids": list(range(256)) * 4096}, "label": "big"})
     invalid = '{"prefix": {"token_ids": [' + ",".join(["0"] * 8_000_000) + ']}, "label": "x"}'
     for body, status in ((valid, 201), (invalid, 422)):
-        answer, latencies = post_while_polling_healthz(limited_api, body)
+        answer, num_answered = post_while_polling_healthz(limited_api, body)
         assert answer.status_code == status, answer.text[:300]
         assert len(answer.content) < 10_000
-        assert latencies and max(latencies) < 1.0, latencies
+        assert num_answered >= 1
 
 
-def post_while_polling_healthz(api: ApiProcess, body: str) -> tuple[httpx.Response, list[float]]:
-    """The answer to the pin `body`, and the latencies of the /healthz calls made meanwhile."""
+def test_a_json_body_is_decoded_and_validated_off_the_event_loop() -> None:
+    """`JsonBody` parses in a worker thread: the event loop's thread never runs the decode
+    or the validation of a body (which take the GIL for up to 0.4 s on a 16 MiB one)."""
+    threads: dict[str, int] = {}
+
+    def validated(value: list[int]) -> list[int]:
+        threads["validation"] = threading.get_ident()
+        return value
+
+    body = JsonBody(Annotated[list[int], AfterValidator(validated)])
+
+    async def parse(raw: bytes) -> list[int]:
+        threads["loop"] = threading.get_ident()
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        scope = {"type": "http", "method": "POST", "path": "/", "headers": JSON_HEADERS}
+        return await body(Request(scope, receive))
+
+    assert asyncio.run(parse(b"[1, 2, 3]")) == [1, 2, 3]
+    assert threads["validation"] != threads["loop"]
+
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def post_while_polling_healthz(api: ApiProcess, body: str) -> tuple[httpx.Response, int]:
+    """The answer to the pin `body`, and how many /healthz calls made meanwhile were
+    answered (each must be a 200) before it."""
     answers: list[httpx.Response] = []
     headers = {"Content-Type": "application/json", **PROCESS_AUTH}
     poster = threading.Thread(
@@ -242,17 +277,16 @@ def post_while_polling_healthz(api: ApiProcess, body: str) -> tuple[httpx.Respon
             httpx.post(f"{api.url}{V1}/pins", content=body, headers=headers, timeout=60)
         )
     )
-    latencies: list[float] = []
+    num_answered = 0
     with httpx.Client(base_url=api.url) as client:
         assert client.get("/healthz").status_code == 200  # connected before the post
         poster.start()
         while poster.is_alive():
-            start = time.monotonic()
-            assert client.get("/healthz", timeout=10).status_code == 200
-            latencies.append(time.monotonic() - start)
+            assert client.get("/healthz", timeout=30).status_code == 200
+            num_answered += poster.is_alive()
             time.sleep(0.01)
     poster.join()
-    return answers[0], latencies
+    return answers[0], num_answered
 
 
 # ---------------------------------------------------------------------------- bad values
