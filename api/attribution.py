@@ -10,7 +10,8 @@ is U times the leading units of its prompt that an earlier arrival held; `capped
 the oracle hit, and `api.misses.split_misses` splits L minus the hit by reason.
 
 Everything here runs inside the caller's ingest transaction, a few statements per group of
-batches whatever the number of requests: one upsert of the units, one read of their records,
+batches whatever the number of requests: one upsert of the units (on PostgreSQL it hands
+their records back), one read of the other records a request needs (on SQLite, all of them),
 one insert each of attributions, pending rows and bucket totals, and a bounded prune.
 """
 
@@ -25,7 +26,7 @@ from sqlalchemy import Table, delete, select
 from sqlalchemy.orm import Session
 
 from api import bulk, shared_units, unit_salt
-from api.hit_rate import ATTRIBUTION_COUNTERS, BUCKETS, COUNTERS, bucket_row
+from api.hit_rate import ATTRIBUTION_COUNTERS, BUCKETS, COUNTERS, KEEP_WIDEST, bucket_row
 from api.misses import Geometry, MatchStop, split_misses
 from api.models import Attribution, PendingAttribution
 from api.settings import Settings
@@ -117,12 +118,12 @@ def record_frames(
         shared_units.merge(
             units, unit_salt.salted_chain(pin.unit_hashes, salt, seen), epoch, pin.arrival_index, ts
         )
-    shared_units.upsert(session, engine_id, units)
+    written = shared_units.upsert(session, engine_id, units)
     oldest = max((event.oldest_unfinished_index for event in reported), default=0)
     due = [s for s in subjects if s.arrival_index < oldest]
     waiting = [s for s in subjects if s.arrival_index >= oldest]
     due += _take_pending(session, engine_id, PendingAttribution.epoch == epoch, oldest)
-    _attribute(session, engine_id, due, geometry, bucket_s)
+    _attribute(session, engine_id, due, geometry, bucket_s, written)
     bulk.insert_missing(session, PENDING, [_pending_row(engine_id, s) for s in waiting])
     shared_units.prune(session, engine_id, now_ts, config.window_s, config.max_units, check_cap)
 
@@ -173,13 +174,21 @@ def _take_pending(session: Session, engine_id: str, where, below: int | None) ->
 
 
 def _attribute(
-    session: Session, engine_id: str, subjects: list[Subject], geometry: Geometry, bucket_s: int
+    session: Session,
+    engine_id: str,
+    subjects: list[Subject],
+    geometry: Geometry,
+    bucket_s: int,
+    written: dict[int, shared_units.Record] | None = None,
 ) -> None:
     """Attribute `subjects` (their earlier arrivals all finished): their rows and the totals
-    of their buckets (by `finished_ts`, as the hit rate's)."""
+    of their buckets (by `finished_ts`, as the hit rate's). `written`: records just upserted
+    (as stored now), so only the other units are read."""
     if not subjects:
         return
-    records = shared_units.records(session, engine_id, {u for s in subjects for u in s.units})
+    written = written or {}
+    wanted = {u for s in subjects for u in s.units}
+    records = written | shared_units.records(session, engine_id, wanted - written.keys())
     rows, buckets = [], {}
     for subject in sorted(subjects, key=lambda s: (s.epoch, s.arrival_index)):
         row = attribute(subject, records, geometry)
@@ -191,7 +200,7 @@ def _attribute(
         for name in ATTRIBUTION_COUNTERS[3:]:
             bucket[name] += row[name]
     bulk.insert_missing(session, ATTRIBUTIONS, rows)
-    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=COUNTERS)
+    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=COUNTERS, merge=KEEP_WIDEST)
 
 
 def attribute(

@@ -1,32 +1,21 @@
 """Many rows in one statement: what keeps ingest fast.
 
-PostgreSQL gets every row of a table in a single parameter, a JSON array that
-`json_populate_recordset` turns back into rows of the table's own type (one round trip,
-whatever the number of rows); SQLite gets an `executemany`, which its driver runs in C.
+PostgreSQL gets every row of a table in a single parameter, a JSON array (written by msgspec,
+in C) that `json_populate_recordset` turns back into rows of the table's own type (one round
+trip, whatever the number of rows); SQLite gets an `executemany`, which its driver runs in C.
 Upserts are `INSERT ... ON CONFLICT (primary key) DO UPDATE` on both, and `insert_missing`
 is `... DO NOTHING`. An upsert's `merge` columns take an SQL expression of the stored row
-(`{old}`) and the new one (`{new}`), e.g. the smaller of the two.
+(`{old}`) and the new one (`{new}`), e.g. the smaller of the two; `returning` columns come back
+as the rows the statement wrote (PostgreSQL).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
-from datetime import datetime
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from sqlalchemy import (
-    JSON,
-    BindParameter,
-    ColumnElement,
-    Table,
-    Text,
-    bindparam,
-    cast,
-    insert,
-    literal_column,
-    text,
-)
+import msgspec
+from sqlalchemy import LargeBinary, Row, Table, insert, literal_column, text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
@@ -37,12 +26,21 @@ def upsert(
     rows: list[dict],
     increment: Iterable[str] = (),
     merge: Mapping[str, str] | None = None,
-) -> None:
+    returning: Sequence[str] = (),
+) -> list[Row]:
     """Insert `rows`; a row whose primary key is stored replaces it, except the `increment`
     columns, which add to the stored value, and the `merge` columns, which take their SQL
     expression over `{old}.<column>` (stored) and `{new}.<column>`. Rows must not repeat a
-    key."""
-    _write(session, table, rows, set(increment), "update", dict(merge or {}))
+    key. On PostgreSQL, the `returning` columns of every row as written (else nothing: the
+    caller reads them back)."""
+    return _write(
+        session, table, rows, set(increment), "update", dict(merge or {}), tuple(returning)
+    )
+
+
+def can_return(session: Session) -> bool:
+    """Whether `upsert(..., returning=...)` hands the written rows back (PostgreSQL)."""
+    return _dialect(session) == "postgresql"
 
 
 def insert_rows(session: Session, table: Table, rows: list[dict]) -> None:
@@ -55,12 +53,6 @@ def insert_missing(session: Session, table: Table, rows: list[dict]) -> None:
     _write(session, table, rows, set(), on_conflict="nothing")
 
 
-def raw_json(session: Session, name: str) -> BindParameter | ColumnElement:
-    """A bind parameter for a JSON column that takes JSON text already serialized."""
-    param = bindparam(name, type_=Text())
-    return cast(param, JSON) if _dialect(session) == "postgresql" else param
-
-
 def _write(
     session: Session,
     table: Table,
@@ -68,9 +60,10 @@ def _write(
     increment: set[str],
     on_conflict: Literal["update", "nothing"] | None,
     merge: dict[str, str] | None = None,
-) -> None:
+    returning: tuple[str, ...] = (),
+) -> list[Row]:
     if not rows:
-        return
+        return []
     columns = list(rows[0])
     keys = [column.name for column in table.primary_key.columns]
     updated = [name for name in columns if name not in keys]
@@ -98,17 +91,19 @@ def _write(
                 for name in updated
             )
             sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {changes}"
-        session.execute(text(sql), {"rows": json.dumps(rows, default=_json_default)})
-        return
+        if returning:
+            sql += f" RETURNING {', '.join(quote(name) for name in returning)}"
+        result = session.execute(text(sql), {"rows": _rows_json(table, columns, rows)})
+        return list(result) if returning else []
     if dialect != "sqlite":
         raise NotImplementedError(f"no bulk writes for the {dialect} dialect")
     if on_conflict is None:
         session.execute(insert(table), rows)
-        return
+        return []
     stmt = sqlite.insert(table)
     if on_conflict == "nothing":
         session.execute(stmt.on_conflict_do_nothing(index_elements=keys), rows)
-        return
+        return []
     changes = {
         name: literal_column(merged[name])
         if name in merged
@@ -118,15 +113,22 @@ def _write(
         for name in updated
     }
     session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=changes), rows)
+    return []
 
 
 def _dialect(session: Session) -> str:
     return session.get_bind().dialect.name
 
 
-def _json_default(value: object) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()  # aware (UTC): PostgreSQL reads it back as the same instant
-    if isinstance(value, bytes):
-        return "\\x" + value.hex()  # `bytea`'s hex input
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+_ENCODER = msgspec.json.Encoder()  # aware datetimes as RFC 3339: PostgreSQL reads the instant
+
+
+def _rows_json(table: Table, columns: list[str], rows: list[dict]) -> str:
+    """The rows as one JSON array, the `bytes` of a binary column as `bytea`'s hex input."""
+    binary = [name for name in columns if isinstance(table.c[name].type, LargeBinary)]
+    if binary:
+        rows = [
+            row | {name: "\\x" + row[name].hex() for name in binary if row[name] is not None}
+            for row in rows
+        ]
+    return _ENCODER.encode(rows).decode()

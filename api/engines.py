@@ -3,7 +3,7 @@ forgetting one that is gone. Nothing here commits: the caller's transaction does
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from api.models import (
@@ -58,8 +58,3 @@ def forget_engine(session: Session, engine: Engine) -> None:
     for table in (Block, EventBatch, Request, HitRateBucket, DeadLetter, *peer_tables):
         session.execute(delete(table).where(table.engine_id == engine.engine_id))
     session.delete(engine)
-
-
-def mark_all_disconnected(session: Session) -> None:
-    """Clear every engine's connected flag (no engine is connected to an app starting)."""
-    session.execute(update(Engine).values(connected=False))

@@ -38,13 +38,13 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 import msgspec
-from sqlalchemy import Table, delete, insert, update
+from sqlalchemy import JSON, Table, Text, bindparam, cast, delete, insert, select, update
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from api import attribution, bulk, dead_letters, peer_blocks, pins, shared_units
 from api.attribution import AttributionConfig
-from api.hit_rate import BUCKETS, COUNTERS, bucket_row
+from api.hit_rate import BUCKETS, COUNTERS, KEEP_WIDEST, bucket_row
 from api.models import Block, Engine, EventBatch, Request, utcnow
 from api.peer_blocks import PeerConfig
 from engine.wire import (
@@ -67,7 +67,8 @@ from engine.wire import (
 BLOCKS: Table = Block.__table__
 REQUESTS: Table = Request.__table__
 BATCHES: Table = EventBatch.__table__
-INT32, INT64 = 1 << 31, 1 << 63  # the limits of `Integer` and `BigInteger` columns
+ENGINES: Table = Engine.__table__
+_EVENTS = msgspec.json.Encoder()  # a batch's events as `event_batches` keeps them
 # PostgreSQL's class 54, "program limit exceeded" (an index row over the btree's limit, a
 # statement too complex): psycopg reports it as an `OperationalError`, like a lost connection,
 # but it is the frame's fault and comes back at every retry
@@ -173,23 +174,25 @@ def apply_batches(
     with transaction(session):
         for batch in batches:
             _check_frame(hello, batch)
-        engine = _locked_engine(session, hello)
-        next_seq, is_new = engine.next_seq, []  # a seq below next_seq was committed before
+        next_seq = _locked_next_seq(session, hello)  # a seq below it was committed before
+        is_new = []
         for batch in batches:
             if batch.seq > next_seq:
                 raise WireError(CLOSE_FUTURE_SEQ, f"expected seq {next_seq}, got {batch.seq}")
             is_new.append(batch.seq == next_seq)
             next_seq += is_new[-1]
         new = [batch for batch, fresh in zip(batches, is_new, strict=True) if fresh]
-        config = config or AttributionConfig()
         commands = {}
         if new:
-            commands = _store_batches(session, hello, new, bucket_s, config)
+            commands = _store_batches(session, hello, new, bucket_s, config or AttributionConfig())
             if peer_blocks.is_peer(hello.geometry):
+                engine = session.get(Engine, hello.engine_id)  # locked above
                 peer_blocks.apply(session, engine, new, bucket_s, peer or PeerConfig())
-        if new:
-            engine.next_seq = next_seq
-            engine.last_seen = utcnow()
+            session.execute(
+                update(ENGINES)
+                .where(ENGINES.c.engine_id == hello.engine_id)
+                .values(next_seq=next_seq, last_seen=utcnow())
+            )
         return [
             Applied(Ack(seq=b.seq), False, len(b.events), commands[b.seq])
             if fresh
@@ -204,35 +207,37 @@ def _store_batches(
     """Store new batches, in seq order; returns the commands each calls for, by seq."""
     engine_id, epoch = hello.engine_id, hello.epoch  # the batches' own (`_check_frame`)
     kept = _peer_without_prompt if peer_blocks.is_peer(hello.geometry) else _without_prompt
+    received_at = utcnow()
     session.execute(
-        insert(BATCHES).values(events=bulk.raw_json(session, "events_json")),
+        insert(BATCHES).values(events=_raw_json(session, "events_json")),
         [
             {
                 "engine_id": engine_id,
                 "epoch": epoch,
                 "seq": batch.seq,
                 "ts": batch.ts,
-                "received_at": utcnow(),
+                "received_at": received_at,
                 "num_events": len(batch.events),
-                "events_json": msgspec.json.encode(
-                    [kept(event) for event in batch.events]
-                ).decode(),
+                # encoded here, in C: the column's type would encode with `json.dumps`
+                "events_json": _EVENTS.encode([kept(e) for e in batch.events]).decode(),
             }
             for batch in new
         ],
     )
-    rows: list[dict[tuple[str, int], BlockRow]] = [{} for _ in new]  # the last of each block
+    # the last row of each block: the wire bounds every integer of a `BlockRow` to its column
+    # (`Count32`, `Int`, `Count`), so a row a later batch replaces is one the store could hold
+    latest: dict[tuple[str, int], BlockRow] = {}
     finished: list[list[RequestFinished]] = [[] for _ in new]
     reports: list[list[PinUpdated]] = [[] for _ in new]
     for index, batch in enumerate(new):
         for event in batch.events:
             if isinstance(event, BlockStateChanged):
-                rows[index].update(((row.group, row.block_id), row) for row in event.blocks)
+                latest.update({(row.group, row.block_id): row for row in event.blocks})
             elif isinstance(event, RequestFinished):
                 finished[index].append(event)
             elif isinstance(event, PinUpdated):
                 reports[index].append(event)
-    _upsert_blocks(session, engine_id, rows)
+    bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in latest.values()])
     all_finished = [e for f in finished for e in f]
     _insert_requests(session, engine_id, epoch, all_finished, bucket_s)
     attribution.record_frames(
@@ -250,7 +255,8 @@ def _store_batches(
     commands = {}
     for batch, its_reports, its_finished in zip(new, reports, finished, strict=True):
         sent = pins.apply_reports(session, engine_id, its_reports) if its_reports else []
-        pins.record_hits(session, engine_id, its_finished)
+        if its_finished:
+            pins.record_hits(session, engine_id, its_finished)
         commands[batch.seq] = tuple(sent)
     return commands
 
@@ -326,16 +332,15 @@ def apply_parked(
         return Applied(Ack(seq=frame.seq), False, 0, is_parked=True)
 
 
-def mark_disconnected(session: Session, engine_id: str, epoch: int) -> None:
-    with transaction(session):
-        session.execute(
-            update(Engine)
-            .where(Engine.engine_id == engine_id, Engine.epoch == epoch)
-            .values(connected=False, last_seen=utcnow())
-        )
-
-
 # ---------------------------------------------------------------------------- helpers
+def _raw_json(session: Session, name: str):
+    """A bind parameter for a JSON column that takes JSON text already serialized (an
+    `executemany` of these costs PostgreSQL less than one `json_populate_recordset` array
+    holding every batch's events, which it would parse once more)."""
+    param = bindparam(name, type_=Text())
+    return cast(param, JSON) if session.get_bind().dialect.name == "postgresql" else param
+
+
 def _check_frame(hello: Hello, frame: Batch | Snapshot) -> None:
     """Raises unless the frame is for the connection's engine and epoch."""
     if frame.engine_id != hello.engine_id:
@@ -378,6 +383,24 @@ def _frame_without_prompt(frame: Batch | Snapshot) -> Batch | Snapshot:
     )
 
 
+def _locked_next_seq(session: Session, hello: Hello) -> int:
+    """`_locked_engine`'s check and lock without the ORM (one row, two columns): the next seq
+    the connection's engine wants."""
+    row = session.execute(
+        select(ENGINES.c.epoch, ENGINES.c.next_seq)
+        .where(ENGINES.c.engine_id == hello.engine_id)
+        .with_for_update()
+    ).one_or_none()
+    if row is None:
+        raise WireError(CLOSE_WRONG_ENGINE, f"engine {hello.engine_id!r} is not registered")
+    if row.epoch != hello.epoch:
+        raise WireError(
+            CLOSE_WRONG_ENGINE,
+            f"epoch {hello.epoch} of engine {hello.engine_id!r} was superseded by {row.epoch}",
+        )
+    return row.next_seq
+
+
 def _locked_engine(session: Session, hello: Hello) -> Engine:
     """The connection's engine row, locked (PostgreSQL) so two sockets of one engine cannot
     both take the same seq; raises when the connection's epoch is no longer the engine's."""
@@ -390,39 +413,6 @@ def _locked_engine(session: Session, hello: Hello) -> Engine:
             f"epoch {hello.epoch} of engine {hello.engine_id!r} was superseded by {engine.epoch}",
         )
     return engine
-
-
-def _upsert_blocks(
-    session: Session, engine_id: str, rows: list[dict[tuple[str, int], BlockRow]]
-) -> None:
-    """Each batch's block rows, in order: one statement with the last row of each block,
-    unless a row a later batch replaces holds an integer the table cannot (then a statement a
-    batch, so that the database refuses it just as it would that batch alone)."""
-    latest: dict[tuple[str, int], BlockRow] = {}
-    for batch_rows in rows:
-        latest.update(batch_rows)
-    if len(rows) > 1 and not all(
-        _storable(row)
-        for batch_rows in rows
-        for key, row in batch_rows.items()
-        if latest[key] is not row
-    ):
-        for batch_rows in rows:
-            bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in batch_rows.values()])
-        return
-    bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in latest.values()])
-
-
-def _storable(row: BlockRow) -> bool:
-    """Whether the blocks table can hold the row's integers (`block_id` and `ref_cnt` are
-    32-bit columns, the rest 64-bit); validation has checked everything else."""
-    start, end = row.token_range if row.token_range is not None else (0, 0)
-    return (
-        row.block_id < INT32
-        and row.ref_cnt < INT32
-        and row.last_change < INT64
-        and all(-INT64 <= value < INT64 for value in (start or 0, end))
-    )
 
 
 def _block_values(engine_id: str, row: BlockRow) -> dict:
@@ -462,4 +452,4 @@ def _insert_requests(
         bucket["mamba_hit_tokens"] += event.hit_tokens_by_group.get("mamba", 0)
         bucket["computed_tokens"] += event.num_computed_tokens
     bulk.insert_rows(session, REQUESTS, values)
-    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=COUNTERS)
+    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=COUNTERS, merge=KEEP_WIDEST)

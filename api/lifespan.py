@@ -1,36 +1,29 @@
-"""What the app does when it starts and stops: engines it finds marked connected are not
-(nothing is connected to an app that is starting), and its database pool closes at the end."""
+"""What the app does when it starts and stops: it joins the fleet of replicas (`api.fleet`:
+its row and heartbeat, the listener for other replicas' commands; on SQLite, the lock that
+keeps a second process out), starts the retention task (`api.retention`, which prunes on one
+replica at a time), and at the end cancels both, leaves the fleet and closes its pool."""
 
 from __future__ import annotations
 
-import logging
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from sqlalchemy.exc import SQLAlchemyError
 
-from api import engines
+from api import fleet
+from api.retention import retention_loop
 from api.state import AppState
-
-log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The lifespan of an app whose `state.junction` is its `AppState`."""
     state: AppState = app.state.junction
-    forget_connections(state)
-    yield
-    state.db.dispose()
-
-
-def forget_connections(state: AppState) -> None:
-    """Clear what a previous run that stopped without saying goodbye left marked connected."""
+    await fleet.start(state)
+    state.tasks.append(asyncio.create_task(retention_loop(state), name="retention"))
     try:
-        with state.sessions() as session, session.begin():
-            engines.mark_all_disconnected(session)
-    except SQLAlchemyError as exc:
-        log.warning(
-            "could not reset the engines' connected flags (is the schema migrated?): %s", exc
-        )
+        yield
+    finally:
+        await fleet.stop(state)  # cancels every task of `state.tasks`
+        state.db.dispose()

@@ -24,6 +24,7 @@ from api.routes import (
     peer_blocks,
     peer_views,
     pins,
+    replicas,
     requests,
 )
 from api.settings import Settings, get_settings
@@ -36,7 +37,8 @@ OpenAPI has no websockets). Send `Authorization: Bearer <JUNCTION_API_TOKEN>` (o
 then the frames of `engine.wire`: `hello` (answered by `welcome {epoch, next_seq}`), then
 `batch` and `snapshot` frames, each answered by `ack {seq}` once committed. Bad input closes
 the socket: 4403 a browser `Origin` not in `JUNCTION_ALLOWED_ORIGINS`, 4401 token, 4400 bad
-frame, 4409 another engine or epoch, 4422 a seq from the future, 1009 too big. The control
+frame, 4409 another engine or epoch, 4410 superseded by a newer hello of the engine (on any
+replica), 4422 a seq from the future, 1009 too big. The control
 plane sends `command` frames down the same socket: `pin {pin_id, token_ids, cache_salt}` and
 `unpin {pin_id}`, every active pin again after each hello.
 
@@ -59,6 +61,7 @@ ROUTERS = (
     junctions,
     ingest,
     benchmarks,
+    replicas,
 )
 # Routes whose bodies may be larger than `max_body_bytes`, and the setting of their limit.
 BODY_LIMITS = {("POST", f"{API_PREFIX}/pins"): "max_pin_body_bytes"}

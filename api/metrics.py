@@ -46,3 +46,18 @@ class ApiMetrics:
             ["code"],
             registry=self.registry,
         )
+        # the retention task (`api.retention`)
+        self.retention_rows = Counter(
+            "junction_retention_rows",
+            "Rows the retention task deleted, by kind (event_batches, requests, attributions,"
+            " buckets_expired; buckets_rolled_up: fine buckets merged into coarse ones)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.retention_rounds = Counter(
+            "junction_retention_rounds",
+            "Retention rounds, by outcome: pruned, skipped (another replica held the lock),"
+            " failed (a database error; tried again next round)",
+            ["outcome"],
+            registry=self.registry,
+        )

@@ -86,11 +86,30 @@ class Engine(Base):
     # its `peer_blocks` rows (an engine without physical block ids), kept by the ingest that
     # writes them, so the per-engine cap needs no count
     num_peer_blocks: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # the replica that holds its socket (`api.replicas`), and that socket, while connected
+    replica_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    connection_id: Mapped[str | None] = mapped_column(String(64), default=None)
+
+
+class Replica(Base):
+    """A live `junction api` process; one whose heartbeat is older than
+    `JUNCTION_REPLICA_TIMEOUT_S` is dead, and its engines are disconnected."""
+
+    __tablename__ = "replicas"
+
+    replica_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hostname: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class EventBatch(Base):
     __tablename__ = "event_batches"
-    __table_args__ = (UniqueConstraint("engine_id", "epoch", "seq", name="uq_event_batches_seq"),)
+    __table_args__ = (
+        UniqueConstraint("engine_id", "epoch", "seq", name="uq_event_batches_seq"),
+        Index("ix_event_batches_received_at", "received_at"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     engine_id: Mapped[str] = mapped_column(ForeignKey(ENGINE_FK, ondelete="CASCADE"))

@@ -28,6 +28,8 @@ class EngineOut(_Out):
     epoch: int
     next_seq: int
     connected: bool
+    # the replica that holds its socket (`api.replicas`); None while it is not connected
+    replica_id: str | None
     first_seen: datetime
     last_seen: datetime
     geometry: dict[str, Any]
@@ -35,6 +37,18 @@ class EngineOut(_Out):
     num_batches_dropped: int  # event batches its outbox gave up for a snapshot (this epoch)
     num_requests_dropped: int  # finished requests it gave up: past its outbox's limits
     last_drop: str | None  # why, the last time it gave up requests
+
+
+class ReplicaOut(BaseModel):
+    """A live `junction api` process of this store (`api.replicas`)."""
+
+    replica_id: str
+    hostname: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    num_engines: int  # the connected engines whose sockets it holds
+    is_self: bool  # the replica that answered this request
 
 
 class GroupUsage(BaseModel):

@@ -113,6 +113,31 @@ class Settings(BaseSettings):
     peer_window_s: float = 86400.0
     peer_max_samples: int = 100_000
 
+    # Replicas (`api.replicas`): any number of `junction api` processes on one PostgreSQL.
+    # Each writes a heartbeat every `replica_heartbeat_s`; one silent for `replica_timeout_s`
+    # is dead, and the engines whose sockets it held show as disconnected. SQLite is one
+    # process only: a second `junction api` on the same file is refused.
+    replica_heartbeat_s: float = 1.0
+    replica_timeout_s: float = 5.0
+
+    # Retention (`api.retention`): a periodic task, every `retention_interval_s`, on one
+    # replica at a time, deleting at most `retention_chunk_rows` rows per transaction.
+    # Event batches are kept `retention_batches_s` seconds and at most
+    # `retention_batches_per_engine` per engine (an older epoch's go once its table was
+    # replaced); finished requests `retention_requests_s` seconds and at most
+    # `retention_requests_per_engine` per engine; hit-rate buckets older than
+    # `retention_rollup_after_s` are rolled up into buckets of `retention_rollup_bucket_s`,
+    # and those older than `retention_buckets_s` are dropped.
+    retention_interval_s: float = 60.0
+    retention_chunk_rows: int = 5000
+    retention_batches_s: float = 86400.0
+    retention_batches_per_engine: int = 100_000
+    retention_requests_s: float = 7 * 86400.0
+    retention_requests_per_engine: int = 1_000_000
+    retention_rollup_after_s: float = 86400.0
+    retention_rollup_bucket_s: int = 3600
+    retention_buckets_s: float = 90 * 86400.0
+
     @field_validator("attribution_salt", mode="before")
     @classmethod
     def _salt_or_none(cls, value: object) -> object:
@@ -149,11 +174,53 @@ class Settings(BaseSettings):
         "peer_max_blocks",
         "peer_window_s",
         "peer_max_samples",
+        "replica_heartbeat_s",
+        "replica_timeout_s",
+        "retention_interval_s",
+        "retention_chunk_rows",
+        "retention_batches_s",
+        "retention_batches_per_engine",
+        "retention_requests_s",
+        "retention_requests_per_engine",
+        "retention_rollup_after_s",
+        "retention_rollup_bucket_s",
+        "retention_buckets_s",
     )
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError(f"must be positive, got {value}")
+        return value
+
+    @field_validator("replica_timeout_s")
+    @classmethod
+    def _timeout_outlasts_heartbeats(cls, value: float, info: ValidationInfo) -> float:
+        heartbeat = info.data.get("replica_heartbeat_s")
+        if heartbeat is not None and value < 2 * heartbeat:
+            raise ValueError(
+                f"must be at least twice JUNCTION_REPLICA_HEARTBEAT_S ({heartbeat}), got {value}:"
+                " a replica is dead after missing two heartbeats at least"
+            )
+        return value
+
+    @field_validator("retention_rollup_bucket_s")
+    @classmethod
+    def _whole_buckets(cls, value: int, info: ValidationInfo) -> int:
+        fine = info.data.get("hit_rate_bucket_s")
+        if fine is not None and value % fine:
+            raise ValueError(
+                f"must be a multiple of JUNCTION_HIT_RATE_BUCKET_S ({fine}), got {value}"
+            )
+        return value
+
+    @field_validator("retention_buckets_s")
+    @classmethod
+    def _buckets_outlast_rollup(cls, value: float, info: ValidationInfo) -> float:
+        after = info.data.get("retention_rollup_after_s")
+        if after is not None and value < after:
+            raise ValueError(
+                f"must be at least JUNCTION_RETENTION_ROLLUP_AFTER_S ({after}), got {value}"
+            )
         return value
 
     @field_validator("peer_token_sample")

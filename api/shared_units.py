@@ -38,6 +38,9 @@ class Record(NamedTuple):
     first_finished_ts: float
 
 
+RETURNED = ("hash", *Record._fields)  # what `upsert` hands back of each unit
+
+
 def merge(units: dict[int, list], chain: list[int], epoch: int, index: int, ts: float) -> None:
     """Fold one sequence's chain into the batch's records, as `MERGE` folds them into the
     stored ones."""
@@ -51,9 +54,11 @@ def merge(units: dict[int, list], chain: list[int], epoch: int, index: int, ts: 
         seen[2], seen[3] = min(seen[2], ts), max(seen[3], ts)
 
 
-def upsert(session: Session, engine_id: str, units: dict[int, list]) -> None:
-    """Fold the batch's records (`merge`'s) into the engine's stored ones (one statement)."""
-    bulk.upsert(
+def upsert(session: Session, engine_id: str, units: dict[int, list]) -> dict[int, Record]:
+    """Fold the batch's records (`merge`'s) into the engine's stored ones (one statement);
+    returns the records of `units` as stored now where the database hands them back
+    (PostgreSQL: `RETURNING`, no read after), else nothing (`records` reads them)."""
+    written = bulk.upsert(
         session,
         UNITS,
         [
@@ -62,7 +67,9 @@ def upsert(session: Session, engine_id: str, units: dict[int, list]) -> None:
             for h, (e, i, f, s) in units.items()
         ],
         merge=MERGE,
+        returning=RETURNED,
     )
+    return {h: Record(e, i, f) for h, e, i, f in written}
 
 
 def records(session: Session, engine_id: str, units: set[int]) -> dict[int, Record]:

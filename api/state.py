@@ -1,8 +1,11 @@
-"""What the app holds for its routes: settings, the database, connected engines, metrics."""
+"""What the app holds for its routes: settings, the database, the replica it is and the
+engines connected to it, metrics, and its background tasks."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
+from typing import IO
 
 import anyio
 from sqlalchemy import Engine
@@ -11,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.db import make_engine, make_sessionmaker
 from api.metrics import ApiMetrics
 from api.registry import EngineRegistry
+from api.replicas import new_replica_id
 from api.settings import Settings
 
 # Worker threads the ingest socket's decoding and commits may take at once: its own, apart from
@@ -28,6 +32,10 @@ class AppState:
     ingest_threads: anyio.CapacityLimiter = field(
         default_factory=lambda: anyio.CapacityLimiter(INGEST_THREADS)
     )
+    # this process in the fleet (`api.replicas`, `api.fleet`)
+    replica_id: str = field(default_factory=new_replica_id)
+    sqlite_lock: IO[str] | None = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppState:

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent.parent
 FIGURES = ("junction api", "throughput", "lag at", "breakdown", "  ", "!!")
+FIGURES += ("through the balancer", "replicas behind", "| ", "p99 lag", "ceiling")
 
 
 def run_tree(tree: Path, args: list[str]) -> list[str]:

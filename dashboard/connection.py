@@ -31,6 +31,17 @@ NO_TOKEN = (
     "`JUNCTION_READ_TOKEN` (a read-only token the control plane also has) or "
     "`JUNCTION_API_TOKEN` in its environment or `.env` (`junction up` sets it), and reload."
 )
+
+
+def connection_state(engine: dict) -> str:
+    """An engine's socket as its heading says it: `connected (replica R)`, naming the control
+    plane replica that holds it (`GET /engines`' `replica_id`), or `disconnected`."""
+    if not engine.get("connected"):
+        return "disconnected"
+    replica = engine.get("replica_id")
+    return f"connected (replica {replica})" if replica else "connected"
+
+
 #: The session's write token, as the operator entered it in the sidebar (never a setting).
 WRITE_TOKEN = "write_token"
 WRITE_TOKEN_FIELD = "write_token_field"

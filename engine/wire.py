@@ -76,6 +76,8 @@ CLOSE_WRONG_ENGINE = 4409
 CLOSE_FUTURE_SEQ = 4422
 CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN = 1013  # the control plane's store is unavailable: reconnect later
+# a newer hello of this engine took over (on this replica or another): this socket is stale
+CLOSE_SUPERSEDED = 4410
 
 # pydantic (the REST API's engine ids) reads `$` as the end; Python's `re` (msgspec) as the end
 # or a final newline, hence `\Z` here

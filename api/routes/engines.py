@@ -43,7 +43,7 @@ def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
 def delete_engine(_: RequireWrite, engine: EngineDep, session: SessionDep, state: StateDep) -> None:
     """Forget an engine that is gone: its rows, batches, requests, buckets and its side of
     every pin (the pins stay, for their other engines)."""
-    if engine.engine_id in state.registry:
+    if engine.connected:  # to any replica
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"engine {engine.engine_id!r} is connected; stop it first"
         )

@@ -5,9 +5,12 @@ of `JUNCTION_ALLOWED_ORIGINS` (else 4403: a page elsewhere cannot have a visitor
 stream into the store); then the write token (header, or `?token=` for browsers), then a hello
 answered by a welcome and the pin commands the engine is owed (`api.pins.hello_commands`: its
 active pins, again after a reconnect or a restart), then batches and snapshots, each committed
-before its ack (and followed by any command its pin reports call for). Bad input closes the
-socket with the wire's close code and a reason, is logged, and leaves the store unchanged
-(the frame's transaction rolls back). Replies use the encoding of the engine's hello.
+before its ack (and followed by any command its pin reports call for). The newest hello of
+an engine wins: it is recorded as held by this replica (`api.replicas.claim_engine`), and an
+older socket of the engine is closed with 4410, here at once, on another replica when the
+claim's notification reaches it. Bad input closes the socket with the wire's close code and
+a reason, is logged, and leaves the store unchanged (the frame's transaction rolls back).
+Replies use the encoding of the engine's hello.
 
 Frames are committed in order; the frames behind the one being committed are decoded
 meanwhile (in worker threads), so validation overlaps the database's work. Batches that queued
@@ -33,6 +36,7 @@ from typing import NamedTuple
 import anyio
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
+from api import replicas
 from api.attribution import AttributionConfig
 from api.deps import StateDep, bearer_token, is_valid_token
 from api.errors import is_store_unavailable, store_unavailable_message
@@ -44,15 +48,15 @@ from api.ingest import (
     apply_hello,
     apply_parked,
     apply_snapshot,
-    mark_disconnected,
 )
 from api.peer_blocks import PeerConfig
 from api.pins import hello_commands
-from api.registry import Connection
+from api.registry import Connection, close_websocket
 from api.snapshot_chunks import SnapshotChunks
 from api.state import AppState
 from engine.wire import (
     CLOSE_BAD_FRAME,
+    CLOSE_SUPERSEDED,
     CLOSE_TRY_AGAIN,
     CLOSE_UNAUTHORIZED,
     Batch,
@@ -68,10 +72,12 @@ router = APIRouter(tags=["ingest"])
 log = logging.getLogger(__name__)
 CLOSE_INTERNAL = 1011
 CLOSE_FORBIDDEN_ORIGIN = 4403
-MAX_REASON_BYTES = 123  # a close frame's reason must fit in 125 bytes with its code
 # Frames decoded ahead of the ones being committed: up to DECODE_AHEAD of them, while they
-# hold less than AHEAD_BYTES (so a few big frames, snapshots, do not pile up).
-DECODE_AHEAD = 32
+# hold less than AHEAD_BYTES (so a few big frames, snapshots, do not pile up). A backlog is
+# committed that many frames a transaction: the later rows of a block replace the earlier
+# ones before they reach the database, so 256 rather than 32 halved the CPU per event, of
+# this process and of PostgreSQL's backend (benchmarks/ingest.py's breakdown and replicas).
+DECODE_AHEAD = 256
 AHEAD_BYTES = 8 * 1024 * 1024
 
 
@@ -114,8 +120,13 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
         connection = Connection(
             hello.engine_id, hello.epoch, websocket, is_binary=isinstance(data, bytes)
         )
-        state.registry.add(connection)
+        # the newest hello wins: an older socket of the engine here is closed now, one on
+        # another replica by that replica when the claim's notification reaches it
+        older = state.registry.add(connection)
         state.metrics.connected_engines.set(len(state.registry))
+        await in_ingest_thread(state, _claim, state, connection)
+        if older is not None:
+            await older.close(CLOSE_SUPERSEDED, "a newer connection of this engine took over")
         log.info(
             "engine %s connected from %s: epoch %d, next seq %d",
             hello.engine_id,
@@ -264,6 +275,17 @@ def _hello(state: AppState, data: str | bytes) -> tuple[Hello, Welcome]:
         return frame, apply_hello(session, frame, state.settings.hit_rate_bucket_s)
 
 
+def _claim(state: AppState, connection: Connection) -> None:
+    with state.sessions() as session:
+        replicas.claim_engine(
+            session,
+            connection.engine_id,
+            connection.epoch,
+            state.replica_id,
+            connection.connection_id,
+        )
+
+
 def _hello_commands(state: AppState, engine_id: str) -> list[Command]:
     with state.sessions() as session:
         return hello_commands(session, engine_id)
@@ -368,11 +390,11 @@ def _count(state: AppState, frame: object, applied: Applied) -> None:
 def _disconnected(state: AppState, connection: Connection) -> None:
     try:
         with state.sessions() as session:
-            mark_disconnected(session, connection.engine_id, connection.epoch)
+            replicas.release_engine(session, connection.engine_id, connection.connection_id)
     except Exception as exc:
         if not is_store_unavailable(exc):
             raise
-        # the flag stays set until the engine's next hello (or the app's next start) clears it
+        # the flag stays set until the engine's next hello, or until this replica is gone
         log.warning(
             "ingest: could not mark engine %s disconnected: %s",
             connection.engine_id,
@@ -387,8 +409,4 @@ async def _reject(state: AppState, websocket: WebSocket, error: WireError, who: 
 
 
 async def _close(websocket: WebSocket, code: int, reason: str) -> None:
-    reason = reason.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
-    try:
-        await websocket.close(code, reason)
-    except RuntimeError:  # the peer went away first
-        pass
+    await close_websocket(websocket, code, reason)

@@ -1,26 +1,23 @@
 """Pins: make one (its commands go to the target engines), list and show them, release one.
 
 The store keeps the operator's pin and each engine's state of it (`api.pins`); the engines
-answer the commands with `PinUpdated` events, which the ingest socket records. A command to
-an engine that is not connected (or whose socket breaks) is not lost: the engine is sent every
-active pin when it next says hello.
+answer the commands with `PinUpdated` events, which the ingest socket records. A command goes
+down the socket of an engine this replica holds, and through a NOTIFY to the replica that
+holds any other (`api.fleet`). A command to an engine that is not connected (or whose socket
+breaks) is not lost: the engine is sent every active pin when it next says hello.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Annotated, Literal
 
-import anyio.from_thread
 from fastapi import APIRouter, Depends, HTTPException, status
 
-from api import json_body, pin_reads, pins
+from api import fleet, json_body, pin_reads, pins
 from api.deps import READ, RequireWrite, SessionDep, StateDep
 from api.models import Pin, PinTarget
 from api.schemas import PinCreate, PinDetail, PinOut, PinTargetOut
-from api.state import AppState
-from engine.wire import Command
 
 router = APIRouter(prefix="/pins", tags=["pins"], dependencies=[READ])
 log = logging.getLogger(__name__)
@@ -55,9 +52,12 @@ def create_pin(_: RequireWrite, body: PinBody, session: SessionDep, state: State
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
     except pins.PinRejected as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    command = pins.pin_command(pin)
+    local = fleet.queue_command(
+        session, state, [t.engine_id for t in targets if t.state == "pending"], command
+    )
     session.commit()
-    pending = [t.engine_id for t in targets if t.state == "pending"]
-    send(state, pending, pins.pin_command(pin))
+    fleet.send_local(state, local, command)
     return pin_out(pin, targets)
 
 
@@ -87,22 +87,11 @@ def release_pin(_: RequireWrite, pin_id: str, session: SessionDep, state: StateD
     it next says hello). Releasing a released pin changes nothing."""
     pin = _pin(session, pin_id)
     targets = pin_reads.targets_by_pin(session, [pin_id]).get(pin_id, [])
-    engine_ids = pins.release_pin(session, pin, targets)
+    command = pins.unpin_command(pin_id)
+    local = fleet.queue_command(session, state, pins.release_pin(session, pin, targets), command)
     session.commit()
-    send(state, engine_ids, pins.unpin_command(pin_id))
+    fleet.send_local(state, local, command)
     return pin_out(pin, targets)
-
-
-def send(state: AppState, engine_ids: Iterable[str], command: Command) -> None:
-    """Send `command` to those of `engine_ids` that are connected here, from a route's worker
-    thread; a socket that fails is left to its next hello."""
-    for engine_id in engine_ids:
-        if engine_id not in state.registry:
-            continue
-        try:
-            anyio.from_thread.run(state.registry.send_command, engine_id, command)
-        except Exception as exc:  # the socket is going away; its next hello resends
-            log.warning("could not send %s to engine %s: %s", command.command, engine_id, exc)
 
 
 def pin_out(pin: Pin, targets: list[PinTarget]) -> PinOut:

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from api.client import ApiError
-from dashboard.connection import START_ENGINE, api_client, api_errors
+from dashboard.connection import START_ENGINE, api_client, api_errors, connection_state
 from dashboard.figures.attribution import (
     HIT,
     REASONS,
@@ -150,7 +150,7 @@ def attribution_section(engine: dict, since: float | None) -> None:
 def engine_section(summary: dict) -> None:
     engine_id = summary["engine_id"]
     if is_peer(summary):
-        state = "connected" if summary["connected"] else "disconnected"
+        state = connection_state(summary)
         st.subheader(f"{engine_id} · {state}")
         st.info(why_empty(summary, "finished requests to rate"))
         st.page_link(PEER_PAGE, label=PEER_PAGE_LABEL, icon=":material/account_tree:")
@@ -160,7 +160,7 @@ def engine_section(summary: dict) -> None:
     hit_rate = api.hit_rate(engine_id, since=since)
     total = hit_rate["total"]
     frame = hit_rate_frame(hit_rate)
-    state = "connected" if engine["connected"] else "disconnected"
+    state = connection_state(engine)
     st.subheader(f"{engine_id} · {state}")
     st.caption(
         f"engine started {started_at(engine['epoch'])} (epoch {engine['epoch']}: its start in "

@@ -6,7 +6,7 @@ with no Mamba state at or near below, and what would keep one there."""
 
 import streamlit as st
 
-from dashboard.connection import api_client, api_errors, pick_engine
+from dashboard.connection import api_client, api_errors, connection_state, pick_engine
 from dashboard.figures.peer_cache import (
     churn_figure,
     churn_frame,
@@ -159,7 +159,7 @@ with api_errors(api):
         def body() -> None:
             with api_errors(api):
                 summary = api.peer_summary(engine["engine_id"], window_s=WINDOWS[window])
-                state = "connected" if engine["connected"] else "disconnected"
+                state = connection_state(engine)
                 st.caption(
                     f"{engine['engine_id']} · {kind_name(engine)} · {state} · ranks "
                     f"{', '.join(map(str, summary['ranks'])) or 'none yet'} · model "

@@ -33,6 +33,7 @@ from engine.server.outbox import ASK_SNAPSHOT, MAX_REJECTIONS, Outbox
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
+    CLOSE_SUPERSEDED,
     CLOSE_TOO_BIG,
     CLOSE_TRY_AGAIN,
     CLOSE_UNAUTHORIZED,
@@ -288,6 +289,11 @@ class PublisherLink:
                 )
         elif code == CLOSE_WRONG_ENGINE:
             self._error(f"control plane refused this engine ({where})", logging.ERROR)
+        elif code == CLOSE_SUPERSEDED:
+            self._error(
+                f"a newer connection of this engine took over ({where}): reconnecting",
+                logging.WARNING,
+            )
         elif code == 1006:
             self._error("connection to the control plane lost", logging.WARNING)
         elif code == CLOSE_TRY_AGAIN:

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import openai
@@ -18,6 +18,7 @@ from tests.polling import wait_for
 
 TOKEN = "e2e-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+START_TIMEOUT_S = 90  # a loaded 2-core machine starting several processes at once
 
 
 def free_port() -> int:
@@ -33,6 +34,7 @@ class ApiProcess:
     database_url: str
     port: int
     process: subprocess.Popen | None = None
+    env: dict[str, str] = field(default_factory=dict)  # more JUNCTION_* settings
 
     @property
     def url(self) -> str:
@@ -44,6 +46,7 @@ class ApiProcess:
             "JUNCTION_DATABASE_URL": self.database_url,
             "JUNCTION_API_TOKEN": TOKEN,
             "JUNCTION_LOG_LEVEL": "warning",
+            **self.env,
         }
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "api", "--port", str(self.port)],
@@ -51,7 +54,7 @@ class ApiProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"junction api exited: {self.process.stderr.read().decode()}")
@@ -60,7 +63,7 @@ class ApiProcess:
                     return
             except httpx.HTTPError:
                 time.sleep(0.1)
-        raise RuntimeError("junction api did not become healthy in 30 s")
+        raise RuntimeError(f"junction api did not become healthy in {START_TIMEOUT_S} s")
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -111,6 +114,7 @@ class Serve:
         runner: str = "torch",
         geometry: tuple[str, ...] = GEOMETRY,
         port: int | None = None,
+        start_timeout_s: float = 60,
     ) -> None:
         self.engine_id = engine_id
         self.port = port or free_port()
@@ -153,9 +157,13 @@ class Serve:
             except httpx.HTTPError:
                 return False
 
-        wait_for("junction serve", healthy)
+        wait_for("junction serve", healthy, start_timeout_s)
         self.client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
-        wait_for("the engine to connect", lambda: api_engine(api, engine_id).get("connected"))
+        wait_for(
+            "the engine to connect",
+            lambda: api_engine(api, engine_id).get("connected"),
+            start_timeout_s,
+        )
 
     def ask(self, prompt: str) -> int:
         """Sends one completion; returns its hit length (cached prompt tokens)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from api import migrate
 from api.db import make_engine
@@ -19,6 +19,7 @@ from api.settings import Settings, get_settings
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 ATTRIBUTION_TABLES = {"attribution_salts", "shared_units", "pending_attributions", "attributions"}
 PEER_TABLES = {"peer_blocks", "peer_churn_buckets", "peer_metric_samples", "peer_resyncs"}
+REPLICA_TABLES = {"replicas"}
 TABLES = (
     ATTRIBUTION_TABLES
     | PEER_TABLES
@@ -33,6 +34,7 @@ TABLES = (
         "benchmark_runs",
         "dead_letters",
     }
+    | REPLICA_TABLES
 )
 
 
@@ -55,6 +57,17 @@ def table_names(url: str) -> set[str]:
         return set(inspect(db).get_table_names()) - {"alembic_version"}
     finally:
         db.dispose()
+
+
+def insert_engine(connection: Connection, engine_id: str, connected: bool = False) -> None:
+    """An engine row as every schema since 0001 holds one."""
+    connection.execute(
+        text(
+            "INSERT INTO engines (engine_id, epoch, next_seq, geometry, model, connected,"
+            " first_seen, last_seen) VALUES (:id, 1, 0, '{}', '{}', :connected, :now, :now)"
+        ),
+        {"id": engine_id, "connected": connected, "now": NOW},
+    )
 
 
 def test_upgrade_downgrade_upgrade(empty_database_url: str) -> None:
@@ -114,13 +127,7 @@ def test_0002_keeps_the_pins_an_engine_reported(empty_database_url: str) -> None
     db = make_engine(empty_database_url)
     try:
         with db.begin() as connection:
-            connection.execute(
-                text(
-                    "INSERT INTO engines (engine_id, epoch, next_seq, geometry, model, connected,"
-                    " first_seen, last_seen) VALUES ('e1', 1, 0, '{}', '{}', false, :now, :now)"
-                ),
-                {"now": NOW},
-            )
+            insert_engine(connection, "e1")
             connection.execute(
                 text(
                     "INSERT INTO pins (pin_id, engine_id, state, boundary, num_tokens, keys,"
@@ -155,7 +162,7 @@ def test_0002_keeps_the_pins_an_engine_reported(empty_database_url: str) -> None
             ("held", "e1", "materialized", 96, True, 0),
         ]
         migrate.downgrade(empty_database_url, "0001")
-        later = {"pin_targets", "dead_letters"} | ATTRIBUTION_TABLES | PEER_TABLES
+        later = {"pin_targets", "dead_letters"} | ATTRIBUTION_TABLES | PEER_TABLES | REPLICA_TABLES
         assert table_names(empty_database_url) == TABLES - later
         with db.connect() as connection:
             old = connection.execute(
@@ -178,13 +185,7 @@ def test_0008_adds_the_peer_tables_and_takes_them_back(empty_database_url: str) 
     db = make_engine(empty_database_url)
     try:
         with db.begin() as connection:
-            connection.execute(
-                text(
-                    "INSERT INTO engines (engine_id, epoch, next_seq, geometry, model, connected,"
-                    " first_seen, last_seen) VALUES ('vllm', 1, 0, '{}', '{}', false, :now, :now)"
-                ),
-                {"now": NOW},
-            )
+            insert_engine(connection, "vllm")
         migrate.upgrade(empty_database_url, "0008")
         with db.begin() as connection:
             assert connection.scalar(text("SELECT num_peer_blocks FROM engines")) == 0
@@ -196,11 +197,46 @@ def test_0008_adds_the_peer_tables_and_takes_them_back(empty_database_url: str) 
                 )
             )
         migrate.downgrade(empty_database_url, "0007")
-        assert table_names(empty_database_url) == TABLES - PEER_TABLES
+        assert table_names(empty_database_url) == TABLES - PEER_TABLES - REPLICA_TABLES
         columns = {c["name"] for c in inspect(db).get_columns("engines")}
         assert "num_peer_blocks" not in columns
         with db.connect() as connection:
             assert connection.scalar(text("SELECT engine_id FROM engines")) == "vllm"
+    finally:
+        db.dispose()
+    migrate.upgrade(empty_database_url)
+    assert table_names(empty_database_url) == TABLES
+
+
+def test_0009_adds_replicas_and_keeps_the_engines(empty_database_url: str) -> None:
+    """An engine marked connected before 0009 names no replica (the heartbeats' reaper
+    disconnects it); downgrading drops the replica columns and table, not the engine."""
+    migrate.upgrade(empty_database_url, "0008")
+    db = make_engine(empty_database_url)
+    try:
+        with db.begin() as connection:
+            insert_engine(connection, "e1", connected=True)
+        migrate.upgrade(empty_database_url, "0009")
+        with db.begin() as connection:
+            row = connection.execute(text("SELECT replica_id, connection_id FROM engines")).one()
+            assert tuple(row) == (None, None)
+            connection.execute(
+                text(
+                    "INSERT INTO replicas (replica_id, hostname, pid, started_at, heartbeat_at)"
+                    " VALUES ('r1', 'host', 1, :now, :now)"
+                ),
+                {"now": NOW},
+            )
+        indexes = {i["name"] for i in inspect(db).get_indexes("event_batches")}
+        assert "ix_event_batches_received_at" in indexes
+        migrate.downgrade(empty_database_url, "0008")
+        assert table_names(empty_database_url) == TABLES - REPLICA_TABLES
+        columns = {c["name"] for c in inspect(db).get_columns("engines")}
+        assert not {"replica_id", "connection_id"} & columns
+        indexes = {i["name"] for i in inspect(db).get_indexes("event_batches")}
+        assert "ix_event_batches_received_at" not in indexes
+        with db.connect() as connection:
+            assert connection.scalar(text("SELECT engine_id FROM engines")) == "e1"
     finally:
         db.dispose()
     migrate.upgrade(empty_database_url)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_CLASSES = (Settings, ControlPlaneSettings)
 SETTINGS = {f"JUNCTION_{name.upper()}" for cls in SETTINGS_CLASSES for name in cls.model_fields}
 PROJECT_SERVICES = {"migrate", "api", "engine", "dashboard", "worker", "beat", "attach"}
+THIRD_PARTY = {"postgres", "redis", "lb"}  # the store, the broker, the balancer
 # `${JUNCTION_API_TOKEN:?set JUNCTION_API_TOKEN ...}`: compose stops with the message when unset
 NO_DEFAULT = r"\$\{JUNCTION_API_TOKEN:\?set JUNCTION_API_TOKEN [^}]+\}"
 # `${JUNCTION_BIND:-127.0.0.1}:${API_PORT:-8080}:8080`: this host only, unless told otherwise
@@ -47,11 +49,11 @@ def parses(argv: list[str]) -> str:
 
 def test_compose_runs_every_part_from_one_image() -> None:
     services = compose("docker-compose.yml")["services"]
-    assert set(services) == PROJECT_SERVICES | {"postgres", "redis"}
+    assert set(services) == PROJECT_SERVICES | THIRD_PARTY
     for name in PROJECT_SERVICES:
         service = services[name]
         assert service["image"] == "junction:latest" and service["build"] == "."
-    for name in ("postgres", "redis"):
+    for name in THIRD_PARTY:
         assert services[name]["healthcheck"]["test"], name
     for name in ("api", "worker", "beat"):
         assert services[name]["depends_on"]["migrate"] == {
@@ -64,7 +66,7 @@ def test_every_command_is_a_junction_subcommand(file: str) -> None:
     services = compose(file)["services"]
     assert services
     for name, service in services.items():
-        if name in ("postgres", "redis"):
+        if name in THIRD_PARTY:
             continue
         command = service["command"]
         expected = {"engine": "serve"}.get(name, name)
@@ -139,7 +141,7 @@ def test_every_published_port_binds_to_junction_bind(file: str) -> None:
     services = compose(file)["services"]
     published = [(name, port) for name, s in services.items() for port in s.get("ports", [])]
     if file == "docker-compose.yml":
-        assert {name for name, _ in published} == {"api", "engine", "dashboard"}
+        assert {name for name, _ in published} == {"lb", "engine", "dashboard"}
     for name, port in published:
         assert re.fullmatch(ON_JUNCTION_BIND, port), (file, name, port)
     for name in ("postgres", "redis"):  # the store and the broker are not published at all
@@ -187,3 +189,31 @@ def test_the_engine_has_a_models_volume_its_weights_option_reads() -> None:
     assert '"--weights", "/models/x.safetensors"' in text
     command = spec["services"]["engine"]["command"]
     assert parses([*command, "--weights", "/models/x.safetensors"]) == "serve"
+
+
+def test_the_api_runs_as_replicas_behind_the_balancer() -> None:
+    """Several replicas, none published: the balancer is the one way in, for the engine, the
+    dashboard and the jobs too; its configuration is the one `stack.balancer` writes (the
+    settings the end-to-end test runs HAProxy with), and HAProxy itself accepts it."""
+    from stack.balancer import compose_config, haproxy_binary
+
+    services = compose("docker-compose.yml")["services"]
+    api = services["api"]
+    assert re.fullmatch(r"\$\{API_REPLICAS:-(\d+)\}", str(api["deploy"]["replicas"]))
+    assert int(re.search(r"\d+", str(api["deploy"]["replicas"])).group()) >= 2
+    assert "ports" not in api
+    for name in PROJECT_SERVICES:
+        url = services[name]["environment"]["JUNCTION_CONTROL_PLANE_URL"]
+        assert url == "http://lb:8080", (name, url)
+    lb = services["lb"]
+    assert lb["image"].startswith("haproxy:")
+    assert "./stack/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in lb["volumes"]
+    for name in ("engine", "dashboard", "attach"):
+        assert services[name]["depends_on"] == {"lb": {"condition": "service_healthy"}}, name
+    config = (ROOT / "stack/haproxy.cfg").read_text()
+    assert config == compose_config()
+    assert "server-template api" in config and "option httpchk GET /healthz" in config
+    check = subprocess.run(
+        [haproxy_binary(), "-c", "-f", str(ROOT / "stack/haproxy.cfg")], capture_output=True
+    )
+    assert check.returncode == 0, check.stderr.decode()
