@@ -12,7 +12,9 @@ the oracle hit, and `api.misses.split_misses` splits L minus the hit by reason.
 Everything here runs inside the caller's ingest transaction, a few statements per group of
 batches whatever the number of requests: one upsert of the units (on PostgreSQL it hands
 their records back), one read of the other records a request needs (on SQLite, all of them),
-one insert each of attributions, pending rows and bucket totals, and a bounded prune.
+one delete of the pending rows now due (`RETURNING` them), one insert each of attributions and
+pending rows, their bucket totals added to the caller's (one upsert for both), and on every
+`shared_units.CAP_CHECK_EVERY`th seq a bounded prune.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sqlalchemy import Table, delete, select
+from sqlalchemy import Table, delete
 from sqlalchemy.orm import Session
 
 from api import bulk, shared_units, unit_salt
-from api.hit_rate import ATTRIBUTION_COUNTERS, BUCKETS, COUNTERS, KEEP_WIDEST, bucket_row
+from api.hit_rate import ATTRIBUTION_COUNTERS, add_buckets, bucket_row
 from api.misses import Geometry, MatchStop, split_misses
 from api.models import Attribution, PendingAttribution
 from api.settings import Settings
@@ -88,11 +90,14 @@ def record_frames(
     now_ts: float,
     config: AttributionConfig,
     bucket_s: int,
+    buckets: dict[int, dict],
     check_cap: bool = False,
 ) -> None:
     """Record the frames' sequences (`finished` in event order, materialized `pins` with the
     batch ts as their finish), then attribute every request whose earlier arrivals have all
-    finished and keep the others pending; prune the units past the window and the cap."""
+    finished and keep the others pending; with `check_cap` (every `CAP_CHECK_EVERY`th seq, and
+    snapshots), prune the units past the window and the cap. The attributed requests' totals
+    are added to `buckets` (`bucket_row`'s), which the caller writes with its own."""
     geometry = Geometry.of(geometry_dict)
     reported = [event for event in finished if event.match_stop is not None]
     pins = [
@@ -123,9 +128,10 @@ def record_frames(
     due = [s for s in subjects if s.arrival_index < oldest]
     waiting = [s for s in subjects if s.arrival_index >= oldest]
     due += _take_pending(session, engine_id, PendingAttribution.epoch == epoch, oldest)
-    _attribute(session, engine_id, due, geometry, bucket_s, written)
+    _attribute(session, engine_id, due, geometry, bucket_s, buckets, written)
     bulk.insert_missing(session, PENDING, [_pending_row(engine_id, s) for s in waiting])
-    shared_units.prune(session, engine_id, now_ts, config.window_s, config.max_units, check_cap)
+    if check_cap:
+        shared_units.prune(session, engine_id, now_ts, config.window_s, config.max_units, True)
 
 
 def flush_epoch(
@@ -136,7 +142,9 @@ def flush_epoch(
     due = _take_pending(session, engine_id, PendingAttribution.epoch != new_epoch, None)
     geometry = Geometry.of(geometry_dict)
     if geometry is not None:
-        _attribute(session, engine_id, due, geometry, bucket_s)
+        buckets: dict[int, dict] = {}
+        _attribute(session, engine_id, due, geometry, bucket_s, buckets)
+        add_buckets(session, buckets)
 
 
 def _subject(event: RequestFinished, epoch: int, units: list[int]) -> Subject:
@@ -165,12 +173,10 @@ def _take_pending(session: Session, engine_id: str, where, below: int | None) ->
     conditions = [PendingAttribution.engine_id == engine_id, where]
     if below is not None:
         conditions.append(PendingAttribution.arrival_index < below)
-    rows = session.scalars(select(PendingAttribution).where(*conditions)).all()
-    if not rows:
-        return []
-    session.execute(delete(PendingAttribution).where(*conditions))
     fields = [f for f in Subject._fields if f != "units"]
-    return [Subject(*(getattr(r, f) for f in fields), _unpack(r.units)) for r in rows]
+    columns = [PENDING.c[f] for f in fields]
+    taken = delete(PENDING).where(*conditions).returning(*columns, PENDING.c.units)
+    return [Subject(*row[:-1], _unpack(row[-1])) for row in session.execute(taken)]
 
 
 def _attribute(
@@ -179,17 +185,18 @@ def _attribute(
     subjects: list[Subject],
     geometry: Geometry,
     bucket_s: int,
+    buckets: dict[int, dict],
     written: dict[int, shared_units.Record] | None = None,
 ) -> None:
-    """Attribute `subjects` (their earlier arrivals all finished): their rows and the totals
-    of their buckets (by `finished_ts`, as the hit rate's). `written`: records just upserted
-    (as stored now), so only the other units are read."""
+    """Attribute `subjects` (their earlier arrivals all finished): their rows, and their
+    totals added to `buckets` (by `finished_ts`, as the hit rate's). `written`: records just
+    upserted (as stored now), so only the other units are read."""
     if not subjects:
         return
     written = written or {}
     wanted = {u for s in subjects for u in s.units}
     records = written | shared_units.records(session, engine_id, wanted - written.keys())
-    rows, buckets = [], {}
+    rows = []
     for subject in sorted(subjects, key=lambda s: (s.epoch, s.arrival_index)):
         row = attribute(subject, records, geometry)
         rows.append({"engine_id": engine_id, "epoch": subject.epoch} | row)
@@ -200,7 +207,6 @@ def _attribute(
         for name in ATTRIBUTION_COUNTERS[3:]:
             bucket[name] += row[name]
     bulk.insert_missing(session, ATTRIBUTIONS, rows)
-    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=COUNTERS, merge=KEEP_WIDEST)
 
 
 def attribute(

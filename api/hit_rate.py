@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
+from api import bulk
 from api.misses import REASONS
 from api.models import HitRateBucket, PendingAttribution
 
@@ -47,7 +48,7 @@ KEEP_WIDEST = {
 
 def bucket_row(buckets: dict[int, dict], engine_id: str, ts: float, bucket_s: int) -> dict:
     """The row of `buckets` (bucket start -> row) that `ts` falls in, added with every counter
-    0 when missing: `bulk.upsert(..., increment=COUNTERS)` adds them to the stored ones."""
+    0 when missing: `add_buckets` adds them to the stored ones."""
     start = math.floor(ts / bucket_s) * bucket_s
     row = buckets.get(start)
     if row is None:
@@ -57,6 +58,12 @@ def bucket_row(buckets: dict[int, dict], engine_id: str, ts: float, bucket_s: in
             "bucket_s": bucket_s,
         } | dict.fromkeys(COUNTERS, 0)
     return row
+
+
+def add_buckets(session: Session, buckets: dict[int, dict]) -> None:
+    """Add the counters of `buckets` (`bucket_row`'s) onto the stored rows, in one statement;
+    a fine row added onto one already rolled up keeps the wider width (`KEEP_WIDEST`)."""
+    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=COUNTERS, merge=KEEP_WIDEST)
 
 
 def roll_up(rows: Iterable[Mapping], bucket_s: int) -> list[dict]:

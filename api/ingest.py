@@ -44,7 +44,7 @@ from sqlalchemy.orm import Session
 
 from api import attribution, bulk, dead_letters, peer_blocks, pins, shared_units
 from api.attribution import AttributionConfig
-from api.hit_rate import BUCKETS, COUNTERS, KEEP_WIDEST, bucket_row
+from api.hit_rate import add_buckets, bucket_row
 from api.models import Block, Engine, EventBatch, Request, utcnow
 from api.peer_blocks import PeerConfig
 from engine.wire import (
@@ -174,7 +174,9 @@ def apply_batches(
     with transaction(session):
         for batch in batches:
             _check_frame(hello, batch)
-        next_seq = _locked_next_seq(session, hello)  # a seq below it was committed before
+        # the usual case in one statement: the batches are the next ones, and this claims them
+        claimed = _claim_seqs(session, hello, batches)
+        next_seq = batches[0].seq if claimed else _locked_next_seq(session, hello)
         is_new = []
         for batch in batches:
             if batch.seq > next_seq:
@@ -188,11 +190,12 @@ def apply_batches(
             if peer_blocks.is_peer(hello.geometry):
                 engine = session.get(Engine, hello.engine_id)  # locked above
                 peer_blocks.apply(session, engine, new, bucket_s, peer or PeerConfig())
-            session.execute(
-                update(ENGINES)
-                .where(ENGINES.c.engine_id == hello.engine_id)
-                .values(next_seq=next_seq, last_seen=utcnow())
-            )
+            if not claimed:
+                session.execute(
+                    update(ENGINES)
+                    .where(ENGINES.c.engine_id == hello.engine_id)
+                    .values(next_seq=next_seq, last_seen=utcnow())
+                )
         return [
             Applied(Ack(seq=b.seq), False, len(b.events), commands[b.seq])
             if fresh
@@ -239,7 +242,8 @@ def _store_batches(
                 reports[index].append(event)
     bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in latest.values()])
     all_finished = [e for f in finished for e in f]
-    _insert_requests(session, engine_id, epoch, all_finished, bucket_s)
+    buckets: dict[int, dict] = {}  # the requests' totals and the attributed ones', one upsert
+    _insert_requests(session, engine_id, epoch, all_finished, bucket_s, buckets)
     attribution.record_frames(
         session,
         engine_id,
@@ -250,8 +254,10 @@ def _store_batches(
         new[-1].ts,
         config,
         bucket_s,
+        buckets,
         check_cap=any(b.seq % shared_units.CAP_CHECK_EVERY == 0 for b in new),
     )
+    add_buckets(session, buckets)
     commands = {}
     for batch, its_reports, its_finished in zip(new, reports, finished, strict=True):
         sent = pins.apply_reports(session, engine_id, its_reports) if its_reports else []
@@ -276,7 +282,8 @@ def apply_snapshot(
         # the finished requests of the batches the snapshot replaced, but those of a batch the
         # store committed already (its seq below next_seq: the engine never saw the ack)
         carried = [r.event for r in snapshot.requests if r.seq >= engine.next_seq]
-        _insert_requests(session, snapshot.engine_id, snapshot.epoch, carried, bucket_s)
+        buckets: dict[int, dict] = {}
+        _insert_requests(session, snapshot.engine_id, snapshot.epoch, carried, bucket_s, buckets)
         pins.record_hits(session, snapshot.engine_id, carried)
         attribution.record_frames(
             session,
@@ -288,8 +295,10 @@ def apply_snapshot(
             snapshot.ts,
             config or AttributionConfig(),
             bucket_s,
+            buckets,
             check_cap=True,
         )
+        add_buckets(session, buckets)
         rows = {(row.group, row.block_id): row for row in snapshot.blocks}
         session.execute(delete(Block).where(Block.engine_id == snapshot.engine_id))
         bulk.insert_rows(
@@ -383,6 +392,25 @@ def _frame_without_prompt(frame: Batch | Snapshot) -> Batch | Snapshot:
     )
 
 
+def _claim_seqs(session: Session, hello: Hello, batches: list[Batch]) -> bool:
+    """Whether `batches` were consecutive from the engine's `next_seq`, now moved past them (the
+    row locked, as `_locked_next_seq` locks it); False changes and locks nothing: the batches
+    start elsewhere (a resend of committed ones, a gap), or the epoch was superseded."""
+    first = batches[0].seq
+    if any(batch.seq != first + i for i, batch in enumerate(batches)):
+        return False
+    claim = (
+        update(ENGINES)
+        .where(
+            ENGINES.c.engine_id == hello.engine_id,
+            ENGINES.c.epoch == hello.epoch,
+            ENGINES.c.next_seq == first,
+        )
+        .values(next_seq=first + len(batches), last_seen=utcnow())
+    )
+    return session.execute(claim).rowcount == 1
+
+
 def _locked_next_seq(session: Session, hello: Hello) -> int:
     """`_locked_engine`'s check and lock without the ORM (one row, two columns): the next seq
     the connection's engine wants."""
@@ -434,12 +462,17 @@ def _block_values(engine_id: str, row: BlockRow) -> dict:
 
 
 def _insert_requests(
-    session: Session, engine_id: str, epoch: int, finished: list[RequestFinished], bucket_s: int
+    session: Session,
+    engine_id: str,
+    epoch: int,
+    finished: list[RequestFinished],
+    bucket_s: int,
+    buckets: dict[int, dict],
 ) -> None:
+    """Store the finished requests; their totals go into `buckets` (`bucket_row`'s)."""
     if not finished:
         return
     values = []
-    buckets: dict[int, dict] = {}
     for event in finished:
         row = msgspec.to_builtins(event)  # lists for tuples, as JSON columns hold them
         del row["type"], row["unit_hashes"]  # attribution keeps only salted hashes
@@ -452,4 +485,3 @@ def _insert_requests(
         bucket["mamba_hit_tokens"] += event.hit_tokens_by_group.get("mamba", 0)
         bucket["computed_tokens"] += event.num_computed_tokens
     bulk.insert_rows(session, REQUESTS, values)
-    bulk.upsert(session, BUCKETS, list(buckets.values()), increment=COUNTERS, merge=KEEP_WIDEST)

@@ -17,7 +17,9 @@ from api.models import SharedUnit
 
 UNITS: Table = SharedUnit.__table__
 PRUNE_BATCH = 5000  # units deleted per prune statement: short locks, the next batch goes on
-CAP_CHECK_EVERY = 64  # the per-engine cap is counted on every 64th seq (a count is a scan)
+# the window and the per-engine cap are pruned on every 64th seq (a count is a scan; a prune
+# every frame was a statement each frame), PRUNE_BATCH a time: ahead of what 64 frames add
+CAP_CHECK_EVERY = 64
 SQLITE_IN_CHUNK = 10_000  # SQLite's bound parameters per statement (32766) leave room
 # a unit's record keeps its earliest arrival, earliest finish and latest sighting
 MERGE = {

@@ -1,17 +1,24 @@
 """What the faster ingest path relies on, on each backend: `bulk.upsert(..., returning=)` hands
 back the rows as stored (PostgreSQL) or nothing (SQLite, whose caller reads them), so
-`shared_units.upsert` gives the records a read after it would; and bulk rows written as one
-JSON array keep `bytes` and aware datetimes exactly."""
+`shared_units.upsert` gives the records a read after it would; bulk rows written as one
+JSON array keep `bytes` and aware datetimes exactly; the next batches of a stream claim their
+seqs in one statement on the engine's row, while a resend or a gap takes the locked read;
+PostgreSQL plans each statement for its own parameters."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+import pytest
+from sqlalchemy import event, select, text
 from sqlalchemy.orm import Session
 
 from api import bulk, shared_units
+from api.ingest import apply_batches, apply_hello
 from api.models import AttributionSalt, Engine
+from engine.wire import CLOSE_FUTURE_SEQ, WireError
+from tests.api import factories
+from tests.api.factories import assert_same_table, parse, store_rows
 
 
 def _engine(session: Session, engine_id: str = "e") -> None:
@@ -48,3 +55,45 @@ def test_bytes_and_datetimes_survive_the_json_rows(session: Session) -> None:
     stored = session.get(Engine, "e2")
     assert stored is not None
     assert (stored.first_seen, stored.last_seen, stored.geometry) == (seen, seen, {"unit": 16})
+
+
+def _engine_statements(session: Session) -> list[str]:
+    """The statements on the `engines` table the session runs from now on (first words)."""
+    seen: list[str] = []
+
+    def record(_conn, _cursor, statement: str, *_) -> None:
+        if "engines" in statement.split("WHERE")[0]:
+            seen.append(" ".join(statement.split()[:2]))
+
+    event.listen(session.get_bind(), "before_cursor_execute", record)
+    return seen
+
+
+def test_the_next_batches_claim_their_seqs_in_one_statement(session: Session) -> None:
+    ledger = factories.run_engine()
+    hello = parse(factories.hello(ledger))
+    apply_hello(session, hello)
+    frames = [parse(f) for f in factories.batches(ledger, factories.event_dicts(ledger), 8)]
+    assert len(frames) >= 6
+    seen = _engine_statements(session)
+    applied = apply_batches(session, hello, frames[:3])
+    assert [a.is_duplicate for a in applied] == [False] * 3
+    assert seen == ["UPDATE engines"]  # no read of the row: the claim locked and moved it
+    # a resend of the last two with the next one: the claim fails, the locked read decides
+    seen.clear()
+    applied = apply_batches(session, hello, frames[1:4])
+    assert [a.is_duplicate for a in applied] == [True, True, False]
+    assert seen == ["UPDATE engines", "SELECT engines.epoch,", "UPDATE engines"]
+    with pytest.raises(WireError) as gap:  # a gap: refused, nothing written
+        apply_batches(session, hello, frames[5:])
+    assert gap.value.code == CLOSE_FUTURE_SEQ
+    assert session.get(Engine, ledger.engine_id, populate_existing=True).next_seq == 4
+    apply_batches(session, hello, frames[4:])
+    assert_same_table(store_rows(session, ledger.engine_id), ledger)
+
+
+def test_postgresql_plans_each_statement_for_its_own_parameters(session: Session) -> None:
+    if session.get_bind().dialect.name != "postgresql":
+        pytest.skip("plan_cache_mode is PostgreSQL's")
+    # the generic plan of shared_units.prune scanned every unit of the engine (api.db)
+    assert session.scalar(text("SHOW plan_cache_mode")) == "force_custom_plan"
