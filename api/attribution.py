@@ -105,12 +105,25 @@ def record_frames(
         for pin, ts in pins
         if pin.state == "materialized" and pin.arrival_index is not None and pin.unit_hashes
     ]
-    if geometry is None or not (reported or pins):
-        if check_cap:
-            shared_units.prune(
-                session, engine_id, now_ts, config.window_s, config.max_units, check_cap
-            )
-        return
+    if geometry is not None and (reported or pins):
+        _record(session, engine_id, epoch, geometry, reported, pins, config, bucket_s, buckets)
+    if check_cap:
+        shared_units.prune(session, engine_id, now_ts, config.window_s, config.max_units, True)
+
+
+def _record(
+    session: Session,
+    engine_id: str,
+    epoch: int,
+    geometry: Geometry,
+    reported: list[RequestFinished],
+    pins: list[tuple[PinUpdated, float]],
+    config: AttributionConfig,
+    bucket_s: int,
+    buckets: dict[int, dict],
+) -> None:
+    """`record_frames` for the requests that reported their match stop and the materialized
+    pins, with the engine's geometry."""
     salt = config.salt or unit_salt.store_salt(session)
     units: dict[int, list] = {}
     subjects = []
@@ -130,8 +143,6 @@ def record_frames(
     due += _take_pending(session, engine_id, PendingAttribution.epoch == epoch, oldest)
     _attribute(session, engine_id, due, geometry, bucket_s, buckets, written)
     bulk.insert_missing(session, PENDING, [_pending_row(engine_id, s) for s in waiting])
-    if check_cap:
-        shared_units.prune(session, engine_id, now_ts, config.window_s, config.max_units, True)
 
 
 def flush_epoch(
