@@ -1,5 +1,5 @@
-# One image for every part of Junction: `junction api`, `serve`, `dashboard`, `worker`, `beat`,
-# `migrate` (docker-compose.yml picks the command). Built from the pinned pyproject; on
+# One image for every part of Junction: `junction api`, `serve`, `route`, `dashboard`, `worker`,
+# `beat`, `migrate` (docker-compose.yml picks the command). Built from the pinned pyproject; on
 # x86_64 Linux, torch==2.13.0 from PyPI is the CUDA build, so the engine uses a GPU when the
 # container is given one (docker-compose.gpu.yml) and the CPU otherwise.
 FROM python:3.11-slim
@@ -15,6 +15,7 @@ RUN pip install --upgrade pip==25.3
 COPY pyproject.toml README.md alembic.ini ./
 COPY migrations migrations
 COPY engine engine
+COPY router router
 COPY api api
 COPY dashboard dashboard
 COPY jobs jobs

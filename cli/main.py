@@ -21,6 +21,7 @@ from engine.server.attach import add_attach_parser
 from engine.server.cli import add_serve_parser
 from engine.server.replay_cli import add_replay_parser
 from jobs.cli import add_jobs_parsers
+from router.cli import add_route_parser
 from stack.cli import add_up_parser
 
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(commands)
     add_serve_parser(commands)
     add_attach_parser(commands)
+    add_route_parser(commands)
     add_api_parser(commands)
     add_pin_parsers(commands)
     add_bench_parser(commands)

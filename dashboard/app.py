@@ -6,6 +6,7 @@ st.set_page_config(page_title="Junction", page_icon=":material/hub:", layout="wi
 navigation = st.navigation(
     [
         st.Page("pages/overview.py", title="Overview", icon=":material/monitoring:", default=True),
+        st.Page("pages/fleet.py", title="Fleet", icon=":material/lan:"),
         st.Page("pages/block_tables.py", title="Block tables", icon=":material/grid_view:"),
         st.Page("pages/requests.py", title="Requests", icon=":material/list:"),
         st.Page("pages/checkpoints.py", title="Checkpoints", icon=":material/push_pin:"),

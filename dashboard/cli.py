@@ -1,6 +1,7 @@
 """`junction dashboard`: Streamlit on `dashboard/app.py`, headless, against the control plane
-at `--api-url` (default `JUNCTION_CONTROL_PLANE_URL`); it reads with `JUNCTION_READ_TOKEN`, else
-`JUNCTION_API_TOKEN`, and writes only with the token a visitor enters (`dashboard.connection`)."""
+at `--api-url` (default `JUNCTION_CONTROL_PLANE_URL`) and the router at `--router-url` (default
+`JUNCTION_ROUTER_URL`); it reads both with `JUNCTION_READ_TOKEN`, else `JUNCTION_API_TOKEN`, and
+writes only with the token a visitor enters (`dashboard.connection`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def add_dashboard_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         help=f"the control plane's URL (default: JUNCTION_CONTROL_PLANE_URL, else {DEFAULT_URL})",
     )
+    parser.add_argument(
+        "--router-url",
+        default=None,
+        help="`junction route`'s URL, for the Fleet page (default: JUNCTION_ROUTER_URL, else none)",
+    )
     parser.set_defaults(func=cmd_dashboard)
 
 
@@ -42,12 +48,14 @@ def streamlit_command(host: str, port: int) -> list[str]:
     ]
 
 
-def streamlit_env(api_url: str | None) -> dict[str, str]:
-    """The environment: the API URL, and the repository root importable (Streamlit puts only
-    the script's folder on the path)."""
+def streamlit_env(api_url: str | None, router_url: str | None = None) -> dict[str, str]:
+    """The environment: the API's and the router's URLs, and the repository root importable
+    (Streamlit puts only the script's folder on the path)."""
     env = dict(os.environ)
     if api_url:
         env["JUNCTION_CONTROL_PLANE_URL"] = api_url
+    if router_url:
+        env["JUNCTION_ROUTER_URL"] = router_url
     root = str(APP.parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
@@ -61,5 +69,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     Settings()
     ControlPlaneSettings()
     command = streamlit_command(args.host, args.port)
-    os.execve(command[0], command, streamlit_env(args.api_url))  # Streamlit takes the process
+    env = streamlit_env(args.api_url, args.router_url)
+    os.execve(command[0], command, env)  # Streamlit takes the process
     return 0  # not reached

@@ -60,3 +60,17 @@ def check_fits(
                 f"{group} blocks of {pool.block_size} tokens, but the pool has {usable} "
                 f"unpinned of {pool.num_blocks}: raise the number of blocks"
             )
+
+
+def max_request_tokens(
+    config: CacheConfig, max_model_len: int, pools: Mapping[str, BlockPool], num_pins: int
+) -> int:
+    """The most prompt + output tokens `check_fits` lets one request hold (what a router
+    checks before it picks an engine)."""
+    sizes = {ATTENTION: config.attention_block_size, MAMBA: config.mamba_block_size}
+    extra = {ATTENTION: ATTENTION_EXTRA_BLOCKS, MAMBA: MAMBA_EXTRA_BLOCKS + num_pins}
+    most = max_model_len
+    for group, pool in pools.items():
+        usable = pool.num_blocks - pool.num_pinned - extra[group]
+        most = min(most, max(usable, 0) * sizes[group])
+    return most

@@ -3,10 +3,11 @@
 Every client of the control plane reads these settings here: the engine (`--control-plane` and
 `--token` of `replay` and `serve`, where it streams its cache events), the pins CLI, and the
 dashboard. They come from `JUNCTION_CONTROL_PLANE_URL`, `JUNCTION_API_TOKEN` and
-`JUNCTION_READ_TOKEN`, in the environment or a `.env` file, read when `ControlPlaneSettings()`
-is built (a command builds it once; the dashboard once a run), not at import. There is no
-default token: the control plane's own settings, and the tokens it checks, are `api.settings`
-and `api.token`.
+`JUNCTION_READ_TOKEN` (and `JUNCTION_ROUTER_URL`, where the dashboard finds `junction route`,
+read with the same token), in the environment or a `.env` file, read when
+`ControlPlaneSettings()` is built (a command builds it once; the dashboard once a run), not at
+import. There is no default token: the control plane's own settings, and the tokens it checks,
+are `api.settings` and `api.token`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ class ControlPlaneSettings(BaseSettings):
     api_token: str | None = None
     # A read-only token (the dashboard reads with it first). None (or empty): not set.
     read_token: str | None = None
+    # `junction route`'s base URL, whose `/fleet` the dashboard reads. None (or empty): not set.
+    router_url: str | None = None
 
-    @field_validator("api_token", "read_token", mode="before")
+    @field_validator("api_token", "read_token", "router_url", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 BlockHash = bytes
 
@@ -32,22 +32,45 @@ def extend_hashes(
 ) -> None:
     """Append `H_p` for every complete unit of `token_ids` that `hashes` does not cover yet.
 
-    `hashes[k]` is `H_{(k+1) * unit}`. Token ids are packed once as little-endian uint32 and each
-    unit is one blake2b call over the parent digest and the unit's bytes.
+    `hashes[k]` is `H_{(k+1) * unit}` (`chain_hashes` computes them).
     """
     start = len(hashes) * unit
     stop = len(token_ids) - (len(token_ids) - start) % unit
     if stop <= start:
         return
-    packed = array("I", token_ids[start:stop]).tobytes()
+    parent = hashes[-1] if hashes else root_hash(cache_salt)
+    hashes.extend(chain_hashes(parent, token_ids[start:stop], unit))
+
+
+def chain_hashes(parent: BlockHash, token_ids: Sequence[int], unit: int) -> list[BlockHash]:
+    """The hashes of every complete unit of `token_ids`, chained from `parent` (the hash of the
+    prefix before them; `root_hash` for none). Token ids are packed once as little-endian
+    uint32 (`OverflowError` for one outside it) and each unit is one blake2b call over the
+    parent digest and the unit's bytes."""
+    stop = len(token_ids) - len(token_ids) % unit
+    packed = array("I", token_ids if stop == len(token_ids) else token_ids[:stop]).tobytes()
     width = unit * 4
     blake2b = hashlib.blake2b
-    parent = hashes[-1] if hashes else root_hash(cache_salt)
+    hashes: list[BlockHash] = []
     append = hashes.append
     for offset in range(0, len(packed), width):
         unit_bytes = packed[offset : offset + width]
         parent = blake2b(parent + unit_bytes, digest_size=_DIGEST_SIZE).digest()
         append(parent)
+    return hashes
+
+
+def num_known_units(hashes: Sequence[BlockHash], known: Container[BlockHash]) -> int:
+    """How many leading units of `hashes` are in `known`, a set of whole chains (every prefix
+    of a sequence it holds is held too, since hashes chain): a binary search for the last."""
+    low, high = 0, len(hashes)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if hashes[middle - 1] in known:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def num_shared_units(a: Sequence[BlockHash], b: Sequence[BlockHash]) -> int:

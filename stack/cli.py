@@ -1,8 +1,8 @@
 """`junction up`: settle the API token (`JUNCTION_API_TOKEN`, else the one kept in its file,
 made at first start: `api.token`), migrate the embedded store, start the control plane, one
-engine (torch runner, CUDA when present), the dashboard, a Celery worker and beat, each given
-the token; print the URLs and where the token is; stream every part's log with its name; stop
-everything on Ctrl-C."""
+engine (torch runner, CUDA when present) or, with `--engines N`, N engines behind
+`junction route`, the dashboard, a Celery worker and beat, each given the token; print the URLs
+and where the token is; stream every part's log with its name; stop everything on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import sys
 from engine.settings_errors import say
 
 EXIT_BAD_INPUT = 2
+MAX_ENGINES = 16
 
 
 def add_up_parser(commands: argparse._SubParsersAction) -> None:
@@ -24,18 +25,35 @@ def add_up_parser(commands: argparse._SubParsersAction) -> None:
         "up",
         help="run the whole stack: control plane, engine, dashboard, worker and beat",
         description="Migrate JUNCTION_DATABASE_URL (default: the SQLite file ./junction.db), "
-        "then start `junction api`, `junction serve` streaming to it, `junction dashboard`, "
-        "`junction worker` and `junction beat` (Celery on JUNCTION_BROKER_URL, by default its "
-        "SQLAlchemy transport on ./junction-broker.db), all with one JUNCTION_API_TOKEN (unset: "
+        "then start `junction api`, `junction serve` streaming to it (--engines N: N of them "
+        "behind `junction route`), `junction dashboard`, `junction worker` and `junction beat` "
+        "(Celery on JUNCTION_BROKER_URL, by default its SQLAlchemy transport on "
+        "./junction-broker.db), all with one JUNCTION_API_TOKEN (unset: "
         "made at first start and kept in JUNCTION_API_TOKEN_FILE, by default "
         "./junction-api-token beside the SQLite store). Ctrl-C stops them all.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address every part listens on")
     parser.add_argument("--api-port", type=int, default=8080)
-    parser.add_argument("--engine-port", type=int, default=8000)
+    parser.add_argument(
+        "--engine-port",
+        type=int,
+        default=8000,
+        help="the OpenAI API's port: the engine's, or the router's with --engines N",
+    )
     parser.add_argument("--dashboard-port", type=int, default=8501)
     parser.add_argument("--runner", choices=RUNNER_NAMES, default="torch")
-    parser.add_argument("--engine-id", default="engine-0")
+    parser.add_argument(
+        "--engines",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"how many engines (1 to {MAX_ENGINES}, default 1); N >= 2 start engine-0 ... "
+        "engine-<N-1> on the N ports after --engine-port and `junction route` in front of them "
+        "on --engine-port",
+    )
+    parser.add_argument(
+        "--engine-id", default=None, help="the one engine's id (default engine-0; --engines 1)"
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
     parser.add_argument(
         "--model",
@@ -63,18 +81,15 @@ def check_serve_args(serve_args: list[str], model: str | None = None) -> tuple[s
     serve`'s own parser (and the configs they make: the model directory, the cache geometry)
     before anything starts; raises `ValueError` with the reason."""
     from engine.options import configs_from_args
-    from engine.server.cli import add_serve_parser
 
     args = serve_args[1:] if serve_args[:1] == ["--"] else serve_args
     args = ["--model", model, *args] if model is not None else args
     if not args:
         return ()
-    parser = argparse.ArgumentParser(prog="junction")  # as `junction serve` parses them
-    add_serve_parser(parser.add_subparsers(dest="command", required=True))
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):
-            parsed = parser.parse_args(["serve", *args])
+            parsed = _parse_serve(args)
     except SystemExit:
         reason = (said.getvalue().strip().splitlines() or ["not accepted"])[-1]
         raise ValueError(f"engine options {' '.join(args)!r}: {reason}") from None
@@ -85,6 +100,38 @@ def check_serve_args(serve_args: list[str], model: str | None = None) -> tuple[s
     return tuple(args)
 
 
+def serve_model(serve_args: tuple[str, ...]) -> str | None:
+    """The `--model` of checked pass-through options (`check_serve_args`), None when none."""
+    return _parse_serve(list(serve_args)).model if serve_args else None
+
+
+def _parse_serve(args: list[str]) -> argparse.Namespace:
+    """`args` as `junction serve` parses them (argparse's `SystemExit` when it refuses)."""
+    from engine.server.cli import add_serve_parser
+
+    parser = argparse.ArgumentParser(prog="junction")
+    add_serve_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["serve", *args])
+
+
+def engines_problems(args: argparse.Namespace) -> list[str]:
+    """What is wrong with `--engines` (and the options it bears on), one line each."""
+    if not 1 <= args.engines <= MAX_ENGINES:
+        return [f"--engines must be 1 to {MAX_ENGINES}, got {args.engines}"]
+    problems = []
+    if args.engines > 1 and args.engine_id is not None:
+        problems.append(
+            f"--engine-id names the one engine; the {args.engines} engines of --engines "
+            f"{args.engines} are engine-0 ... engine-{args.engines - 1}"
+        )
+    if args.engine_port + args.engines > 65535:
+        problems.append(
+            f"--engine-port {args.engine_port} leaves no room for {args.engines} engines on "
+            "the ports after it"
+        )
+    return problems
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from api import migrate
     from api.settings import get_settings
@@ -93,7 +140,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from stack.settings_check import settings_problems
     from stack.supervisor import PartFailed, PortTaken, Supervisor, check_ports
 
-    problems = settings_problems(with_jobs=not args.no_jobs)
+    problems = settings_problems(with_jobs=not args.no_jobs) + engines_problems(args)
     try:
         serve_args = check_serve_args(args.serve_args, args.model)
     except ValueError as exc:
@@ -112,10 +159,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.host,
         ports,
         runner=args.runner,
-        engine_id=args.engine_id,
+        engine_id=args.engine_id or "engine-0",
         device=args.device,
         with_jobs=not args.no_jobs,
         serve_args=serve_args,
+        num_engines=args.engines,
+        model=serve_model(serve_args),
     )
     try:
         check_ports(args.host, parts)
@@ -157,9 +206,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def print_urls(parts, api_token) -> None:
     lines = ["", "Junction is up:"]
+    num_engines = sum(part.name.startswith("engine") for part in parts)
     for part in parts:
         if part.url:
-            lines.append(f"  {part.name:<10} {part.url}")
+            routed = f" (routes over the {num_engines} engines)" if part.name == "router" else ""
+            lines.append(f"  {part.name:<10} {part.url}{routed}")
     if any(part.name == "worker" for part in parts):
         lines.append(f"  {'worker':<10} Celery worker and beat (benchmark jobs)")
     kept = api_token.file.resolve() if api_token.file else "JUNCTION_API_TOKEN"

@@ -47,17 +47,28 @@ def plan(
     device: str | None = None,
     with_jobs: bool = True,
     serve_args: tuple[str, ...] = (),
+    num_engines: int = 1,
+    model: str | None = None,
 ) -> list[Part]:
-    """The parts in start order: the API first (the engine streams to it, the dashboard reads
-    it), the engine, the dashboard, then the worker and beat."""
+    """The parts in start order: the API first (the engines stream to it, the dashboard reads
+    it), the engines, the router in front of them when there are several, the dashboard, then
+    the worker and beat.
+
+    One engine listens on `ports.engine` itself; N >= 2 listen on the N ports after it, as
+    `engine-0` ... `engine-<N-1>`, and `junction route` takes `ports.engine`: the OpenAI URL
+    is the same either way."""
     control_plane = api_url(host, ports)
-    engine_url = f"http://{host}:{ports.engine}"
     dashboard_url = f"http://{host}:{ports.dashboard}"
-    serve = ["serve", "--host", host, "--port", str(ports.engine), "--runner", runner]
-    serve += ["--engine-id", engine_id, "--control-plane", control_plane]
-    if device:
-        serve += ["--device", device]
-    serve += serve_args  # last: what the operator passed through wins
+
+    def engine(name: str, port: int, engine_id: str) -> Part:
+        serve = ["serve", "--host", host, "--port", str(port), "--runner", runner]
+        serve += ["--engine-id", engine_id, "--control-plane", control_plane]
+        if device:
+            serve += ["--device", device]
+        serve += serve_args  # last: what the operator passed through wins
+        url = f"http://{host}:{port}"
+        return Part(name, junction(*serve), port, f"{url}/v1", f"{url}/health")
+
     parts = [
         Part(
             "api",
@@ -65,19 +76,42 @@ def plan(
             ports.api,
             f"{control_plane}/docs",
             f"{control_plane}/healthz",
-        ),
-        Part("engine", junction(*serve), ports.engine, f"{engine_url}/v1", f"{engine_url}/health"),
+        )
+    ]
+    if num_engines == 1:
+        parts.append(engine("engine", ports.engine, engine_id))
+    else:
+        engine_ports = [ports.engine + 1 + i for i in range(num_engines)]
+        parts += [engine(f"engine-{i}", port, f"engine-{i}") for i, port in enumerate(engine_ports)]
+        parts.append(router(host, ports.engine, engine_ports, model))
+    dashboard = ["dashboard", "--host", host, "--port", str(ports.dashboard)]
+    if num_engines > 1:  # the Fleet page reads the router
+        dashboard += ["--router-url", f"http://{host}:{ports.engine}"]
+    parts.append(
         Part(
             "dashboard",
-            junction("dashboard", "--host", host, "--port", str(ports.dashboard)),
+            junction(*dashboard),
             ports.dashboard,
             dashboard_url,
             f"{dashboard_url}/_stcore/health",
-        ),
-    ]
+        )
+    )
     if with_jobs:
         parts += [
             Part("worker", junction("worker", "--concurrency", "1", "--loglevel", "info")),
             Part("beat", junction("beat")),  # its schedule file in the working directory
         ]
     return parts
+
+
+def router(host: str, port: int, engine_ports: list[int], model: str | None) -> Part:
+    """`junction route` on `port` over the engines on `engine_ports` (their cache feeds read
+    with the token in its environment), ready once one of them is up; `model`, the engines'
+    checkpoint, gives it their tokenizer and chat template."""
+    route = ["route", "--host", host, "--port", str(port)]
+    for engine_port in engine_ports:
+        route += ["--engine", f"http://{host}:{engine_port}"]
+    if model is not None:
+        route += ["--model", model]
+    url = f"http://{host}:{port}"
+    return Part("router", junction(*route), port, f"{url}/v1", f"{url}/health")

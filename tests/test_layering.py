@@ -1,7 +1,7 @@
 """The packages depend one way, bottom to top:
 
-    engine (the core) < engine.server, engine.bench (its faces) < api < jobs < dashboard
-    < stack < cli
+    engine (the core) < engine.server, engine.bench (its faces) < api, router < jobs
+    < dashboard < stack < cli
 
 No package imports one above it (nor a face the other face), the core loads no web,
 database or dashboard library, and no project files import each other in a circle.
@@ -28,14 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TIERS = (
     ("engine",),
     ("engine.server", "engine.bench"),
-    ("api",),
+    ("api", "router"),
     ("jobs",),
     ("dashboard",),
     ("stack",),
     ("cli",),
 )
 PACKAGES = tuple(package for tier in TIERS for package in tier)
-TOP_FOLDERS = ("engine", "api", "jobs", "dashboard", "stack", "cli")
+TOP_FOLDERS = ("engine", "api", "router", "jobs", "dashboard", "stack", "cli")
 FACES = ("engine.server", "engine.bench")
 #: Modules not imported by the walk: `dashboard/app.py` is the Streamlit script `junction
 #: dashboard` runs, and importing it runs the navigation outside Streamlit (the pages under

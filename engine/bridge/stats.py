@@ -87,6 +87,18 @@ class BridgeStats:
         self.scrapes = Counter(
             "junction_bridge_scrapes", "peer metric scrapes, by outcome", ["outcome"], registry=r
         )
+        self.feed_unkeyed = Counter(
+            "junction_bridge_feed_unkeyed_blocks",
+            "blocks the cache feed could not key (their parent unknown: stored before the "
+            "bridge started and not replayed, or evicted)",
+            registry=r,
+        )
+        self.feed_keys = Gauge(
+            "junction_bridge_feed_keys", "keys the cache feed announces", ["group"], registry=r
+        )
+        self.feed_subscribers = Gauge(
+            "junction_bridge_feed_subscribers", "routers following the cache feed", registry=r
+        )
         for reason in BAD_REASONS:
             self.bad_frames.labels(reason)
 

@@ -9,47 +9,13 @@ would overwrite the owner's tail, so it writes a private copy instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from engine.cache.entry import CheckpointReason
 from engine.cache.manager import BlockCopy, GroupManager
 from engine.hashing import BlockHash
 
 
-class AttentionHit(NamedTuple):
-    length: int
-    block_ids: list[int]
-
-
 class AttentionManager(GroupManager):
-    def find_longest_hit(
-        self, hashes: Sequence[BlockHash], limit: int, unit: int, fine_grained: bool
-    ) -> AttentionHit:
-        """Leading full blocks, then the highest interior unit of the next block that is cached.
-
-        The result is downward-closed: every shorter unit boundary is also a hit.
-        """
-        size = self.block_size
-        per_block = size // unit
-        entries = self.pool.entries
-        block_ids: list[int] = []
-        num_full = min(limit // size, len(hashes) // per_block)
-        for index in range(num_full):
-            entry = entries.get(hashes[(index + 1) * per_block - 1])
-            if entry is None:
-                break
-            block_ids.append(entry.block_id)
-        length = len(block_ids) * size
-        if fine_grained and per_block > 1:
-            highest = min(length + size - unit, limit // unit * unit, len(hashes) * unit)
-            for position in range(highest, length, -unit):
-                entry = entries.get(hashes[position // unit - 1])
-                if entry is not None:
-                    block_ids.append(entry.block_id)
-                    length = position
-                    break
-        return AttentionHit(length, block_ids)
-
     def split_hit(self, hit_block_ids: list[int], hit_length: int) -> tuple[list[int], int | None]:
         """Blocks a request keeps for a hit of `hit_length`, and the shared tail to copy."""
         kept = hit_block_ids[: -(-hit_length // self.block_size)]

@@ -1,9 +1,8 @@
 """The hybrid coordinator: one token hit length that every group can serve, and the blocks,
 copies and state writes of each step for both groups.
 
-Lookup (DESIGN.md section 2): `A = attention(P - 1)`, `M = mamba(A)`, hit `= M`; attention
-blocks are trimmed to `ceil(M / Ba)`. With EAGLE the attention proof is read one unit past the
-limit and one unit (one block when coarse) is dropped; Mamba gets no drop.
+Lookup (docs/rules.md section 3, `engine.cache.lookup`): `A = attention(P - 1)`, `M = mamba(A)`,
+hit `= M`; attention blocks are trimmed to `ceil(M / Ba)`.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from engine.cache.attention import AttentionManager
 from engine.cache.block_pool import BlockPool
 from engine.cache.entry import CheckpointReason
+from engine.cache.lookup import HitGeometry, after_drop, find_hit
 from engine.cache.mamba import MambaHit, MambaManager
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig
@@ -62,6 +62,7 @@ class HybridCoordinator:
     def __init__(self, config: CacheConfig, sink: EventSink, medium: str = "GPU") -> None:
         self.config = config
         self.unit = config.match_unit
+        self.geometry = HitGeometry.of(config)
         attention_pool = BlockPool(
             config.num_blocks, config.attention_block_size, ATTENTION, 0, sink, medium
         )
@@ -87,30 +88,35 @@ class HybridCoordinator:
 
     # ------------------------------------------------------------------ lookup
     def lookup(self, hashes: Sequence[BlockHash], num_tokens: int, needs_logits: bool) -> CacheHit:
-        """The longest prefix of a request both groups can serve.
+        """The longest prefix of a request both groups can serve (`engine.cache.lookup`, the
+        rule a router predicts with, run over the pools' entries).
 
         A request that must produce logits may hit at most `num_tokens - 1` tokens; a pin
         materialization may hit all of them and takes no EAGLE drop.
         """
-        config = self.config
-        if not config.enable_prefix_caching or not hashes:
-            return CacheHit()
-        limit = num_tokens - 1 if needs_logits else num_tokens
-        drop = config.eagle_drop if needs_logits else 0
-        proof_limit = min(limit + drop, len(hashes) * self.unit)
-        fine = config.is_fine_grained
-        attention = self.attention.find_longest_hit(hashes, proof_limit, self.unit, fine)
-        attention_length = self._after_drop(attention.length, drop)
-        mamba = self.mamba.find_longest_hit(
-            hashes, attention_length, self.unit, config.hit_alignment
+        found = find_hit(
+            self.geometry,
+            self.attention.pool.entries.get,
+            self.mamba.pool.entries.get,
+            hashes,
+            num_tokens,
+            needs_logits,
         )
+        if found is None:
+            return CacheHit()
+        entry = found.state.value
+        if entry is None:
+            mamba = MambaHit(0, None, False)
+        else:
+            pending = self.mamba.pool.blocks[entry.block_id].pending_step is not None
+            mamba = MambaHit(found.length, entry.block_id, pending)
         return CacheHit(
-            mamba.length,
-            attention_length,
-            attention.block_ids,
+            found.length,
+            found.attention_length,
+            [e.block_id for e in found.attention.values],
             mamba,
-            attention.length,
-            proof_limit // self.unit * self.unit,
+            found.proof_length,
+            found.proof_limit,
         )
 
     def reachable_hit(self, num_shared_tokens: int, num_tokens: int) -> int:
@@ -122,16 +128,8 @@ class HybridCoordinator:
             return 0
         drop = config.eagle_drop
         proof = min(num_shared_tokens, num_tokens - 1 + drop)
-        length = self._after_drop(proof // self.unit * self.unit, drop)
+        length = after_drop(self.geometry, proof // self.unit * self.unit, drop)
         return length // config.hit_alignment * config.hit_alignment
-
-    def _after_drop(self, proof_length: int, drop: int) -> int:
-        """An attention proof less the EAGLE drop, on the block grid when hits are coarse."""
-        length = max(proof_length - drop, 0)
-        if not self.config.is_fine_grained:
-            size = self.config.attention_block_size
-            length = length // size * size
-        return length
 
     # ------------------------------------------------------------------ allocation
     def count_admission(self, request_id: str, hit: CacheHit, end: int, positions: list[int]):

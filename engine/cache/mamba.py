@@ -45,21 +45,6 @@ class MambaManager(GroupManager):
     def slot_index(self, position: int) -> int:
         return (position - 1) // self.block_size
 
-    def find_longest_hit(
-        self, hashes: Sequence[BlockHash], limit: int, unit: int, alignment: int
-    ) -> MambaHit:
-        """The largest `p <= limit` on the alignment grid with a checkpoint (right to left)."""
-        entries = self.pool.entries
-        blocks = self.pool.blocks
-        position = min(limit, len(hashes) * unit) // alignment * alignment
-        while position > 0:
-            entry = entries.get(hashes[position // unit - 1])
-            if entry is not None:
-                pending = blocks[entry.block_id].pending_step is not None
-                return MambaHit(position, entry.block_id, pending)
-            position -= alignment
-        return MambaHit(0, None, False)
-
     # ------------------------------------------------------------------ admission
     def count_admission(self, hit: MambaHit) -> int:
         if hit.block_id is None:

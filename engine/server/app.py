@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from engine.feed import FeedHub
 from engine.model.tokenizer import Tokenizer
 from engine.model_card import model_card
 from engine.server.async_engine import AsyncEngine
@@ -20,6 +21,7 @@ from engine.server.errors import install_error_handlers
 from engine.server.metrics import ServerMetrics
 from engine.server.publisher import EventPublisher
 from engine.server.routes import chat, completions, models, ops
+from engine.server.routes import feed as feed_routes
 
 
 def create_app(
@@ -28,10 +30,13 @@ def create_app(
     publisher: EventPublisher | None = None,
     tokenizer: Tokenizer | None = None,
     card: dict | None = None,
+    feed: FeedHub | None = None,
+    feed_token: str | None = None,
 ) -> FastAPI:
     """`model_name` is the name clients must send (default: the engine's model config);
     `publisher`, the engine's stream to a control plane, if any, shows in `/metrics`;
-    `tokenizer` and `card` (`/v1/models`' details) default to the engine's model's."""
+    `tokenizer` and `card` (`/v1/models`' details) default to the engine's model's; `feed`, the
+    engine's cache feed (`engine.feed`), is served to routers holding `feed_token`."""
     engine = async_engine.engine
     model_name = model_name or engine.model_config.name
     if tokenizer is None:
@@ -59,9 +64,15 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.server = ServerState(
-        async_engine, model_name, metrics, tokenizer, {**card, "name": model_name}
+        async_engine,
+        model_name,
+        metrics,
+        tokenizer,
+        {**card, "name": model_name},
+        feed=feed,
+        feed_token=feed_token,
     )
     install_error_handlers(app)
-    for module in (completions, chat, models, ops):
+    for module in (completions, chat, models, ops, feed_routes):
         app.include_router(module.router)
     return app

@@ -7,7 +7,9 @@ only when the command runs, so the rest of the command line stays light.
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
+from urllib.parse import urlsplit
 
 from engine.options import (
     EXIT_BAD_INPUT,
@@ -28,6 +30,14 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
+        "--serve-url",
+        type=http_url,
+        default=None,
+        metavar="URL",
+        help="where routers and the control plane's discovery reach this engine (default "
+        "http://HOST:PORT; with --host 0.0.0.0 or ::, http://<this machine's hostname>:PORT)",
+    )
+    serve.add_argument(
         "--model-name",
         default=None,
         help="the model name clients must send (default: the --model directory's name, or "
@@ -43,6 +53,27 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.set_defaults(func=cmd_serve, runner="torch")
 
 
+def http_url(value: str) -> str:
+    """`--serve-url`'s check: an http(s)://host[:port] URL, without a trailing slash."""
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or parts.port > 0  # a port that is not a number raises
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.query:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s)://host:port URL")
+    return value.rstrip("/")
+
+
+def default_serve_url(host: str, port: int) -> str:
+    """http://HOST:PORT, naming this machine instead of an address that means "every one"."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.model.hf.tokenizer import load_tokenizer
     from engine.model_card import describe, model_card
@@ -50,7 +81,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         cache, scheduler, model = configs_from_args(args)
         tokenizer = load_tokenizer(model.model_dir)
-        card = model_card(model, cache)
+        serve_url = args.serve_url or default_serve_url(args.host, args.port)
+        card = {**model_card(model, cache), "serve_url": serve_url}
     except (ValueError, OSError) as exc:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -64,14 +96,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from engine.engine import Engine
+    from engine.feed import FeedHub, FeedSink
     from engine.server.app import create_app
     from engine.server.async_engine import AsyncEngine
 
     try:
-        engine = Engine(cache, scheduler, model, runner=args.runner, engine_id=args.engine_id)
+        # the sink keeps events for the publisher only when there is one to drain them
+        feed = FeedHub()
+        sink = FeedSink(feed, keep_events=publisher is not None)
+        engine = Engine(
+            cache, scheduler, model, runner=args.runner, sink=sink, engine_id=args.engine_id
+        )
     except (ValueError, OSError) as exc:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    feed.attach(engine, model.name)
     async_engine = AsyncEngine(engine)
     if publisher is not None:
         # the listener runs on the engine loop's thread; `call` reaches it while it is idle
@@ -83,7 +122,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             call_on_engine=async_engine.call,
         )
         print(f"junction serve: streaming cache events to {publisher.url}", file=sys.stderr)
-    app = create_app(async_engine, model.name, publisher, tokenizer, card)
+    app = create_app(
+        async_engine, model.name, publisher, tokenizer, card, feed=feed, feed_token=args.token
+    )
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from engine.feed import FeedHub
 from engine.model.tokenizer import Tokenizer
 from engine.server.async_engine import AsyncEngine
 from engine.server.metrics import ServerMetrics
@@ -21,6 +22,8 @@ class ServerState:
     tokenizer: Tokenizer
     model_card: dict  # what `/v1/models` says of the model beyond its name
     created: int = field(default_factory=lambda: int(time()))
+    feed: FeedHub | None = None  # the cache feed routers subscribe to, if served
+    feed_token: str | None = None  # the bearer token the feed takes
 
 
 def get_state(request: Request) -> ServerState:

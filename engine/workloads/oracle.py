@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from engine.hashing import BlockHash, hash_prefix
+from engine.hashing import BlockHash, hash_prefix, num_known_units
 from engine.trace import TraceItem, TracePin, TraceRequest
 
 
@@ -79,7 +79,7 @@ def oracle(
             continue
         assert isinstance(item, TraceRequest)
         hashes = hash_prefix(item.token_ids, unit, item.cache_salt)
-        shared = _shared_units(hashes, known) * unit
+        shared = num_known_units(hashes, known) * unit
         hits.append(
             OracleHit(
                 item.request_id,
@@ -94,16 +94,3 @@ def oracle(
             hashes = hash_prefix(sequence, unit, item.cache_salt)
         known.update(hashes)
     return OracleResult(hits)
-
-
-def _shared_units(hashes: list[BlockHash], known: set[BlockHash]) -> int:
-    """How many leading units of `hashes` are known. Known prefixes are downward-closed (every
-    prefix of a known sequence is known), so a binary search finds the longest."""
-    low, high = 0, len(hashes)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if hashes[middle - 1] in known:
-            low = middle
-        else:
-            high = middle - 1
-    return low

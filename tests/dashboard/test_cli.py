@@ -35,6 +35,17 @@ def test_dashboard_defaults_to_the_settings_url(monkeypatch):
     )
 
 
+def test_dashboard_passes_the_router_url_to_the_fleet_page(monkeypatch):
+    monkeypatch.delenv("JUNCTION_ROUTER_URL", raising=False)
+    args = build_parser().parse_args(["dashboard", "--router-url", "http://router:8100"])
+    assert cli.streamlit_env(args.api_url, args.router_url)["JUNCTION_ROUTER_URL"] == (
+        "http://router:8100"
+    )
+    args = build_parser().parse_args(["dashboard"])
+    assert args.router_url is None
+    assert "JUNCTION_ROUTER_URL" not in cli.streamlit_env(args.api_url, args.router_url)
+
+
 def live_script() -> None:
     import streamlit as st
 

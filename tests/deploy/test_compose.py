@@ -2,13 +2,16 @@
 every service's command is a real `junction` subcommand whose options parse, every
 `JUNCTION_*` setting passed is one the settings know, and .env.example names every setting;
 the token has no default and .env.example's is one the API refuses; every published port binds
-to JUNCTION_BIND, this host only by default. (No Docker engine runs here: the files are
-checked, not started.)"""
+to JUNCTION_BIND, this host only by default; the engines run as replicas, each its own engine
+id and serve URL from its hostname, behind the router, which finds them through the control
+plane. (No Docker engine runs here: the files are checked, not started.)"""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import subprocess
 import tomllib
 from pathlib import Path
@@ -25,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # the control plane's own settings and its clients' (where it is, the token they send)
 SETTINGS_CLASSES = (Settings, ControlPlaneSettings)
 SETTINGS = {f"JUNCTION_{name.upper()}" for cls in SETTINGS_CLASSES for name in cls.model_fields}
-PROJECT_SERVICES = {"migrate", "api", "engine", "dashboard", "worker", "beat", "attach"}
+PROJECT_SERVICES = {"migrate", "api", "engine", "router", "dashboard", "worker", "beat", "attach"}
+# the subcommand each service runs, where it is not the service's name
+SUBCOMMANDS = {"engine": "serve", "router": "route"}
 THIRD_PARTY = {"postgres", "redis", "lb"}  # the store, the broker, the balancer
 # `${JUNCTION_API_TOKEN:?set JUNCTION_API_TOKEN ...}`: compose stops with the message when unset
 NO_DEFAULT = r"\$\{JUNCTION_API_TOKEN:\?set JUNCTION_API_TOKEN [^}]+\}"
@@ -69,7 +74,7 @@ def test_every_command_is_a_junction_subcommand(file: str) -> None:
         if name in THIRD_PARTY:
             continue
         command = service["command"]
-        expected = {"engine": "serve"}.get(name, name)
+        expected = SUBCOMMANDS.get(name, name)
         assert parses(command) == expected, (file, name, command)
 
 
@@ -123,7 +128,7 @@ def test_the_image_runs_the_junction_entry_point() -> None:
     cmd = re.search(r"^CMD (.+)$", dockerfile, re.M).group(1)
     assert json.loads(entrypoint) == ["junction"]
     assert parses(json.loads(cmd)) == "up"
-    for folder in ("engine", "api", "dashboard", "jobs", "stack", "cli", "migrations"):
+    for folder in ("engine", "router", "api", "dashboard", "jobs", "stack", "cli", "migrations"):
         assert f"COPY {folder} {folder}" in dockerfile, folder
 
 
@@ -141,7 +146,7 @@ def test_every_published_port_binds_to_junction_bind(file: str) -> None:
     services = compose(file)["services"]
     published = [(name, port) for name, s in services.items() for port in s.get("ports", [])]
     if file == "docker-compose.yml":
-        assert {name for name, _ in published} == {"lb", "engine", "dashboard"}
+        assert {name for name, _ in published} == {"lb", "router", "dashboard"}
     for name, port in published:
         assert re.fullmatch(ON_JUNCTION_BIND, port), (file, name, port)
     for name in ("postgres", "redis"):  # the store and the broker are not published at all
@@ -169,10 +174,17 @@ def test_every_long_running_service_has_a_healthcheck() -> None:
     # the HTTP ones ask the port the service's command listens on, at a path it serves
     from api.routes import health
     from engine.server.routes import ops
+    from router.routes import ops as router_ops
 
     assert "/healthz" in {route.path for route in health.router.routes}
     assert "/health" in {route.path for route in ops.router.routes}
-    paths = {"api": "/healthz", "engine": "/health", "dashboard": "/_stcore/health"}
+    assert "/health" in {route.path for route in router_ops.router.routes}
+    paths = {
+        "api": "/healthz",
+        "engine": "/health",
+        "router": "/health",
+        "dashboard": "/_stcore/health",
+    }
     for name, path in paths.items():
         command = services[name]["command"]
         port = command[command.index("--port") + 1]
@@ -217,3 +229,46 @@ def test_the_api_runs_as_replicas_behind_the_balancer() -> None:
         [haproxy_binary(), "-c", "-f", str(ROOT / "stack/haproxy.cfg")], capture_output=True
     )
     assert check.returncode == 0, check.stderr.decode()
+
+
+def entrypoint_argv(service: dict, tmp_path: Path, hostname: str) -> list[str]:
+    """The `junction` argv a replica of `service` runs: its entrypoint (compose's `$$` is `$`)
+    run by sh with the container's HOSTNAME, a stand-in `junction` printing its arguments."""
+    junction = tmp_path / "junction"
+    junction.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    junction.chmod(junction.stat().st_mode | stat.S_IEXEC)
+    argv = [part.replace("$$", "$") for part in service["entrypoint"]] + service["command"]
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "HOSTNAME": hostname}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+def test_the_engines_are_replicas_behind_the_router(tmp_path: Path) -> None:
+    """ENGINES replicas (2 by default), none published, each with its own engine id and the URL
+    its hostname gives (bound to 0.0.0.0, no --serve-url: serve's default); the router, the
+    one way in for OpenAI clients, finds them through the control plane's discovery."""
+    from engine.server.cli import default_serve_url
+
+    services = compose("docker-compose.yml")["services"]
+    engine = services["engine"]
+    assert re.fullmatch(r"\$\{ENGINES:-(\d+)\}", str(engine["deploy"]["replicas"]))
+    assert int(re.search(r"\d+", str(engine["deploy"]["replicas"])).group()) >= 2
+    assert "ports" not in engine
+    for hostname in ("3f2a9c1b7d0e", "0c4e8a2f6b1d"):
+        argv = entrypoint_argv(engine, tmp_path, hostname)
+        args = build_parser().parse_args(argv)
+        assert args.command == "serve" and args.host == "0.0.0.0" and args.serve_url is None
+        assert args.engine_id == f"engine-{hostname}"  # one id per replica
+        assert default_serve_url(args.host, args.port).endswith(f":{args.port}")
+    router = services["router"]
+    args = build_parser().parse_args(router["command"])
+    assert args.command == "route" and args.engine == []  # the engines come from discovery
+    assert args.control_plane == router["environment"]["JUNCTION_CONTROL_PLANE_URL"]
+    assert (args.host, args.port) == ("0.0.0.0", 8000)
+    assert router["ports"] == ["${JUNCTION_BIND:-127.0.0.1}:${ENGINE_PORT:-8000}:8000"]
+    assert router["depends_on"] == {
+        "lb": {"condition": "service_healthy"},
+        "engine": {"condition": "service_healthy"},
+    }
+    assert parses([*router["command"], "--model", "/models/bamba-9b"]) == "route"
+    assert dict(v.split(":", 1) for v in router["volumes"])["models"].startswith("/models")

@@ -62,7 +62,7 @@ class Up:
             raise
 
     def pids(self) -> dict[str, int]:
-        found = (re.search(r"^\s*(\w+) \| started \(pid (\d+)\)", line) for line in self.lines)
+        found = (re.search(r"^\s*([\w-]+) \| started \(pid (\d+)\)", line) for line in self.lines)
         return {m.group(1): int(m.group(2)) for m in found if m}
 
     def wait_for_line(self, what: str, check: Callable[[str], bool], timeout_s: float) -> None:

@@ -1,0 +1,413 @@
+"""Routing a fleet by hybrid hit: one trace, the same engines, every placement, in one run.
+
+Real `junction serve --runner null` engines (equal memory each), started fresh for every
+placement, with `junction route` in front of them:
+
+- round-robin and random (what a plain load balancer does);
+- an attention-only prefix scorer (`--policy attention`: blocks matched, as Dynamo's KV
+  router and llm-d's prefix scorer count them);
+- Junction's hybrid score (`--policy hybrid`, the default);
+- each family always on the same engine (the benchmark sends it there itself);
+- one engine holding the whole memory.
+
+Printed per trace: hit tokens as a share of the oracle and of the one-engine figure, the spread
+of requests over engines (busiest / mean and max / min), the router's routing time per request
+(p50 / p99, from its decisions), and the share of requests whose realised hit equalled the
+predicted one. Traces:
+
+- `families`: 24 families of 1000-5000-token system prompts, 10 questions each, shuffled;
+- `scarce`: system prompts ending inside a Mamba block and a state pool of a few slots per
+  engine, after the fleet ran the same families behind a plain balancer (every engine holds
+  attention blocks of most families, few still hold a state): an attention match without a
+  state misleads an attention-only scorer;
+- `uniform`: prompts that share only a chat template's 32-token header, 8 in flight: the
+  busiest engine's share.
+
+Then the router alone, in-process: 8 engines, 100k indexed keys, the time to route a request.
+
+    .venv/bin/python benchmarks/fleet.py [--engines 4] [--concurrency 1] [--skip-scale]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from engine.trace import TraceRequest, segment_tokens
+from engine.workloads.oracle import oracle
+
+ROOT = Path(__file__).resolve().parents[1]
+JUNCTION = [sys.executable, "-m", "cli.main"]
+MODEL = "junction-hybrid-tiny"
+UNIT = 16
+TOKEN = "fleet-benchmark-token"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    family: int
+    token_ids: list[int]
+    system_len: int
+    slot: int = 0  # the engine (modulo their number) a warm-up prompt went to
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    prompts: list[Prompt]
+    engine_options: list[str]  # each engine's cache options
+    one_engine_options: list[str]  # the single engine with the whole memory
+    concurrency: int
+    warmup: list[Prompt] = field(default_factory=list)  # sent first, each to its `slot`
+
+
+def families_trace(seed: int, num_engines: int) -> Trace:
+    rng = random.Random(seed)
+    prompts = []
+    for family in range(24):
+        system = segment_tokens(seed * 1000 + family, rng.randint(1000, 5000))
+        for question in range(10):
+            asked = segment_tokens(seed * 1000 + 500 + family * 10 + question, rng.randint(64, 256))
+            prompts.append(Prompt(family, system + asked, len(system)))
+    rng.shuffle(prompts)
+    blocks = 4000
+    return Trace(
+        "families",
+        prompts,
+        ["--num-blocks", str(blocks // num_engines), "--num-mamba-blocks", "128"],
+        ["--num-blocks", str(blocks), "--num-mamba-blocks", str(128 * num_engines)],
+        1,
+    )
+
+
+def scarce_trace(seed: int, num_engines: int) -> Trace:
+    rng = random.Random(seed + 1)
+    systems = []
+    for family in range(24):
+        length = rng.randint(600, 1900)
+        length += 16 if length % 512 == 0 else 0  # ends inside a Mamba block
+        systems.append(segment_tokens(seed * 2000 + family, length))
+
+    def ask(family: int, question: int, slot: int = 0) -> Prompt:
+        asked = segment_tokens(seed * 3000 + family * 100 + question, rng.randint(32, 128))
+        return Prompt(family, systems[family] + asked, len(systems[family]), slot)
+
+    # the traffic the fleet ran behind a plain balancer before: each family once on each engine
+    warmup = [
+        ask(family, 90 + turn, family + turn) for turn in range(num_engines) for family in range(24)
+    ]
+    prompts = [ask(family, question) for family in range(24) for question in range(8)]
+    rng.shuffle(prompts)
+    return Trace(
+        "scarce",
+        prompts,
+        ["--num-blocks", "8000", "--num-mamba-blocks", "12"],
+        ["--num-blocks", str(8000 * num_engines), "--num-mamba-blocks", str(12 * num_engines)],
+        1,
+        warmup,
+    )
+
+
+def uniform_trace(seed: int, num_engines: int) -> Trace:
+    """Prompts that share only a 32-token header (a chat template's), 8 in flight."""
+    rng = random.Random(seed + 2)
+    header = segment_tokens(seed * 5000 + 4999, 32)
+    prompts = [
+        Prompt(i, header + segment_tokens(seed * 5000 + i, rng.randint(1000, 2000)), 0)
+        for i in range(240)
+    ]
+    return Trace(
+        "uniform",
+        prompts,
+        ["--num-blocks", "1000", "--num-mamba-blocks", "128"],
+        ["--num-blocks", str(1000 * num_engines), "--num-mamba-blocks", str(128 * num_engines)],
+        8,
+    )
+
+
+# ---------------------------------------------------------------------- processes
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Processes:
+    """Engines and a router as child processes; stopped together."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.children: list[subprocess.Popen] = []
+
+    def start(self, name: str, args: list[str]) -> None:
+        env = {**os.environ, "JUNCTION_API_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
+        env.pop("JUNCTION_CONTROL_PLANE_URL", None)
+        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the child
+        self.children.append(
+            subprocess.Popen([*JUNCTION, *args], cwd=ROOT, env=env, stdout=log, stderr=log)
+        )
+
+    def stop(self) -> None:
+        for child in self.children:
+            child.terminate()
+        for child in self.children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        self.children = []
+
+
+def wait_up(url: str, path: str = "/health", timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url}{path} did not come up in {timeout_s:g} s")
+
+
+def start_engines(procs: Processes, count: int, options: list[str]) -> list[str]:
+    urls = []
+    for i in range(count):
+        port = free_port()
+        procs.start(
+            f"engine-{port}",
+            ["serve", "--runner", "null", "--port", str(port), "--engine-id", f"e{i}", *options],
+        )
+        urls.append(f"http://127.0.0.1:{port}")
+    for url in urls:
+        wait_up(url)
+    return urls
+
+
+def start_router(procs: Processes, engines: list[str], policy: str) -> str:
+    port = free_port()
+    args = ["route", "--port", str(port), "--policy", policy, "--seed", "0"]
+    for url in engines:
+        args += ["--engine", url]
+    procs.start(f"router-{policy}", args)
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url)
+    return url
+
+
+# ---------------------------------------------------------------------- a run
+@dataclass
+class RunResult:
+    hit_tokens: int
+    engines: list[str]  # where each request went, in trace order
+    route_s: list[float]
+    agreement: float | None
+    decisions: list[dict]  # the router's, oldest first (none without a router)
+
+
+async def send_all(
+    prompts: list[Prompt], target, concurrency: int, client: httpx.AsyncClient
+) -> tuple[list[int], list[str]]:
+    """Each prompt as a completion with its system prompt's end as a message checkpoint (what a
+    chat request sends); `target(prompt)` gives the base URL. Cached tokens and engines, in
+    order."""
+    hits, engines = [0] * len(prompts), [""] * len(prompts)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int, prompt: Prompt) -> None:
+        async with gate:
+            body = {"model": MODEL, "prompt": prompt.token_ids, "max_tokens": 4}
+            if prompt.system_len:
+                body["checkpoint_offsets"] = [prompt.system_len]
+            base = target(prompt)
+            response = await client.post(base + "/v1/completions", json=body)
+            response.raise_for_status()
+            usage = response.json()["usage"]
+            hits[i] = usage["prompt_tokens_details"]["cached_tokens"]
+            engines[i] = response.headers.get("x-junction-engine", base)
+
+    await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+    return hits, engines
+
+
+def run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunResult:
+    procs = Processes(log_dir)
+    try:
+        options = trace.one_engine_options if placement == "one engine" else trace.engine_options
+        engines = start_engines(procs, 1 if placement == "one engine" else num_engines, options)
+        router = None
+        if placement in ("round_robin", "random", "attention", "hybrid"):
+            router = start_router(procs, engines, placement)
+
+        def target(prompt: Prompt) -> str:
+            if router is not None:
+                return router
+            return engines[prompt.family % len(engines)]
+
+        async def drive() -> tuple[list[int], list[str], dict | None, dict | None]:
+            async with httpx.AsyncClient(timeout=120) as client:
+                if trace.warmup:  # the plain balancer's traffic before
+                    await send_all(
+                        trace.warmup, lambda p: engines[p.slot % len(engines)], 1, client
+                    )
+                hits, where = await send_all(trace.prompts, target, trace.concurrency, client)
+                fleet = decisions = None
+                if router is not None:
+                    headers = {"Authorization": f"Bearer {TOKEN}"}
+                    fleet = (await client.get(router + "/fleet", headers=headers)).json()
+                    decisions = (
+                        await client.get(router + "/fleet/decisions?limit=1000", headers=headers)
+                    ).json()
+                return hits, where, fleet, decisions
+
+        hits, where, fleet, decisions = asyncio.run(drive())
+        route_s = [d["route_s"] for d in decisions["decisions"]] if decisions else []
+        agreement = fleet["agreement"] if fleet else None
+        oldest_first = list(reversed(decisions["decisions"])) if decisions else []
+        return RunResult(sum(hits), where, route_s, agreement, oldest_first)
+    finally:
+        procs.stop()
+
+
+def spread(engines: list[str]) -> tuple[float, float]:
+    counts = Counter(engines)
+    values = list(counts.values())
+    mean = sum(values) / len(values)
+    return max(values) / mean, max(values) / max(min(values), 1)
+
+
+# ---------------------------------------------------------------------- the router alone
+def scale(num_engines: int = 8, num_keys: int = 100_000, num_requests: int = 1000) -> list[float]:
+    """Routing time per request with `num_engines` engines whose indexes hold `num_keys` keys
+    in all: hashing, scoring every engine, choosing (in-process, no HTTP)."""
+    from engine.cache.lookup import HitGeometry
+    from engine.feed import FeedLoad, FeedSnapshot
+    from engine.hashing import hash_prefix
+    from router.engines import FleetEngine
+    from router.fleet import Fleet
+    from router.index import EngineIndex
+    from router.policies import make_policy
+
+    geometry = HitGeometry(UNIT, 16, UNIT, 0, True, True)
+    rng = random.Random(7)
+    systems = [segment_tokens(9000 + f, rng.randint(1000, 5000)) for f in range(64)]
+    engines = []
+    per_engine = num_keys // num_engines
+    for i in range(num_engines):
+        keys: list[bytes] = []
+        while len(keys) < per_engine:
+            keys.extend(hash_prefix(systems[rng.randrange(64)] + [i, len(keys)], UNIT))
+        engine = FleetEngine(f"http://engine-{i}")
+        engine.index = EngineIndex(geometry)
+        load = FeedLoad(0, 0, 0, 0.0, 0.0)
+        engine.index.apply_snapshot(
+            FeedSnapshot(0, keys[:per_engine], keys[: per_engine // 4], load)
+        )
+        engine.status = "up"
+        engines.append(engine)
+    for engine in engines:
+        engine.hello = _hello(engine.url, geometry)
+    fleet = Fleet(engines, make_policy("hybrid"))
+    times = []
+    for n in range(num_requests):
+        prompt = systems[rng.randrange(64)] + segment_tokens(20_000 + n, 128)
+        started = time.perf_counter()
+        decision = fleet.route(prompt, MODEL)
+        times.append(time.perf_counter() - started)
+        fleet.finish(decision, None)
+    return times
+
+
+def _hello(url: str, geometry):
+    from engine.feed import FeedHello
+
+    return FeedHello(url, 0, geometry, MODEL, 1 << 20)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def oracle_tokens(prompts: list[Prompt]) -> int:
+    items = [
+        TraceRequest(i, f"r{i}", p.token_ids, 4, None, 0.0, 1.0, None)
+        for i, p in enumerate(prompts)
+    ]
+    return oracle(items, UNIT).num_oracle_tokens
+
+
+PLACEMENTS = ("round_robin", "random", "attention", "hybrid", "family affinity", "one engine")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--traces", default="families,scarce,uniform")
+    parser.add_argument("--skip-scale", action="store_true")
+    args = parser.parse_args()
+    builders = {"families": families_trace, "scarce": scarce_trace, "uniform": uniform_trace}
+    with tempfile.TemporaryDirectory(prefix="junction-fleet-") as logs:
+        for name in args.traces.split(","):
+            trace = builders[name](args.seed, args.engines)
+            report(trace, args.engines, Path(logs))
+    if not args.skip_scale:
+        times = scale()
+        print(
+            f"\nrouting, 8 engines, 100k indexed keys, in-process: p50 "
+            f"{percentile(times, 0.5) * 1e3:.3f} ms, p99 {percentile(times, 0.99) * 1e3:.3f} ms"
+        )
+    return 0
+
+
+def report(trace: Trace, num_engines: int, log_dir: Path) -> None:
+    best = oracle_tokens(trace.warmup + trace.prompts) - oracle_tokens(trace.warmup)
+    total = sum(len(p.token_ids) for p in trace.prompts)
+    print(
+        f"\n{trace.name}: {len(trace.prompts)} requests, {total} prompt tokens, oracle {best} "
+        f"hit tokens, {num_engines} engines ({' '.join(trace.engine_options)}), "
+        f"{trace.concurrency} in flight"
+    )
+    results = {}
+    for placement in PLACEMENTS:
+        started = time.monotonic()
+        results[placement] = run(trace, placement, num_engines, log_dir)
+        print(f"  ran {placement} in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    one = results["one engine"].hit_tokens
+    affinity = results["family affinity"].hit_tokens
+    print(
+        f"  {'placement':<16} {'hit tokens':>10} {'% oracle':>8} {'vs 1 engine':>11} "
+        f"{'vs affinity':>11} {'busiest/mean':>12} {'max/min':>7} {'route p50/p99 ms':>16} "
+        f"{'agree':>6}"
+    )
+    for placement, result in results.items():
+        busiest, ratio = spread(result.engines) if placement != "one engine" else (1.0, 1.0)
+        p50, p99 = (percentile(result.route_s, q) * 1e3 for q in (0.5, 0.99))
+        timing = f"{p50:.2f}/{p99:.2f}" if result.route_s else "-"
+        agree = f"{result.agreement:.1%}" if result.agreement is not None else "-"
+        print(
+            f"  {placement:<16} {result.hit_tokens:>10} {result.hit_tokens / max(best, 1):>8.1%} "
+            f"{result.hit_tokens / one if one else 0:>11.2f} "
+            f"{result.hit_tokens / affinity if affinity else 0:>11.2f} {busiest:>12.2f} "
+            f"{ratio:>7.2f} {timing:>16} {agree:>6}"
+        )
+    hybrid, attention = results["hybrid"].hit_tokens, results["attention"].hit_tokens
+    if attention:
+        print(f"  hybrid / attention-only: {hybrid / attention:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

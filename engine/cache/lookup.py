@@ -1,0 +1,156 @@
+"""The lookup rule (docs/rules.md section 3) over any key -> value map, declared once.
+
+The engine's coordinator runs it over its pools' entries (values: `Entry`s, so it learns the
+blocks); a router runs it over the keys an engine's cache feed announced (values: anything
+not None), so the hit it predicts for an engine is the hit that engine's own lookup gives on
+the same keys. Nothing here reads or changes a cache: `get(key)` is the only access.
+
+`A = attention(P - 1)`, `M = mamba(A)`, hit `= M`. With EAGLE the attention proof is read one
+unit past the limit and one unit (one block when coarse) is dropped; Mamba gets no drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from msgspec import Struct
+
+from engine.hashing import BlockHash
+
+Get = Callable[[BlockHash], Any]  # a key's value, or None when the key is not cached
+
+
+class HitGeometry(Struct, frozen=True, forbid_unknown_fields=True):
+    """What a lookup needs of an engine's cache geometry (`CacheConfig`'s derived values)."""
+
+    match_unit: int  # `U`: hashes every U tokens
+    attention_block_size: int  # `Ba * D`
+    hit_alignment: int  # the grid every hit lies on (`U` fine-grained, else `S`)
+    eagle_drop: int  # tokens an attention match drops with EAGLE (0 without)
+    is_fine_grained: bool  # partial hits on and some block larger than `U`
+    enable_prefix_caching: bool
+
+    @classmethod
+    def of(cls, config: Any) -> HitGeometry:
+        """From a `CacheConfig` (typed loosely: the core's config module imports this one's
+        users, not the other way round)."""
+        return cls(
+            match_unit=config.match_unit,
+            attention_block_size=config.attention_block_size,
+            hit_alignment=config.hit_alignment,
+            eagle_drop=config.eagle_drop,
+            is_fine_grained=config.is_fine_grained,
+            enable_prefix_caching=config.enable_prefix_caching,
+        )
+
+
+class AttentionMatch(NamedTuple):
+    length: int  # tokens the attention group matches (downward-closed)
+    values: list[Any]  # the value of each matched block's key, in table order
+
+
+class StateMatch(NamedTuple):
+    length: int  # the position of the checkpoint found, 0 for none
+    value: Any  # its key's value, None for none
+
+
+class HitLengths(NamedTuple):
+    length: int  # the hit: both groups serve it
+    attention_length: int  # the attention match after the EAGLE drop
+    proof_length: int  # the attention match before the drop
+    proof_limit: int  # the most the proof could reach, floored to the match unit
+    attention: AttentionMatch
+    state: StateMatch
+
+
+def attention_match(
+    get: Get,
+    hashes: Sequence[BlockHash],
+    limit: int,
+    unit: int,
+    block_size: int,
+    fine_grained: bool,
+) -> AttentionMatch:
+    """Leading full blocks, then the highest interior unit of the next block that is cached.
+
+    The result is downward-closed: every shorter unit boundary is also a hit.
+    """
+    per_block = block_size // unit
+    values: list[Any] = []
+    num_full = min(limit // block_size, len(hashes) // per_block)
+    for index in range(num_full):
+        value = get(hashes[(index + 1) * per_block - 1])
+        if value is None:
+            break
+        values.append(value)
+    length = len(values) * block_size
+    if fine_grained and per_block > 1:
+        highest = min(length + block_size - unit, limit // unit * unit, len(hashes) * unit)
+        for position in range(highest, length, -unit):
+            value = get(hashes[position // unit - 1])
+            if value is not None:
+                values.append(value)
+                length = position
+                break
+    return AttentionMatch(length, values)
+
+
+def state_match(
+    get: Get, hashes: Sequence[BlockHash], limit: int, unit: int, alignment: int
+) -> StateMatch:
+    """The largest `p <= limit` on the alignment grid with a checkpoint (right to left)."""
+    position = min(limit, len(hashes) * unit) // alignment * alignment
+    while position > 0:
+        value = get(hashes[position // unit - 1])
+        if value is not None:
+            return StateMatch(position, value)
+        position -= alignment
+    return StateMatch(0, None)
+
+
+def after_drop(geometry: HitGeometry, proof_length: int, drop: int) -> int:
+    """An attention proof less the EAGLE drop, on the block grid when hits are coarse."""
+    length = max(proof_length - drop, 0)
+    if not geometry.is_fine_grained:
+        size = geometry.attention_block_size
+        length = length // size * size
+    return length
+
+
+def find_hit(
+    geometry: HitGeometry,
+    attention_get: Get,
+    state_get: Get,
+    hashes: Sequence[BlockHash],
+    num_tokens: int,
+    needs_logits: bool = True,
+) -> HitLengths | None:
+    """The longest prefix of `num_tokens` prompt tokens (chained `hashes`) both groups serve,
+    None when the cache is off or nothing is hashed. A request that must produce logits may
+    hit at most `num_tokens - 1` tokens; a pin materialization may hit all of them and takes no
+    EAGLE drop. This operation does not change the cache."""
+    if not geometry.enable_prefix_caching or not hashes:
+        return None
+    unit = geometry.match_unit
+    limit = num_tokens - 1 if needs_logits else num_tokens
+    drop = geometry.eagle_drop if needs_logits else 0
+    proof_limit = min(limit + drop, len(hashes) * unit)
+    attention = attention_match(
+        attention_get,
+        hashes,
+        proof_limit,
+        unit,
+        geometry.attention_block_size,
+        geometry.is_fine_grained,
+    )
+    attention_length = after_drop(geometry, attention.length, drop)
+    state = state_match(state_get, hashes, attention_length, unit, geometry.hit_alignment)
+    return HitLengths(
+        state.length,
+        attention_length,
+        attention.length,
+        proof_limit // unit * unit,
+        attention,
+        state,
+    )

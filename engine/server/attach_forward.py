@@ -1,0 +1,134 @@
+"""`junction attach`'s way to the control plane: the bridge's events as batches through the
+engine's own publisher machinery (`Outbox`, `PublisherLink`): hello (geometry `{"kind",
+"physical_block_ids": false, "ranks", "events", "replay", "metrics"}`), batches with seq, acks,
+resend after a reconnect, the bounded outbox. When the outbox overflows, or the store lost
+batches it no longer holds, the bridge sends an empty snapshot and then its whole table again
+(`PeerTable.events`), so the store's guarantees hold end to end. A bridge start is a new
+epoch: the store drops the old table, and the replay (asked from seq 0) rebuilds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from engine.events import PeerMetrics, PeerResync
+from engine.server.outbox import Outbox
+
+if TYPE_CHECKING:
+    from engine.bridge.bridge import Bridge
+    from engine.events import CacheEvent
+    from engine.server.publisher_link import PublisherLink
+
+log = logging.getLogger("engine.bridge")
+
+TABLE_EVENTS_PER_BATCH = 5000
+
+
+class Forwarder:
+    """The bridge's sink, on the bridge's thread: events into the outbox as batches; the
+    whole table again when the outbox asks for a snapshot."""
+
+    def __init__(self, bridge: Bridge, outbox: Outbox, engine_id: str, epoch: int) -> None:
+        self.bridge, self.outbox = bridge, outbox
+        self.engine_id, self.epoch = engine_id, epoch
+
+    def __call__(self, events: list[CacheEvent]) -> None:
+        from engine.wire import Batch
+
+        if self.outbox.needs_snapshot:
+            self.resend_table()
+        if not events:
+            return
+        ts = time.time()
+        put = self.outbox.put_batch(
+            lambda seq: Batch(
+                engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, events=events
+            )
+        )
+        if put:
+            self.bridge.stats.forwarded.inc(len(events))
+            return
+        # the outbox is full: the table holds these events' effect on the blocks; what it
+        # cannot hold (resyncs, metric samples) goes after it
+        log.log(
+            logging.WARNING if self.outbox.overflowed() else logging.DEBUG,
+            "event outbox full (%d frames unacknowledged): sending the table again instead",
+            self.outbox.num_buffered,
+        )
+        self.resend_table()
+        kept = [e for e in events if type(e) in (PeerResync, PeerMetrics)]
+        if kept:
+            self.outbox.put_batch(
+                lambda seq: Batch(
+                    engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, events=kept
+                )
+            )
+
+    def resend_table(self) -> None:
+        from engine.wire import Batch, Snapshot
+
+        ts, ranks = time.time(), self.bridge.ranks
+        self.outbox.put_snapshot(
+            lambda seq, requests: Snapshot(
+                engine_id=self.engine_id,
+                epoch=self.epoch,
+                seq=seq,
+                ts=ts,
+                blocks=[],
+                requests=requests,
+                num_batches_dropped=self.outbox.num_dropped,
+            )
+        )
+        events = self.bridge.table.events(ranks)
+        self.bridge.stats.table_resends.inc()
+        log.warning("sending the whole table again: %d hashes", len(events) - len(ranks))
+        for start in range(0, len(events), TABLE_EVENTS_PER_BATCH):
+            chunk = events[start : start + TABLE_EVENTS_PER_BATCH]
+            put = self.outbox.put_batch(
+                lambda seq, chunk=chunk: Batch(
+                    engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, events=chunk
+                )
+            )
+            if not put:
+                log.error("the table does not fit the outbox (raise --outbox-bytes); trying again")
+                return
+
+
+def control_plane_link(
+    args: argparse.Namespace, bridge: Bridge, epoch: int
+) -> tuple[Forwarder, PublisherLink]:
+    """The forwarder into the outbox and the link that streams it to `--control-plane`."""
+    from engine.server.publisher_link import Backoff, PublisherLink, ingest_url
+    from engine.wire import SCHEMA_VERSION, Hello
+
+    url = ingest_url(args.control_plane)
+    outbox = Outbox(args.outbox_batches, args.outbox_bytes)
+    hello = Hello(
+        version=SCHEMA_VERSION,
+        engine_id=args.engine_id,
+        epoch=epoch,
+        geometry={
+            "kind": args.flavor,
+            "physical_block_ids": False,
+            "ranks": list(range(args.ranks)),
+            "events": args.events,
+            "replay": args.replay,
+            "metrics": args.metrics,
+        },
+        model={"name": args.model_name or args.engine_id, "source": args.flavor},
+    )
+    link = PublisherLink(
+        outbox,
+        url,
+        args.token,
+        hello,
+        binary=True,
+        backoff=Backoff(),
+        open_timeout_s=5.0,
+        max_frame_bytes=outbox.max_frame_bytes,
+        on_command=lambda c: log.info("ignoring the control plane's %s command", c.command),
+    )
+    return Forwarder(bridge, outbox, args.engine_id, epoch), link

@@ -1,0 +1,64 @@
+"""`create_app`: the router's OpenAI-compatible server over a `Fleet`: its routes
+(`routes/`), its state (`deps.py`), and the
+feed followers and discovery that run while it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from engine.model.tokenizer import Tokenizer
+from engine.server.errors import install_error_handlers
+from router.deps import RouterState
+from router.fleet import Fleet
+from router.proxy import Proxy
+from router.routes import fleet as fleet_routes
+from router.routes import openai as openai_routes
+from router.routes import ops as ops_routes
+
+
+def create_app(
+    fleet: Fleet,
+    tokenizer: Tokenizer,
+    tokens: tuple[str, ...],
+    background: Callable[[], list[Coroutine[Any, Any, None]]] = list,
+    client: httpx.AsyncClient | None = None,
+) -> FastAPI:
+    """`tokens` are the bearer tokens `/fleet` takes; `background()` gives the coroutines that
+    run while the app serves (each engine's feed follower, discovery)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state: RouterState = app.state.router
+        http = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=2.0, read=None, write=60.0, pool=10.0),
+            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+        )
+        state.proxy = Proxy(fleet, state.metrics, http)
+        tasks = [asyncio.create_task(coroutine) for coroutine in background()]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if client is None:
+                await http.aclose()
+
+    app = FastAPI(
+        title="Junction router",
+        summary="One OpenAI endpoint over a fleet of engines, routed by usable hybrid hit",
+        lifespan=lifespan,
+    )
+    app.state.router = RouterState(fleet, tokenizer, tokens, background)
+    install_error_handlers(app)
+
+    for module in (openai_routes, fleet_routes, ops_routes):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,237 @@
+"""`FleetEngine`: one engine as the router sees it, and the feed client that keeps it current.
+
+`follow()` runs for the router's life: it opens the engine's cache feed (`WS /v1/cache/feed`),
+applies the snapshot and deltas to the engine's `EngineIndex`, and keeps the engine's load.
+The engine is `up` from its first snapshot until the feed closes, breaks its seq, or stays
+silent for `silence_s` (the engine sends a heartbeat every 0.5 s); then it is `down`, left out
+of routing, and the client reconnects with backoff, starting again from a snapshot.
+
+A bridged vLLM or SGLang engine (`junction attach --feed-port`) is followed the same way: its
+feed is the bridge's, its hello names the peer's own server (`serve_url`, where requests go:
+`openai_url`) and says that its deltas name no finished requests (`reports_finished`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+
+import msgspec
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+
+from engine.feed import (
+    FeedDelta,
+    FeedFinished,
+    FeedHeartbeat,
+    FeedHello,
+    FeedLoad,
+    FeedSnapshot,
+    decode,
+)
+from engine.hashing import BlockHash, num_known_units
+from router.index import DEFAULT_MAX_KEYS, EngineIndex, FeedGapError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SILENCE_S = 1.5  # no frame for this long: the engine is down (taken out within 2 s)
+MAX_RECENT_FINISHED = 4096
+RETRY_UNREACHABLE_S = 2.0  # a bridged peer whose server refused a connection, tried again
+
+
+@dataclass
+class InFlight:
+    """A request this router sent an engine and has not seen finish there."""
+
+    hashes: list[BlockHash]
+    num_prompt_tokens: int
+    predicted: int
+
+
+@dataclass
+class FleetEngine:
+    url: str  # the engine's identity and feed (`http://host:port`); requests: `openai_url`
+    hello: FeedHello | None = None
+    index: EngineIndex | None = None
+    status: str = "connecting"  # "connecting", "up" or "down"
+    down_reason: str | None = None
+    last_frame_ts: float = 0.0  # monotonic
+    load: FeedLoad = FeedLoad(0, 0, 0, 0.0, 0.0)
+    in_flight: dict[str, InFlight] = field(default_factory=dict)  # by engine request id
+    in_flight_keys: Counter[BlockHash] = field(default_factory=Counter)
+    recent_finished: OrderedDict[str, FeedFinished] = field(default_factory=OrderedDict)
+    waiters: dict[str, asyncio.Future[FeedFinished]] = field(default_factory=dict)
+    num_routed: int = 0
+    num_prompt_tokens: int = 0
+    num_predicted_tokens: int = 0
+    num_realised_tokens: int = 0
+    num_failed: int = 0
+    num_snapshots: int = 0
+    max_index_keys: int = DEFAULT_MAX_KEYS
+    retry_at: float | None = None  # monotonic: when an unreachable peer is tried again
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def is_up(self) -> bool:
+        return self.status == "up" and self.index is not None and self.index.is_ready
+
+    @property
+    def engine_id(self) -> str | None:
+        return self.hello.engine_id if self.hello else None
+
+    @property
+    def model(self) -> str | None:
+        return self.hello.model if self.hello else None
+
+    @property
+    def openai_url(self) -> str:
+        """Where its requests go: the hello's `serve_url` when the feed is served by someone
+        else than the engine (`junction attach --feed-port`), else `url` itself."""
+        serve_url = self.hello.serve_url if self.hello else None
+        return serve_url.rstrip("/") if serve_url else self.url
+
+    @property
+    def reports_finished(self) -> bool:
+        """Whether its feed names the requests that finished (a bridged peer's does not)."""
+        return self.hello.reports_finished if self.hello else True
+
+    def load_tokens(self, running_cost: int) -> int:
+        """Its queue in prefill tokens: what its feed said, or what this router sent it and has
+        not seen finish, whichever is more (the feed lags a step), running requests weighted."""
+        local = sum(r.num_prompt_tokens - r.predicted for r in self.in_flight.values())
+        running = max(self.load.num_running + self.load.num_waiting, len(self.in_flight))
+        return max(self.load.num_prefill_tokens, local) + running_cost * running
+
+    def in_flight_shared(self, hashes: list[BlockHash]) -> int:
+        """How many leading units of `hashes` a request in flight here shares (chained hashes:
+        a shared unit means every earlier one is shared too, so a binary search finds it)."""
+        return num_known_units(hashes, self.in_flight_keys) if self.in_flight_keys else 0
+
+    # ------------------------------------------------------------------ in flight
+    def start(self, request_id: str, entry: InFlight) -> None:
+        self.in_flight[request_id] = entry
+        self.in_flight_keys.update(entry.hashes)
+
+    def end(self, request_id: str) -> None:
+        entry = self.in_flight.pop(request_id, None)
+        if entry is not None:
+            self.in_flight_keys.subtract(entry.hashes)
+            self.in_flight_keys = +self.in_flight_keys  # drop the zeros
+
+    async def wait_finished(self, request_id: str, timeout_s: float) -> FeedFinished | None:
+        """The feed's word that `request_id` finished (its keys are then in the index), or
+        None after `timeout_s`, or at once from a feed that names no finished requests."""
+        if not self.reports_finished:
+            return None
+        if request_id in self.recent_finished:
+            return self.recent_finished[request_id]
+        future = self.waiters.setdefault(request_id, asyncio.get_running_loop().create_future())
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            self.waiters.pop(request_id, None)
+
+    def mark_down(self, reason: str) -> None:
+        if self.status != "down":
+            log.warning("engine %s is down: %s", self.url, reason)
+        self.status, self.down_reason = "down", reason
+        self.retry_at = None
+        for request_id in list(self.in_flight):
+            self.end(request_id)
+
+    def mark_unreachable(self, reason: str) -> None:
+        """Its OpenAI server refused a connection. An engine's feed goes down with it (and its
+        next snapshot brings it back); a bridged peer's feed does not, so the peer is tried
+        again `RETRY_UNREACHABLE_S` later, while its feed still speaks."""
+        self.mark_down(reason)
+        if self.hello is not None and self.hello.serve_url:
+            self.retry_at = time.monotonic() + RETRY_UNREACHABLE_S
+
+    # ------------------------------------------------------------------ the feed
+    def apply(self, data: bytes) -> None:
+        frame = decode(data)
+        self.last_frame_ts = time.monotonic()
+        if isinstance(frame, FeedHello):
+            self.hello = frame
+            self.index = EngineIndex(frame.geometry, self.max_index_keys)
+        elif isinstance(frame, FeedSnapshot):
+            if self.index is None:
+                raise FeedGapError("a snapshot before the hello")
+            self.index.apply_snapshot(frame)
+            self.load = frame.load
+            self.num_snapshots += 1
+            self.status, self.down_reason, self.retry_at = "up", None, None
+        elif isinstance(frame, FeedDelta):
+            if self.index is None:
+                raise FeedGapError("a delta before the hello")
+            self.index.apply_delta(frame)
+            self.load = frame.load
+            for finished in frame.finished:
+                self._finished(finished)
+        elif isinstance(frame, FeedHeartbeat):
+            self.load = frame.load
+        if self.retry_at is not None and self.last_frame_ts >= self.retry_at:
+            if self.index is not None and self.index.is_ready:
+                self.status, self.down_reason, self.retry_at = "up", None, None
+
+    def _finished(self, finished: FeedFinished) -> None:
+        self.end(finished.request_id)
+        self.recent_finished[finished.request_id] = finished
+        while len(self.recent_finished) > MAX_RECENT_FINISHED:
+            self.recent_finished.popitem(last=False)
+        waiter = self.waiters.get(finished.request_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(finished)
+
+
+async def follow(
+    engine: FleetEngine,
+    token: str,
+    silence_s: float = DEFAULT_SILENCE_S,
+) -> None:
+    """Keep `engine`'s index current for as long as the task runs."""
+    url = "ws" + engine.url.removeprefix("http") + "/v1/cache/feed"
+    delay = 0.1
+    while True:
+        try:
+            async with connect(
+                url,
+                additional_headers={"Authorization": f"Bearer {token}"},
+                open_timeout=silence_s,
+                max_size=None,
+                ping_interval=None,
+            ) as socket:
+                engine.index = None
+                engine.status = "connecting" if engine.status != "down" else "down"
+                while True:
+                    data = await asyncio.wait_for(socket.recv(), silence_s)
+                    if isinstance(data, str):
+                        raise FeedGapError("a text frame on the cache feed")
+                    engine.apply(data)
+                    delay = 0.1
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            engine.mark_down(f"no word on its cache feed for {silence_s:g} s")
+        except ConnectionClosed as exc:
+            engine.mark_down(_closed_reason(exc))
+        except InvalidStatus as exc:
+            engine.mark_down(f"its cache feed answered HTTP {exc.response.status_code}")
+        except (FeedGapError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            engine.mark_down(f"its cache feed broke: {exc}")
+        except (OSError, InvalidURI) as exc:
+            engine.mark_down(f"cannot reach its cache feed: {exc}")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+def _closed_reason(exc: ConnectionClosed) -> str:
+    close = exc.rcvd
+    if close is None:
+        return "its cache feed closed without a word"
+    return f"its cache feed closed ({close.code}: {close.reason or 'no reason'})"

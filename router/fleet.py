@@ -1,0 +1,200 @@
+"""`Fleet`: the engines behind one router, and the choice of one for each request.
+
+`route` hashes the prompt once per match unit the fleet uses, scores every engine that is up
+and serves the model (its usable hybrid hit from its index, the hit a request in flight there
+will leave, its load), lets the policy pick, and records the `Decision`: what each engine
+scored and why the request went where it went. The last `max_decisions` decisions are kept
+for `GET /fleet/decisions`; `finish` adds the hit the engine reported.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from engine.hashing import BlockHash, hash_prefix
+from router.engines import FleetEngine, InFlight
+from router.policies import Candidate, Policy
+
+DEFAULT_RUNNING_COST = 128  # prefill tokens a running request weighs in an engine's load
+DEFAULT_MAX_DECISIONS = 10_000
+
+
+@dataclass
+class EngineScore:
+    url: str
+    engine_id: str | None
+    hit: int  # the usable hybrid hit on its cache
+    attention: int  # its attention match
+    in_flight: int  # the hit a request in flight there leaves
+    load: int  # its queue in prefill tokens
+    score: int  # what the policy ranked by
+
+
+@dataclass
+class Decision:
+    request_id: str  # the router's id; `engine_request_id` is the engine's
+    ts: float
+    model: str
+    num_prompt_tokens: int
+    url: str
+    engine_id: str | None
+    policy: str
+    reason: str  # "hit", "in_flight", "least_loaded", "round_robin", "random"
+    predicted_hit: int
+    route_s: float  # hashing, scoring and choosing
+    scores: list[EngineScore]
+    failed_over_from: list[str] = field(default_factory=list)  # engines refused before sending
+    engine_request_id: str | None = None
+    realised_hit: int | None = None  # what the engine reported, once it finished
+    status: str = "routed"  # "routed", "finished", "failed"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class NoEngineError(RuntimeError):
+    """No engine that serves the model is up."""
+
+
+class Fleet:
+    def __init__(
+        self,
+        engines: Iterable[FleetEngine],
+        policy: Policy,
+        running_cost: int = DEFAULT_RUNNING_COST,
+        max_decisions: int = DEFAULT_MAX_DECISIONS,
+    ) -> None:
+        self.engines: dict[str, FleetEngine] = {engine.url: engine for engine in engines}
+        self.policy = policy
+        self.running_cost = running_cost
+        self.max_decisions = max_decisions
+        self.decisions: OrderedDict[str, Decision] = OrderedDict()
+        self.num_agree = 0
+        self.num_compared = 0
+
+    def up(self, model: str | None = None) -> list[FleetEngine]:
+        return [e for e in self.engines.values() if e.is_up and (model is None or e.model == model)]
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({e.model for e in self.engines.values() if e.model is not None})
+
+    def max_request_tokens(self, model: str) -> int:
+        lengths = [e.hello.max_request_tokens for e in self.up(model) if e.hello is not None]
+        return max(lengths, default=0)
+
+    # ------------------------------------------------------------------ routing
+    def route(
+        self,
+        token_ids: Sequence[int],
+        model: str,
+        exclude: Sequence[str] = (),
+        num_tokens_held: int = 0,
+    ) -> Decision:
+        """Choose an engine for a prompt whose request holds `num_tokens_held` prompt + output
+        tokens; `NoEngineError` when no engine that serves `model` and takes that many is up
+        (besides `exclude`). This records the decision and counts the request in flight
+        there until `finish` or `fail`."""
+        started = time.perf_counter()
+        engines = [
+            e
+            for e in self.up(model)
+            if e.url not in exclude and e.hello.max_request_tokens >= num_tokens_held
+        ]
+        if not engines:
+            raise NoEngineError(model)
+        num_tokens = len(token_ids)
+        by_unit: dict[int, list[BlockHash]] = {}
+        candidates, details = [], {}
+        for engine in engines:
+            index = engine.index
+            assert index is not None  # `up` engines have one
+            unit = index.geometry.match_unit
+            hashes = by_unit.get(unit)
+            if hashes is None:
+                hashes = by_unit[unit] = hash_prefix(token_ids, unit)
+            found = index.hit(hashes, num_tokens)
+            hit, attention = (found.length, found.attention_length) if found else (0, 0)
+            in_flight = self._reachable(engine, engine.in_flight_shared(hashes) * unit, num_tokens)
+            load = engine.load_tokens(self.running_cost)
+            candidates.append(
+                Candidate(engine.url, hit, attention, in_flight, load, engine.num_routed)
+            )
+            details[engine.url] = (hashes, hit, attention, in_flight, load)
+        choice = self.policy.choose(candidates, num_tokens)
+        chosen = self.engines[choice.key]
+        hashes, hit, _, in_flight, _ = details[choice.key]
+        predicted = max(hit, in_flight) if self.policy.name == "hybrid" else hit
+        decision = Decision(
+            request_id=f"route-{uuid.uuid4().hex}",
+            ts=time.time(),
+            model=model,
+            num_prompt_tokens=num_tokens,
+            url=chosen.url,
+            engine_id=chosen.engine_id,
+            policy=self.policy.name,
+            reason=choice.reason,
+            predicted_hit=predicted,
+            route_s=time.perf_counter() - started,
+            scores=[
+                EngineScore(url, self.engines[url].engine_id, h, a, f, load, choice.scores[url])
+                for url, (_, h, a, f, load) in details.items()
+            ],
+            failed_over_from=list(exclude),
+        )
+        chosen.num_routed += 1
+        chosen.num_prompt_tokens += num_tokens
+        chosen.num_predicted_tokens += predicted
+        chosen.start(decision.request_id, InFlight(hashes, num_tokens, predicted))
+        self.decisions[decision.request_id] = decision
+        while len(self.decisions) > self.max_decisions:
+            self.decisions.popitem(last=False)
+        return decision
+
+    @staticmethod
+    def _reachable(engine: FleetEngine, shared: int, num_tokens: int) -> int:
+        """The hit a request of `num_tokens` sharing `shared` tokens with a producer in flight
+        can reach: at most `P - 1`, on the hit grid."""
+        if not shared or engine.index is None:
+            return 0
+        alignment = engine.index.geometry.hit_alignment
+        return min(shared, num_tokens - 1) // alignment * alignment
+
+    def started(self, decision: Decision, engine_request_id: str) -> None:
+        """The engine took the request under `engine_request_id` (its feed names that id)."""
+        decision.engine_request_id = engine_request_id
+        engine = self.engines[decision.url]
+        entry = engine.in_flight.pop(decision.request_id, None)
+        if entry is not None:
+            engine.in_flight[engine_request_id] = entry
+
+    def finish(self, decision: Decision, realised_hit: int | None) -> None:
+        """The engine answered; `realised_hit` is the `cached_tokens` it reported."""
+        engine = self.engines[decision.url]
+        engine.end(decision.request_id)
+        if decision.engine_request_id is not None:
+            engine.end(decision.engine_request_id)
+        decision.status = "finished"
+        decision.realised_hit = realised_hit
+        if realised_hit is not None:
+            engine.num_realised_tokens += realised_hit
+            self.num_compared += 1
+            self.num_agree += realised_hit == decision.predicted_hit
+
+    def fail(self, decision: Decision, reason: str) -> None:
+        engine = self.engines[decision.url]
+        engine.end(decision.request_id)
+        if decision.engine_request_id is not None:
+            engine.end(decision.engine_request_id)
+        engine.num_failed += 1
+        decision.status = "failed"
+        decision.reason = f"{decision.reason}; failed: {reason}"
+
+    @property
+    def agreement(self) -> float | None:
+        """The share of finished requests whose realised hit equals the predicted one."""
+        return self.num_agree / self.num_compared if self.num_compared else None

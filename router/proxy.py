@@ -1,0 +1,189 @@
+"""`Proxy`: a request sent to the engine the fleet chose, with failover, and its answer relayed.
+
+An engine that refuses the connection has not seen the request: it is marked down and the
+request is routed again among the others. Once a request has been sent it is never sent
+again: an engine that fails under it answers the client 502 (or, mid-stream, an error event).
+Before the answer's end reaches the client, the proxy waits (briefly) for the engine's feed to
+report the request finished, so the index holds what it stored before the client's next turn
+(not for a bridged peer's feed, which names no requests: `FleetEngine.reports_finished`).
+Requests go to the engine's `openai_url`: a bridged peer's own server, whose feed is the
+bridge's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from engine.server.errors import OpenAIError
+from engine.server.sse import DONE, event
+from router.engines import FleetEngine
+from router.fleet import Decision, Fleet, NoEngineError
+from router.metrics import RouterMetrics
+
+FINISH_WAIT_S = 0.5
+SERVER_ERROR = "server_error"
+
+
+def _cached_tokens(usage: dict | None) -> int | None:
+    details = (usage or {}).get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    return cached if isinstance(cached, int) else None
+
+
+class Proxy:
+    def __init__(
+        self,
+        fleet: Fleet,
+        metrics: RouterMetrics,
+        client: httpx.AsyncClient,
+        finish_wait_s: float = FINISH_WAIT_S,
+    ) -> None:
+        self.fleet = fleet
+        self.metrics = metrics
+        self.client = client
+        self.finish_wait_s = finish_wait_s
+
+    async def forward(
+        self,
+        path: str,
+        body: dict,
+        token_ids: list[int],
+        model: str,
+        stream: bool,
+        num_tokens_held: int = 0,
+    ) -> Response:
+        """Route and send `body` to `path` of the chosen engine (one that takes
+        `num_tokens_held` prompt + output tokens); the engine's answer, or an OpenAI error
+        naming what went wrong."""
+        wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if stream:
+            body = {**body, "stream_options": {"include_usage": True}}  # the realised hit
+        refused: list[str] = []
+        while True:
+            decision = self._route(token_ids, model, refused, num_tokens_held)
+            engine = self.fleet.engines[decision.url]
+            request = self.client.build_request("POST", engine.openai_url + path, json=body)
+            try:
+                response = await self.client.send(request, stream=stream)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                self.fleet.fail(decision, f"refused the connection: {exc}")
+                engine.mark_unreachable(f"refused a connection: {exc}")
+                self.metrics.failovers.labels(decision.url).inc()
+                refused.append(decision.url)
+                continue
+            except httpx.HTTPError as exc:
+                raise self._failed(decision, f"failed under the request: {exc!r}") from exc
+            break
+        if response.status_code != 200:
+            content = await response.aread()
+            await response.aclose()
+            self.fleet.fail(decision, f"answered HTTP {response.status_code}")
+            return Response(
+                content,
+                response.status_code,
+                media_type=response.headers.get("content-type", "application/json"),
+            )
+        headers = {"X-Junction-Engine": decision.url, "X-Junction-Route-Id": decision.request_id}
+        if stream:
+            return StreamingResponse(
+                self._relay(response, decision, engine, wants_usage),
+                media_type="text/event-stream",
+                headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise self._failed(decision, "answered with a body that is not JSON") from exc
+        await self._finish(decision, engine, data.get("id"), _cached_tokens(data.get("usage")))
+        return JSONResponse(data, headers=headers)
+
+    def _route(
+        self, token_ids: list[int], model: str, refused: list[str], num_tokens_held: int
+    ) -> Decision:
+        try:
+            decision = self.fleet.route(token_ids, model, refused, num_tokens_held)
+        except NoEngineError:
+            if refused:
+                raise OpenAIError(
+                    f"every engine serving {model!r} refused the connection "
+                    f"({', '.join(refused)}); the request was not sent",
+                    503,
+                    code="no_engine",
+                    type=SERVER_ERROR,
+                ) from None
+            raise OpenAIError(
+                f"no engine serving {model!r} is up: see GET /fleet for each engine's state",
+                503,
+                code="no_engine",
+                type=SERVER_ERROR,
+            ) from None
+        self.metrics.routed(decision)
+        return decision
+
+    def _failed(self, decision: Decision, reason: str) -> OpenAIError:
+        self.fleet.fail(decision, reason)
+        self.metrics.failures.labels(decision.url).inc()
+        return OpenAIError(
+            f"engine {decision.url} {reason}; the request is not retried (it was sent)",
+            502,
+            code="engine_failed",
+            type=SERVER_ERROR,
+        )
+
+    async def _finish(
+        self,
+        decision: Decision,
+        engine: FleetEngine,
+        engine_request_id: str | None,
+        realised: int | None,
+    ) -> None:
+        if isinstance(engine_request_id, str):
+            self.fleet.started(decision, engine_request_id)
+            if engine.reports_finished:
+                await engine.wait_finished(engine_request_id, self.finish_wait_s)
+        self.fleet.finish(decision, realised)
+        self.metrics.finished(decision)
+
+    async def _relay(
+        self,
+        response: httpx.Response,
+        decision: Decision,
+        engine: FleetEngine,
+        wants_usage: bool,
+    ) -> AsyncIterator[str]:
+        realised = None
+        engine_request_id = None
+        finished = False
+        try:
+            try:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    payload = line.removeprefix("data: ")
+                    if payload == "[DONE]":
+                        break
+                    chunk = json.loads(payload)
+                    if engine_request_id is None and isinstance(chunk.get("id"), str):
+                        engine_request_id = chunk["id"]
+                        self.fleet.started(decision, engine_request_id)
+                    if "usage" in chunk and not chunk.get("choices"):
+                        realised = _cached_tokens(chunk["usage"])
+                        if not wants_usage:
+                            continue
+                    yield f"data: {payload}\n\n"
+            except (httpx.HTTPError, ValueError) as exc:
+                error = self._failed(decision, f"failed mid-stream: {exc!r}")
+                yield event(error.body())
+                yield DONE
+                return
+            await self._finish(decision, engine, engine_request_id, realised)
+            finished = True
+            yield DONE
+        finally:
+            await response.aclose()
+            if not finished and decision.status == "routed":
+                self.fleet.fail(decision, "the client left before the end")

@@ -1,0 +1,1 @@
+"""The router's HTTP routes, one module per resource."""

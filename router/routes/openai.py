@@ -1,0 +1,134 @@
+"""`/v1/completions`, `/v1/chat/completions` and `/v1/models` of the router.
+
+A request is read (at most `MAX_BODY_BYTES`), validated with the engine's own schemas,
+tokenized with the engine's own code (its tokenizer and chat template), checked against what
+the fleet serves, then routed and relayed (`router.proxy`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
+
+from engine.server.errors import OpenAIError
+from engine.server.generation import DEFAULT_MAX_TOKENS
+from engine.server.routes.chat import chat_prompt
+from engine.server.routes.completions import prompt_token_ids
+from engine.server.schemas import ChatCompletionRequest, CompletionRequest
+from router.deps import RouterState, StateDep
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+async def _json_body(request: Request) -> dict:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise OpenAIError(f"the body is over {MAX_BODY_BYTES} bytes", 413, code="too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise OpenAIError(f"the body is over {MAX_BODY_BYTES} bytes", 413, code="too_large")
+        chunks.append(chunk)
+    try:
+        body = await asyncio.to_thread(json.loads, b"".join(chunks))
+    except ValueError as exc:
+        raise OpenAIError(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise OpenAIError("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _validated(model: type, body: dict):
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        param = ".".join(str(p) for p in error.get("loc", ())) or None
+        raise OpenAIError(
+            f"{param}: {error['msg']}" if param else error["msg"], 422, param=param
+        ) from exc
+
+
+def _check_model(state: RouterState, model: str) -> None:
+    served = state.fleet.models
+    if model not in served:
+        names = ", ".join(repr(m) for m in served) or "none yet (no engine has answered)"
+        raise OpenAIError(
+            f"model {model!r} is not served by this fleet; it serves {names}",
+            404,
+            param="model",
+            code="model_not_found",
+        )
+
+
+def _check_length(state: RouterState, model: str, num_prompt: int, max_tokens: int | None) -> int:
+    """The prompt + output tokens the request holds; `too_long` when no engine takes them."""
+    total = num_prompt + (DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens)
+    most = state.fleet.max_request_tokens(model)
+    if most and total > most:
+        raise OpenAIError(
+            f"the request holds {total} prompt + output tokens ({num_prompt} in the prompt); "
+            f"the most any engine serving {model!r} takes is {most}: shorten the prompt or "
+            "max_tokens",
+            400,
+            param="messages",
+            code="too_long",
+        )
+    return total
+
+
+async def _route(
+    request: Request, state: RouterState, schema: type[BaseModel], path: str
+) -> Response:
+    body = await _json_body(request)
+    parsed = _validated(schema, body)
+    _check_model(state, parsed.model)
+    if isinstance(parsed, ChatCompletionRequest):
+        prompt = await asyncio.to_thread(chat_prompt, state.tokenizer, parsed.messages)
+        token_ids = prompt.token_ids
+        max_tokens = parsed.max_completion_tokens
+        if max_tokens is None:
+            max_tokens = parsed.max_tokens
+    else:
+        token_ids = await asyncio.to_thread(prompt_token_ids, state.tokenizer, parsed.prompt)
+        max_tokens = parsed.max_tokens
+    if not token_ids:
+        raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
+    held = _check_length(state, parsed.model, len(token_ids), max_tokens)
+    return await state.proxy.forward(path, body, token_ids, parsed.model, bool(parsed.stream), held)
+
+
+@router.post("/completions")
+async def completions(request: Request, state: StateDep) -> Response:
+    return await _route(request, state, CompletionRequest, "/v1/completions")
+
+
+@router.post("/chat/completions")
+async def chat_completions(request: Request, state: StateDep) -> Response:
+    return await _route(request, state, ChatCompletionRequest, "/v1/chat/completions")
+
+
+@router.get("/models")
+async def models(state: StateDep) -> dict:
+    data = []
+    for model in state.fleet.models:
+        engines = [e for e in state.fleet.engines.values() if e.model == model]
+        junction = {"engines": [e.url for e in engines], "num_up": sum(e.is_up for e in engines)}
+        data.append(
+            {
+                "id": model,
+                "object": "model",
+                "created": state.started,
+                "owned_by": "junction",
+                "junction": junction,
+            }
+        )
+    return {"object": "list", "data": data}
