@@ -62,6 +62,7 @@ class FleetEngine:
     load: FeedLoad = FeedLoad(0, 0, 0, 0.0, 0.0)
     in_flight: dict[str, InFlight] = field(default_factory=dict)  # by engine request id
     in_flight_keys: Counter[BlockHash] = field(default_factory=Counter)
+    in_flight_prefill: int = 0  # their prompt tokens less their predicted hits
     recent_finished: OrderedDict[str, FeedFinished] = field(default_factory=OrderedDict)
     waiters: dict[str, asyncio.Future[FeedFinished]] = field(default_factory=dict)
     num_routed: int = 0
@@ -101,9 +102,8 @@ class FleetEngine:
     def load_tokens(self, running_cost: int) -> int:
         """Its queue in prefill tokens: what its feed said, or what this router sent it and has
         not seen finish, whichever is more (the feed lags a step), running requests weighted."""
-        local = sum(r.num_prompt_tokens - r.predicted for r in self.in_flight.values())
         running = max(self.load.num_running + self.load.num_waiting, len(self.in_flight))
-        return max(self.load.num_prefill_tokens, local) + running_cost * running
+        return max(self.load.num_prefill_tokens, self.in_flight_prefill) + running_cost * running
 
     def in_flight_shared(self, hashes: list[BlockHash]) -> int:
         """How many leading units of `hashes` a request in flight here shares (chained hashes:
@@ -113,13 +113,21 @@ class FleetEngine:
     # ------------------------------------------------------------------ in flight
     def start(self, request_id: str, entry: InFlight) -> None:
         self.in_flight[request_id] = entry
+        self.in_flight_prefill += entry.num_prompt_tokens - entry.predicted
         self.in_flight_keys.update(entry.hashes)
 
     def end(self, request_id: str) -> None:
         entry = self.in_flight.pop(request_id, None)
-        if entry is not None:
-            self.in_flight_keys.subtract(entry.hashes)
-            self.in_flight_keys = +self.in_flight_keys  # drop the zeros
+        if entry is None:
+            return
+        self.in_flight_prefill -= entry.num_prompt_tokens - entry.predicted
+        keys = self.in_flight_keys
+        for key in entry.hashes:  # one count per request holding the unit; none left: gone
+            left = keys[key] - 1
+            if left:
+                keys[key] = left
+            else:
+                del keys[key]
 
     async def wait_finished(self, request_id: str, timeout_s: float) -> FeedFinished | None:
         """The feed's word that `request_id` finished (its keys are then in the index), or

@@ -84,7 +84,9 @@ def test_a_family_whose_first_request_is_prefilling_follows_it():
     second = fleet.route([*system, 7, 8, 9, 10], "m")
     assert second.url == first.url and second.reason == "in_flight"
     assert second.predicted_hit == 2000  # the producer's shared units, on the hit grid
+    assert engines[0].load_tokens(0) + engines[1].load_tokens(0) == 2003 + 2004 - 2000
     fleet.finish(first, None)
     fleet.finish(second, None)
+    assert not any(e.in_flight or e.in_flight_keys or e.in_flight_prefill for e in engines)
     stranger = fleet.route(list(range(5000, 6000)), "m")
     assert stranger.reason == "least_loaded" and stranger.url != first.url  # fewer routed
