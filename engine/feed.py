@@ -21,8 +21,9 @@ events to the `FeedHub`, which batches them per step on the engine's thread.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
@@ -156,6 +157,44 @@ class FeedSubscriber:
         return frames
 
 
+def bearer_token(authorization: str) -> str:
+    """The token of an `Authorization: Bearer <token>` header's value; "" for any other."""
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def loop_subscriber() -> tuple[FeedSubscriber, asyncio.Event]:
+    """A subscriber whose pushes, from any thread, set an event of the running loop."""
+    loop = asyncio.get_running_loop()
+    ready = asyncio.Event()
+    return FeedSubscriber(lambda: loop.call_soon_threadsafe(ready.set)), ready
+
+
+async def relay(
+    first: list[bytes],
+    subscriber: FeedSubscriber,
+    ready: asyncio.Event,
+    send: Callable[[bytes], Awaitable[None]],
+    heartbeat: Callable[[], bytes],
+) -> None:
+    """Send `first` (the hello and snapshot), then the frames pushed to `subscriber` as they
+    come, and `heartbeat()` every `HEARTBEAT_S` while none does. Returns once the subscriber
+    is closed (it fell behind, or the feed dropped it); a failed `send` raises."""
+    for frame in first:
+        await send(frame)
+    while True:
+        try:
+            await asyncio.wait_for(ready.wait(), HEARTBEAT_S)
+        except TimeoutError:
+            await send(heartbeat())
+            continue
+        ready.clear()
+        for frame in subscriber.take():
+            await send(frame)
+        if subscriber.is_closed:
+            return
+
+
 class FeedHub:
     """Batches each step's key events into one delta for every subscriber (engine thread)."""
 
@@ -174,7 +213,6 @@ class FeedHub:
         self.engine_id, self.epoch = engine.engine_id, engine.epoch
         self.model_name = model_name or engine.model_config.name
         self.geometry = HitGeometry.of(engine.cache_config)
-        self.load = engine_load(engine)
         engine.step_listeners.append(self.on_step)
 
     # ------------------------------------------------------------------ engine thread
@@ -183,10 +221,10 @@ class FeedHub:
             self.pending.append(event)
 
     def on_step(self, engine: Engine) -> None:
-        self.load = engine_load(engine)
-        if not self.subscribers:
+        if not self.subscribers:  # no one reads the load or the keys: the step pays nothing
             self.pending.clear()
             return
+        self.load = engine_load(engine)
         self._publish()
 
     def _publish(self) -> None:
@@ -221,11 +259,12 @@ class FeedHub:
             raise RuntimeError("the feed hub is not attached to an engine")
         self._publish()  # events since the last step belong to the subscribers before
         coordinator = engine.scheduler.coordinator
+        self.load = engine_load(engine)  # heartbeats carry it until the next step
         snapshot = FeedSnapshot(
             self.seq,
             list(coordinator.attention.pool.entries),
             list(coordinator.mamba.pool.entries),
-            engine_load(engine),
+            self.load,
         )
         hello = FeedHello(
             self.engine_id,

@@ -215,7 +215,8 @@ async def follow(
                 ping_interval=None,
             ) as socket:
                 engine.index = None
-                engine.status = "connecting" if engine.status != "down" else "down"
+                if engine.status != "down":  # a down engine stays down until its snapshot
+                    engine.status = "connecting"
                 while True:
                     data = await asyncio.wait_for(socket.recv(), silence_s)
                     if isinstance(data, str):

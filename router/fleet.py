@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from engine.cache.lookup import reachable_hit
 from engine.hashing import BlockHash, hash_prefix
 from router.engines import FleetEngine, InFlight
 from router.policies import Candidate, Policy
@@ -119,7 +120,8 @@ class Fleet:
                 hashes = by_unit[unit] = hash_prefix(token_ids, unit)
             found = index.hit(hashes, num_tokens)
             hit, attention = (found.length, found.attention_length) if found else (0, 0)
-            in_flight = self._reachable(engine, engine.in_flight_shared(hashes) * unit, num_tokens)
+            shared = engine.in_flight_shared(hashes) * unit
+            in_flight = reachable_hit(index.geometry, shared, num_tokens) if shared else 0
             load = engine.load_tokens(self.running_cost)
             candidates.append(
                 Candidate(engine.url, hit, attention, in_flight, load, engine.num_routed)
@@ -155,15 +157,6 @@ class Fleet:
             self.decisions.popitem(last=False)
         return decision
 
-    @staticmethod
-    def _reachable(engine: FleetEngine, shared: int, num_tokens: int) -> int:
-        """The hit a request of `num_tokens` sharing `shared` tokens with a producer in flight
-        can reach: at most `P - 1`, on the hit grid."""
-        if not shared or engine.index is None:
-            return 0
-        alignment = engine.index.geometry.hit_alignment
-        return min(shared, num_tokens - 1) // alignment * alignment
-
     def started(self, decision: Decision, engine_request_id: str) -> None:
         """The engine took the request under `engine_request_id` (its feed names that id)."""
         decision.engine_request_id = engine_request_id
@@ -172,12 +165,17 @@ class Fleet:
         if entry is not None:
             engine.in_flight[engine_request_id] = entry
 
-    def finish(self, decision: Decision, realised_hit: int | None) -> None:
-        """The engine answered; `realised_hit` is the `cached_tokens` it reported."""
+    def _end(self, decision: Decision) -> FleetEngine:
+        """No longer in flight on its engine, under either id."""
         engine = self.engines[decision.url]
         engine.end(decision.request_id)
         if decision.engine_request_id is not None:
             engine.end(decision.engine_request_id)
+        return engine
+
+    def finish(self, decision: Decision, realised_hit: int | None) -> None:
+        """The engine answered; `realised_hit` is the `cached_tokens` it reported."""
+        engine = self._end(decision)
         decision.status = "finished"
         decision.realised_hit = realised_hit
         if realised_hit is not None:
@@ -186,10 +184,7 @@ class Fleet:
             self.num_agree += realised_hit == decision.predicted_hit
 
     def fail(self, decision: Decision, reason: str) -> None:
-        engine = self.engines[decision.url]
-        engine.end(decision.request_id)
-        if decision.engine_request_id is not None:
-            engine.end(decision.engine_request_id)
+        engine = self._end(decision)
         engine.num_failed += 1
         decision.status = "failed"
         decision.reason = f"{decision.reason}; failed: {reason}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from engine.cache.attention import AttentionManager
 from engine.cache.block_pool import BlockPool
 from engine.cache.entry import CheckpointReason
-from engine.cache.lookup import HitGeometry, after_drop, find_hit
+from engine.cache.lookup import HitGeometry, find_hit, reachable_hit
 from engine.cache.mamba import MambaHit, MambaManager
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig
@@ -121,15 +121,9 @@ class HybridCoordinator:
 
     def reachable_hit(self, num_shared_tokens: int, num_tokens: int) -> int:
         """The hit a request of `num_tokens` would get if its first `num_shared_tokens` were
-        cached in both groups: `lookup`'s caps (P - 1, the EAGLE drop, the hit grid) applied to
-        a prefix. This operation does not read or change the cache."""
-        config = self.config
-        if not config.enable_prefix_caching:
-            return 0
-        drop = config.eagle_drop
-        proof = min(num_shared_tokens, num_tokens - 1 + drop)
-        length = after_drop(self.geometry, proof // self.unit * self.unit, drop)
-        return length // config.hit_alignment * config.hit_alignment
+        cached in both groups (`engine.cache.lookup.reachable_hit`). This operation does not
+        read or change the cache."""
+        return reachable_hit(self.geometry, num_shared_tokens, num_tokens)
 
     # ------------------------------------------------------------------ allocation
     def count_admission(self, request_id: str, hit: CacheHit, end: int, positions: list[int]):

@@ -118,6 +118,18 @@ def after_drop(geometry: HitGeometry, proof_length: int, drop: int) -> int:
     return length
 
 
+def reachable_hit(geometry: HitGeometry, num_shared_tokens: int, num_tokens: int) -> int:
+    """The hit a request of `num_tokens` would get if its first `num_shared_tokens` were
+    cached in both groups: `find_hit`'s caps (P - 1, the EAGLE drop, the hit grid) applied to
+    a prefix (what a request in flight computing that prefix will leave)."""
+    if not geometry.enable_prefix_caching:
+        return 0
+    unit, drop = geometry.match_unit, geometry.eagle_drop
+    proof = min(num_shared_tokens, num_tokens - 1 + drop)
+    length = after_drop(geometry, proof // unit * unit, drop)
+    return length // geometry.hit_alignment * geometry.hit_alignment
+
+
 def find_hit(
     geometry: HitGeometry,
     attention_get: Get,

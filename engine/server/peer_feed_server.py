@@ -23,17 +23,18 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from engine.bridge.peer_feed import PeerFeed, Subscription
-from engine.feed import CLOSE_FELL_BEHIND, CLOSE_UNAUTHORIZED, HEARTBEAT_S, FeedSubscriber
+from engine.feed import (
+    CLOSE_FELL_BEHIND,
+    CLOSE_UNAUTHORIZED,
+    bearer_token,
+    loop_subscriber,
+    relay,
+)
 
 log = logging.getLogger("engine.bridge")
 
 FEED_PATH = "/v1/cache/feed"
 START_TIMEOUT_S = 10.0
-
-
-def _bearer(request: Request) -> str:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
 
 
 def _only_the_feed(connection: ServerConnection, request: Request) -> Response | None:
@@ -93,12 +94,11 @@ class PeerFeedServer:
 
     async def _follow(self, connection: ServerConnection) -> None:
         """One router: the hello and snapshot, then deltas, heartbeats while idle."""
-        if not secrets.compare_digest(_bearer(connection.request), self.token):
+        token = bearer_token(connection.request.headers.get("authorization", ""))
+        if not secrets.compare_digest(token, self.token):
             await connection.close(CLOSE_UNAUTHORIZED, "missing or wrong bearer token")
             return
-        loop = asyncio.get_running_loop()
-        ready = asyncio.Event()
-        subscriber = FeedSubscriber(lambda: loop.call_soon_threadsafe(ready.set))
+        subscriber, ready = loop_subscriber()
         subscription = self.feed.subscribe(subscriber)
         if subscription is None:
             num = self.feed.max_subscribers
@@ -106,20 +106,10 @@ class PeerFeedServer:
             await connection.close(CLOSE_FELL_BEHIND, reason)
             return
         try:
-            for frame in subscription.frames:
-                await connection.send(frame)
-            while True:
-                try:
-                    await asyncio.wait_for(ready.wait(), HEARTBEAT_S)
-                except TimeoutError:
-                    await connection.send(self.feed.heartbeat())
-                    continue
-                ready.clear()
-                for frame in subscriber.take():
-                    await connection.send(frame)
-                if subscriber.is_closed:
-                    await connection.close(CLOSE_FELL_BEHIND, self._closed_reason(subscription))
-                    return
+            await relay(
+                subscription.frames, subscriber, ready, connection.send, self.feed.heartbeat
+            )
+            await connection.close(CLOSE_FELL_BEHIND, self._closed_reason(subscription))
         except (ConnectionClosed, OSError):
             return  # the router went away
         finally:

@@ -9,7 +9,6 @@ token, 4403 no token configured (the reason says what to set), 1013 the subscrib
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -19,18 +18,14 @@ from engine.feed import (
     CLOSE_FELL_BEHIND,
     CLOSE_NO_TOKEN,
     CLOSE_UNAUTHORIZED,
-    HEARTBEAT_S,
-    FeedSubscriber,
+    bearer_token,
+    loop_subscriber,
+    relay,
 )
 from engine.server.deps import ServerState
 from engine.server.request_stream import EngineDeadError
 
 router = APIRouter(tags=["feed"])
-
-
-def _bearer(websocket: WebSocket) -> str:
-    scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
 
 
 @router.websocket("/v1/cache/feed")
@@ -45,12 +40,11 @@ async def cache_feed(websocket: WebSocket) -> None:
             "(or JUNCTION_API_TOKEN)",
         )
         return
-    if not secrets.compare_digest(_bearer(websocket), state.feed_token):
+    token = bearer_token(websocket.headers.get("authorization", ""))
+    if not secrets.compare_digest(token, state.feed_token):
         await websocket.close(CLOSE_UNAUTHORIZED, "missing or wrong bearer token")
         return
-    loop = asyncio.get_running_loop()
-    ready = asyncio.Event()
-    subscriber = FeedSubscriber(lambda: loop.call_soon_threadsafe(ready.set))
+    subscriber, ready = loop_subscriber()
     hub = state.feed
     try:
         first = await state.async_engine.call(lambda engine: hub.subscribe(engine, subscriber))
@@ -58,20 +52,8 @@ async def cache_feed(websocket: WebSocket) -> None:
         await websocket.close(CLOSE_ENGINE_DEAD, str(exc)[:120])
         return
     try:
-        for frame in first:
-            await websocket.send_bytes(frame)
-        while True:
-            try:
-                await asyncio.wait_for(ready.wait(), HEARTBEAT_S)
-            except TimeoutError:
-                await websocket.send_bytes(hub.heartbeat())
-                continue
-            ready.clear()
-            for frame in subscriber.take():
-                await websocket.send_bytes(frame)
-            if subscriber.is_closed:
-                await websocket.close(CLOSE_FELL_BEHIND, "fell behind: reconnect for a snapshot")
-                return
+        await relay(first, subscriber, ready, websocket.send_bytes, hub.heartbeat)
+        await websocket.close(CLOSE_FELL_BEHIND, "fell behind: reconnect for a snapshot")
     except (WebSocketDisconnect, RuntimeError, OSError):
         return  # the router went away
     finally:
