@@ -32,8 +32,8 @@ def add_api_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    from api import migrate
     from api.settings import get_settings
+    from api.store import migrate
 
     url = get_settings().database_url
     print(f"junction migrate: upgrading {url} to the latest schema", flush=True)
@@ -45,11 +45,11 @@ def run_migrate(args: argparse.Namespace) -> int:
 def run_api(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api import migrate
+    from api.fleet.replicas import SingleProcessStore, claim_sqlite
+    from api.guards.token import TokenError, resolve_token, where
     from api.main import create_app
-    from api.replicas import SingleProcessStore, claim_sqlite
     from api.settings import get_settings
-    from api.token import TokenError, resolve_token, where
+    from api.store import migrate
 
     settings = get_settings()
     try:
@@ -85,7 +85,7 @@ def run_api(args: argparse.Namespace) -> int:
         # limits (docs/api.md, "Limits"): h11 with a read timeout on each request's headers
         # (uvicorn has none), the head's size, idle keep-alive connections, and the
         # connections and requests at once (above: 503)
-        http="api.header_timeout:HeaderTimeoutProtocol",
+        http="api.guards.header_timeout:HeaderTimeoutProtocol",
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,
         limit_concurrency=settings.max_connections,

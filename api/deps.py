@@ -11,8 +11,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.requests import HTTPConnection
 
-from api.models import Engine
 from api.state import AppState
+from api.store.models import Engine
 
 
 def get_state(connection: HTTPConnection) -> AppState:
@@ -60,7 +60,7 @@ _bearer = HTTPBearer(
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-#: The 401 of a write that sends no token (also `api.limits`', before the body is read).
+#: The 401 of a write that sends no token (also `api.guards.limits`', before the body is read).
 MISSING_WRITE_TOKEN = "missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN>)"
 
 

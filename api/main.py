@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fastapi import Depends, FastAPI
 
-from api.errors import install_error_handlers
+from api.guards.errors import install_error_handlers
+from api.guards.limits import RequestLimits, refuse_nul_parameters
+from api.guards.read_limit import ReadLimit
+from api.ingest import route as ingest
 from api.lifespan import lifespan
-from api.limits import RequestLimits, refuse_nul_parameters
-from api.read_limit import ReadLimit
 from api.routes import (
     attribution,
     benchmarks,
@@ -19,14 +20,13 @@ from api.routes import (
     events,
     health,
     hit_rate,
-    ingest,
     junctions,
-    peer_blocks,
-    peer_views,
     pins,
     replicas,
     requests,
 )
+from api.routes.peers import blocks as peer_blocks
+from api.routes.peers import views as peer_views
 from api.settings import Settings, get_settings
 from api.state import AppState
 

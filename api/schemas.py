@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.misses import MissReason
+from api.attribution.misses import MissReason
 from engine.model.tokenizer import ByteTokenizer, render_messages
 from engine.trace import MAX_TOKEN_ID, Segment, segment_tokens
 from engine.wire import ENGINE_ID_PATTERN
@@ -28,7 +28,7 @@ class EngineOut(_Out):
     epoch: int
     next_seq: int
     connected: bool
-    # the replica that holds its socket (`api.replicas`); None while it is not connected
+    # the replica that holds its socket (`api.fleet.replicas`); None while it is not connected
     replica_id: str | None
     first_seen: datetime
     last_seen: datetime
@@ -40,7 +40,7 @@ class EngineOut(_Out):
 
 
 class ReplicaOut(BaseModel):
-    """A live `junction api` process of this store (`api.replicas`)."""
+    """A live `junction api` process of this store (`api.fleet.replicas`)."""
 
     replica_id: str
     hostname: str
@@ -95,7 +95,7 @@ class BlockPage(BaseModel):
 
 
 class PeerBlockOut(BaseModel):
-    """A block of an engine without physical block ids (`api.models.PeerBlock`): `parent` is
+    """A block of an engine without physical block ids (`api.store.models.PeerBlock`): `parent` is
     the hash before it in its chain (null at a root), `token_sample` its first token ids,
     `stored_at` the Unix seconds of the batch that stored it last."""
 

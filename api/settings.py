@@ -1,7 +1,7 @@
 """The control plane's settings, from `JUNCTION_*` environment variables and a `.env` file.
 
 Its clients' settings (where the control plane is, the token they send) are
-`engine.control_plane`'s."""
+`client.settings`'s."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///./junction.db"
     # The write token (writes, ingest, and reads). None: `junction api` makes one at first start
-    # and keeps it in `api_token_file` (`api.token`); there is no built-in token.
+    # and keeps it in `api_token_file` (`api.guards.token`); there is no built-in token.
     api_token: str | None = None
     # None: `junction-api-token` beside the SQLite store, else in the working directory.
     api_token_file: Path | None = None
@@ -84,18 +84,18 @@ class Settings(BaseSettings):
     max_header_bytes: int = 16 * 1024
     # Reads of the REST API run at most `max_concurrent_reads` at once, the next ones wait (at
     # most `max_waiting_reads` of them, for `read_wait_s`), so the ingest socket keeps its
-    # priority (`api.read_limit`).
+    # priority (`api.guards.read_limit`).
     max_concurrent_reads: int = 4
     max_waiting_reads: int = 256
     read_wait_s: float = 30.0
 
-    # Dead letters (`api.dead_letters`): the frames the store refused, parked so the stream
+    # Dead letters (`api.ingest.dead_letters`): the frames the store refused, parked so the stream
     # goes on. Each engine keeps its newest `dead_letters_per_engine`, each frame's first
     # `dead_letter_frame_bytes` bytes of JSON.
     dead_letters_per_engine: int = 1000
     dead_letter_frame_bytes: int = 64 * 1024
 
-    # Miss attribution (`api.attribution`): the secret that salts the match-unit hashes the
+    # Miss attribution (`api.attribution.record`): the secret that salts the match-unit hashes the
     # store keeps (never logged or served; None: 32 random bytes made once and kept in the
     # store), and the bounds of those hashes per engine: seconds since a unit was last seen,
     # and the most units kept (the least recently seen go first).
@@ -103,7 +103,7 @@ class Settings(BaseSettings):
     attribution_window_s: float = 86400.0
     attribution_max_units: int = 1_000_000
 
-    # Engines without physical block ids (`api.peer_blocks`: vLLM, SGLang through `junction
+    # Engines without physical block ids (`api.peers.blocks`: vLLM, SGLang through `junction
     # attach`): the token ids kept of each block (its first ones), the most blocks kept per
     # engine (stores past it are refused and recorded as a resync), the seconds their churn
     # buckets, metric samples and resyncs are kept, and the most samples and resyncs kept per
@@ -113,14 +113,14 @@ class Settings(BaseSettings):
     peer_window_s: float = 86400.0
     peer_max_samples: int = 100_000
 
-    # Replicas (`api.replicas`): any number of `junction api` processes on one PostgreSQL.
+    # Replicas (`api.fleet.replicas`): any number of `junction api` processes on one PostgreSQL.
     # Each writes a heartbeat every `replica_heartbeat_s`; one silent for `replica_timeout_s`
     # is dead, and the engines whose sockets it held show as disconnected. SQLite is one
     # process only: a second `junction api` on the same file is refused.
     replica_heartbeat_s: float = 1.0
     replica_timeout_s: float = 5.0
 
-    # Retention (`api.retention`): a periodic task, every `retention_interval_s`, on one
+    # Retention (`api.store.retention`): a periodic task, every `retention_interval_s`, on one
     # replica at a time, deleting at most `retention_chunk_rows` rows per transaction.
     # Event batches are kept `retention_batches_s` seconds and at most
     # `retention_batches_per_engine` per engine (an older epoch's go once its table was

@@ -11,14 +11,15 @@ import anyio
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import make_engine, make_sessionmaker
+from api.fleet.registry import EngineRegistry
+from api.fleet.replicas import new_replica_id
 from api.metrics import ApiMetrics
-from api.registry import EngineRegistry
-from api.replicas import new_replica_id
 from api.settings import Settings
+from api.store.db import make_engine, make_sessionmaker
 
 # Worker threads the ingest socket's decoding and commits may take at once: its own, apart from
-# the pool the REST routes share, so reads cannot keep it waiting for a thread (`api.read_limit`).
+# the pool the REST routes share, so reads cannot keep it waiting for a thread
+# (`api.guards.read_limit`).
 INGEST_THREADS = 16
 
 
@@ -32,7 +33,7 @@ class AppState:
     ingest_threads: anyio.CapacityLimiter = field(
         default_factory=lambda: anyio.CapacityLimiter(INGEST_THREADS)
     )
-    # this process in the fleet (`api.replicas`, `api.fleet`)
+    # this process in the fleet (`api.fleet.replicas`, `api.fleet.membership`)
     replica_id: str = field(default_factory=new_replica_id)
     sqlite_lock: IO[str] | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)

@@ -56,10 +56,10 @@ import psycopg
 from sqlalchemy import event
 from tqdm import tqdm
 
-from api.db import make_engine, make_sessionmaker
-from api.ingest import apply_batches, apply_hello
-from api.routes.ingest import DECODE_AHEAD
+from api.ingest.frames import apply_batches, apply_hello
+from api.ingest.route import DECODE_AHEAD
 from api.settings import Settings
+from api.store.db import make_engine, make_sessionmaker
 from engine.config import CacheConfig
 from engine.engine import Engine
 from engine.request import SamplingParams

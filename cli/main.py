@@ -4,7 +4,7 @@ Every package offers its own through an `add_*_parser(commands)` function, impor
 nowhere else, so no package needs one above it: the engine (`replay`, `serve`, `attach`,
 `bench`), the control plane (`api`, `migrate`, `pin`, `unpin`, `pins`), the jobs (`worker`,
 `beat`), the dashboard and the stack (`up`). Each command loads its heavy libraries only when
-it runs. Settings the environment gets wrong are said one line each (`engine.settings_errors`),
+it runs. Settings the environment gets wrong are said one line each (`client.settings_errors`),
 exit 2.
 """
 
@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from api.cli import add_api_parser
-from api.pins_cli import add_pin_parsers
+from client.pins_cli import add_pin_parsers
 from dashboard.cli import add_dashboard_parser
 from engine.bench.cli import add_bench_parser
 from engine.server.attach import add_attach_parser
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
-    from engine.settings_errors import EXIT_BAD_SETTINGS, describe, is_settings_error, say
+    from client.settings_errors import EXIT_BAD_SETTINGS, describe, is_settings_error, say
 
     args = None
     try:  # the parser too: some options take their defaults from the settings

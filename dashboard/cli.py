@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from engine.control_plane import DEFAULT_URL
+from client.settings import DEFAULT_URL
 
 APP = Path(__file__).with_name("app.py")
 
@@ -63,7 +63,7 @@ def streamlit_env(api_url: str | None, router_url: str | None = None) -> dict[st
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from api.settings import Settings
-    from engine.control_plane import ControlPlaneSettings
+    from client.settings import ControlPlaneSettings
 
     # checked here, once, before Streamlit takes the process (bad ones: `cli.main` says which)
     Settings()

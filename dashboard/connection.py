@@ -3,7 +3,7 @@ their failures show.
 
 `JUNCTION_CONTROL_PLANE_URL` says where the API is, and the dashboard reads with
 `JUNCTION_READ_TOKEN`, else `JUNCTION_API_TOKEN` (environment or `.env`, read on every run by
-`engine.control_plane`: `junction dashboard --api-url` sets the URL for the Streamlit process).
+`client.settings`: `junction dashboard --api-url` sets the URL for the Streamlit process).
 It never writes with a token of its own: a visitor who may write enters the write token in
 the sidebar (kept in their session only), and until then the pin and benchmark controls are
 disabled.
@@ -16,9 +16,9 @@ from contextlib import contextmanager
 
 import streamlit as st
 
-from api.client import ApiClient, ApiError, ApiUnreachable
 from api.settings import Settings
-from engine.control_plane import ControlPlaneSettings
+from client.rest import ApiClient, ApiError, ApiUnreachable
+from client.settings import ControlPlaneSettings
 
 START_ENGINE = (
     "No engine has connected to the control plane at {url} yet. Start one with "

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import streamlit as st
 
-from engine.control_plane import ControlPlaneSettings
+from client.settings import ControlPlaneSettings
 
 START_ROUTER = (
     "The dashboard does not know where a router is. Start one in front of your engines with "

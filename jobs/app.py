@@ -5,8 +5,8 @@ Run it with `junction worker` and `junction beat` (`jobs.cli`). The configuratio
 `get_settings()` when first needed, not at import. The broker is Redis in compose and CI, and
 on the embedded default Celery's SQLAlchemy transport on a SQLite file (`sqla+sqlite:///...`,
 with `db+sqlite:///...` results). The tasks live in `jobs.tasks`; the API sends them by name
-(`api.broker.send_run`), so it imports neither the tasks nor the engine, and the transport
-options and the run task's name are the API's (`api.broker`).
+(`api.runs.broker.send_run`), so it imports neither the tasks nor the engine, and the transport
+options and the run task's name are the API's (`api.runs.broker`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
-from api.broker import transport_options
+from api.runs.broker import transport_options
 from api.settings import Settings, get_settings
 
 TASK_SUITE = "junction.enqueue_suite"

@@ -2,7 +2,7 @@
 (progress and a heartbeat written to the store as it goes), submit the standard suite, and
 sweep the runs whose worker was lost.
 
-The store is `api.benchmarks` over `JUNCTION_DATABASE_URL` (or the `sessions` given).
+The store is `api.runs.benchmarks` over `JUNCTION_DATABASE_URL` (or the `sessions` given).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any, NamedTuple
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import benchmarks as store
-from api.benchmarks import Busy, Send, Skipped
-from api.db import make_engine, make_sessionmaker
+from api.runs import benchmarks as store
+from api.runs.benchmarks import Busy, Send, Skipped
+from api.runs.specs import standard_suite
 from api.settings import get_settings
-from api.specs import standard_suite
+from api.store.db import make_engine, make_sessionmaker
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The Celery tasks: thin wrappers of `jobs.runs`, named as `api.broker` sends them and
+"""The Celery tasks: thin wrappers of `jobs.runs`, named as `api.runs.broker` sends them and
 `jobs.app` schedules them.
 
 `run_benchmark` is acked late and rejected (so redelivered) when its worker process dies; it
@@ -12,8 +12,8 @@ from typing import Any
 
 from celery import Task
 
-from api.benchmarks import Busy
-from api.broker import TASK_RUN
+from api.runs.benchmarks import Busy
+from api.runs.broker import TASK_RUN
 from jobs import runs
 from jobs.app import TASK_SUITE, TASK_SWEEP, app
 

@@ -9,9 +9,9 @@ from logging.config import fileConfig
 
 from alembic import context
 
-from api.db import make_engine
-from api.models import Base
 from api.settings import get_settings
+from api.store.db import make_engine
+from api.store.models import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):

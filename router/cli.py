@@ -13,7 +13,7 @@ import asyncio
 import sys
 from urllib.parse import urlsplit
 
-from engine.control_plane import ControlPlaneSettings
+from client.settings import ControlPlaneSettings
 from engine.options import EXIT_BAD_INPUT
 from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS

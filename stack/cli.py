@@ -1,5 +1,5 @@
 """`junction up`: settle the API token (`JUNCTION_API_TOKEN`, else the one kept in its file,
-made at first start: `api.token`), migrate the embedded store, start the control plane, one
+made at first start: `api.guards.token`), migrate the embedded store, start the control plane, one
 engine (torch runner, CUDA when present) or, with `--engines N`, N engines behind
 `junction route`, the dashboard, a Celery worker and beat, each given the token; print the URLs
 and where the token is; stream every part's log with its name; stop everything on Ctrl-C."""
@@ -12,7 +12,7 @@ import io
 import signal
 import sys
 
-from engine.settings_errors import say
+from client.settings_errors import say
 
 EXIT_BAD_INPUT = 2
 MAX_ENGINES = 16
@@ -133,9 +133,9 @@ def engines_problems(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from api import migrate
+    from api.guards.token import TokenError, resolve_token, where
     from api.settings import get_settings
-    from api.token import TokenError, resolve_token, where
+    from api.store import migrate
     from stack.parts import Ports, environment, plan
     from stack.settings_check import settings_problems
     from stack.supervisor import PartFailed, PortTaken, Supervisor, check_ports

@@ -1,5 +1,5 @@
 """Every part's settings, checked before `junction up` starts anything: the control plane's
-(`api.settings`), its clients' (`engine.control_plane`: the engine and the dashboard) and,
+(`api.settings`), its clients' (`client.settings`: the engine and the dashboard) and,
 with the jobs, the beat's crontab, parsed by the function the beat uses. A part that found
 its settings bad only once started would take the stack down after the others came up."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from engine.settings_errors import bad_fields, describe
+from client.settings_errors import bad_fields, describe
 
 
 def settings_problems(with_jobs: bool = True) -> list[str]:
     """One line a bad setting (`JUNCTION_NAME='value': what it accepts`); empty: all good.
     This reads the environment and `.env`, and changes nothing."""
     from api.settings import Settings
-    from engine.control_plane import ControlPlaneSettings
+    from client.settings import ControlPlaneSettings
 
     problems: list[str] = []
     try:

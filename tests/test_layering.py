@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Bottom to top: a package may import the tiers below its own; neither face imports the other.
 TIERS = (
     ("engine",),
+    ("client",),
     ("engine.server", "engine.bench"),
     ("api", "router"),
     ("jobs",),
@@ -35,7 +36,7 @@ TIERS = (
     ("cli",),
 )
 PACKAGES = tuple(package for tier in TIERS for package in tier)
-TOP_FOLDERS = ("engine", "api", "router", "jobs", "dashboard", "stack", "cli")
+TOP_FOLDERS = ("engine", "client", "api", "router", "jobs", "dashboard", "stack", "cli")
 FACES = ("engine.server", "engine.bench")
 #: Modules not imported by the walk: `dashboard/app.py` is the Streamlit script `junction
 #: dashboard` runs, and importing it runs the navigation outside Streamlit (the pages under
@@ -303,5 +304,5 @@ def test_the_checks_see_a_circle_and_an_upward_import() -> None:
     assert circles({"a": {"b"}, "b": set()}) == []
     assert "api" in above("engine.server") and "engine.bench" in above("engine.server")
     assert "engine" not in above("api") and above("cli") == ()
-    tree = ast.parse("if TYPE_CHECKING:\n    import api.db\nelse:\n    import jobs\n")
+    tree = ast.parse("if TYPE_CHECKING:\n    import api.store.db\nelse:\n    import jobs\n")
     assert [name for name, _ in imported_names("engine.x", False, tree.body)] == ["jobs"]

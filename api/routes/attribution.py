@@ -8,11 +8,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from api import hit_rate
+from api.attribution import hit_rate
+from api.attribution.misses import REASONS
 from api.deps import READ, EngineDep, SessionDep
-from api.misses import REASONS
-from api.models import HitRateBucket
 from api.schemas import AttributionBucketOut, AttributionOut, AttributionTotals
+from api.store.models import HitRateBucket
 
 router = APIRouter(
     prefix="/engines/{engine_id}/attribution", tags=["attribution"], dependencies=[READ]

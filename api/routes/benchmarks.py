@@ -1,6 +1,6 @@
 """Benchmark runs: queue one for the Celery workers (`jobs`), list them, show one.
 
-A run is a row of the store (`api.benchmarks`) that a worker takes, reports progress on, and
+A run is a row of the store (`api.runs.benchmarks`) that a worker takes, reports progress on, and
 ends finished (with its results) or failed (with the reason)."""
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api import benchmarks, json_body
-from api.broker import BrokerUnavailable, send_run
 from api.deps import MAX_INT64, READ, Offset, RequireWrite, SessionDep, StateDep
-from api.models import BenchmarkRun
+from api.guards import json_body
+from api.runs import benchmarks
+from api.runs.broker import BrokerUnavailable, send_run
+from api.runs.specs import validate_spec
 from api.schemas import BenchmarkRunOut, BenchmarkRunPage, RunStatus
-from api.specs import validate_spec
+from api.store.models import BenchmarkRun
 
 router = APIRouter(prefix="/benchmarks", tags=["benchmarks"], dependencies=[READ])
 MAX_LIMIT = 1000

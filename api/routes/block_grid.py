@@ -1,7 +1,7 @@
 """One group's block table as columns, for drawing every block as a cell of a grid.
 
 `GET /engines/{id}/blocks` pages rows as objects, which at 100,000 blocks is megabytes of
-repeated field names and a pydantic model per row. The grid (`api.block_grid` reads it) is
+repeated field names and a pydantic model per row. The grid (`api.store.block_grid` reads it) is
 the same rows as parallel arrays, aggregated into cells above `max_cells` blocks, with the
 copies and moves of the engine's most recent event batches as links between cells.
 """
@@ -14,10 +14,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
-from api import block_grid as grid
 from api.deps import MAX_INT64, READ, EngineDep, SessionDep
-from api.peer_blocks import is_peer
+from api.peers.blocks import is_peer
 from api.routes.blocks import no_block_ids_note
+from api.store import block_grid as grid
 from engine.wire import BLOCK_STATES, REASONS, Group
 
 router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"], dependencies=[READ])

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api import blocks
 from api.deps import READ, EngineDep, Offset, SessionDep
-from api.models import Block
-from api.peer_blocks import is_peer
+from api.peers.blocks import is_peer
 from api.schemas import BlockOut, BlockPage
+from api.store import blocks
+from api.store.models import Block
 from engine.wire import BlockState, Group
 
 router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"], dependencies=[READ])

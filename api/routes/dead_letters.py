@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api import dead_letters
 from api.deps import READ, EngineDep, Offset, SessionDep
+from api.ingest import dead_letters
 from api.schemas import DeadLetterOut, DeadLetterPage
 
 router = APIRouter(

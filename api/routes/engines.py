@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 from sqlalchemy.orm import Session
 
-from api import engines, peer_reads
 from api.deps import READ, EngineDep, RequireWrite, SessionDep, StateDep
-from api.models import Engine
-from api.peer_blocks import is_peer
+from api.peers import reads as peer_reads
+from api.peers.blocks import is_peer
 from api.schemas import EngineDetail, EngineOut, GroupUsage
+from api.store import engines
+from api.store.models import Engine
 
 router = APIRouter(prefix="/engines", tags=["engines"], dependencies=[READ])
 

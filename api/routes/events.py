@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from api import batches, engines
 from api.deps import MAX_INT64, READ, SessionDep
 from api.schemas import BatchOut, EventPage
+from api.store import batches, engines
 
 router = APIRouter(prefix="/events", tags=["events"], dependencies=[READ])
 
@@ -26,7 +26,7 @@ def list_events(
     """Batches with `seq > after_seq` in seq order; without `engine_id`, of every engine (in
     its current epoch) in arrival order. A finished request's `junction_token_ids` (prompt
     tokens) are left out: `GET /junctions/suggested` gives them where they are needed; so are
-    the unit hashes of requests and pins (the store keeps none: `api.ingest`)."""
+    the unit hashes of requests and pins (the store keeps none: `api.ingest.frames`)."""
     if engine_id is not None:
         engine = engines.find_engine(session, engine_id)
         if engine is None:

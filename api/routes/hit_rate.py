@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from api import hit_rate
+from api.attribution import hit_rate
 from api.deps import READ, EngineDep, SessionDep
-from api.models import HitRateBucket
 from api.schemas import HitRateBucketOut, HitRateOut, HitRateTotals
+from api.store.models import HitRateBucket
 
 router = APIRouter(prefix="/engines/{engine_id}/hit-rate", tags=["hit-rate"], dependencies=[READ])
 COUNTERS = ("num_requests", "prompt_tokens", "cached_tokens", "computed_tokens")

@@ -1,5 +1,5 @@
 """Suggested junctions: boundaries many recorded requests share and no checkpoint covers
-(`api.junctions` says how they are found)."""
+(`api.attribution.junctions` says how they are found)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from api import engines, junctions
+from api.attribution import junctions
 from api.deps import READ, SessionDep
 from api.schemas import JunctionOut, JunctionPage, JunctionPinRequest
+from api.store import engines
 
 router = APIRouter(prefix="/junctions", tags=["junctions"], dependencies=[READ])
 

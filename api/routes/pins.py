@@ -1,9 +1,10 @@
 """Pins: make one (its commands go to the target engines), list and show them, release one.
 
-The store keeps the operator's pin and each engine's state of it (`api.pins`); the engines
+The store keeps the operator's pin and each engine's state of it (`api.fleet.pins`); the engines
 answer the commands with `PinUpdated` events, which the ingest socket records. A command goes
 down the socket of an engine this replica holds, and through a NOTIFY to the replica that
-holds any other (`api.fleet`). A command to an engine that is not connected (or whose socket
+holds any other (`api.fleet.membership`). A command to an engine that is not connected (or whose
+socket
 breaks) is not lost: the engine is sent every active pin when it next says hello.
 """
 
@@ -14,10 +15,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
-from api import fleet, json_body, pin_reads, pins
 from api.deps import READ, RequireWrite, SessionDep, StateDep
-from api.models import Pin, PinTarget
+from api.fleet import membership as fleet
+from api.fleet import pin_reads, pins
+from api.guards import json_body
 from api.schemas import PinCreate, PinDetail, PinOut, PinTargetOut
+from api.store.models import Pin, PinTarget
 
 router = APIRouter(prefix="/pins", tags=["pins"], dependencies=[READ])
 log = logging.getLogger(__name__)

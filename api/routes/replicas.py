@@ -1,4 +1,4 @@
-"""The replicas of the control plane (`api.replicas`): the `junction api` processes on this
+"""The replicas of the control plane (`api.fleet.replicas`): the `junction api` processes on this
 store whose heartbeats are fresh, with the engines each holds."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy import func, select
 
-from api import replicas
 from api.deps import READ, SessionDep, StateDep
-from api.models import Engine
+from api.fleet import replicas
 from api.schemas import ReplicaOut
+from api.store.models import Engine
 
 router = APIRouter(prefix="/replicas", tags=["replicas"], dependencies=[READ])
 

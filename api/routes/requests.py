@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from api import requests
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.schemas import RequestOut, RequestPage
+from api.store import requests
 
 router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"], dependencies=[READ])
 

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from api.client import ApiError
+from client.rest import ApiError
 from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
 from dashboard.figures.benchmarks import (
     hit_rate_by_mode_figure,

@@ -4,7 +4,7 @@ request's blocks outlined with its hit boundary, recent copies and moves as link
 import pandas as pd
 import streamlit as st
 
-from api.client import ApiClient, ApiError
+from client.rest import ApiClient, ApiError
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
 from dashboard.figures.block_grid import block_grid_figure
 from dashboard.grid import (
@@ -118,7 +118,9 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
         return
     stop = None if zoom_start is None else zoom_start + MAX_CELLS
     version = (engine["epoch"], engine["next_seq"])
-    grid = fetch_grid(api.base_url, api.token, engine_id, group, zoom_start or 0, stop, version)
+    grid = fetch_grid(
+        api.base_url, api.guards.token, engine_id, group, zoom_start or 0, stop, version
+    )
     num_blocks = grid["num_blocks"]
     if not num_blocks:
         st.info(f"Engine {engine_id} has reported no {group} blocks yet.")

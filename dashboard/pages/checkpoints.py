@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from api.client import ApiError
+from client.rest import ApiError
 from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
 from dashboard.live import live
 from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, kind_name

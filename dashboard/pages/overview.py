@@ -7,7 +7,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from api.client import ApiError
+from client.rest import ApiError
 from dashboard.connection import START_ENGINE, api_client, api_errors, connection_state
 from dashboard.figures.attribution import (
     HIT,

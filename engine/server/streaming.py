@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from engine.control_plane import ControlPlaneSettings
+from client.settings import ControlPlaneSettings
 from engine.server.outbox import DEFAULT_MAX_BATCHES, DEFAULT_MAX_BYTES
 
 

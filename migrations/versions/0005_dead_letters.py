@@ -4,7 +4,7 @@ A frame that decodes but that the store cannot apply for a reason retrying will 
 constraint, a value beyond its column, an index row over PostgreSQL's limit) used to close the
 socket, again at every resend: one such frame stopped an engine's stream for good. Now it is
 kept here with the reason, its seq counts as applied, and the stream goes on
-(`api.dead_letters`).
+(`api.ingest.dead_letters`).
 
 Revision ID: 0005
 Revises: 0004

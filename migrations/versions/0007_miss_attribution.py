@@ -3,7 +3,7 @@
 `RequestFinished` now says where each request arrived (`arrival_index`), which arrivals had all
 finished (`oldest_unfinished_index`) and why its hit stopped (`match_stop`); the requests
 table keeps them. The control plane attributes each request's missed tokens online
-(`api.attribution`): `shared_units` holds each engine's salted unit hashes (never the raw
+(`api.attribution.record`): `shared_units` holds each engine's salted unit hashes (never the raw
 ones), `pending_attributions` the requests whose earlier arrivals have not all finished,
 `attributions` the split of each request's misses, and `hit_rate_buckets` their totals.
 `attribution_salts` keeps the salt made at first use when `JUNCTION_ATTRIBUTION_SALT` is unset.

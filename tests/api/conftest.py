@@ -22,10 +22,10 @@ import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from api import migrate
-from api.db import make_engine, make_sessionmaker
 from api.main import create_app
 from api.settings import Settings
+from api.store import migrate
+from api.store.db import make_engine, make_sessionmaker
 from engine.engine import Engine
 from tests.api import factories
 from tests.api.processes import ApiProcess, free_port

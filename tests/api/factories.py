@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api.models import Block
 from api.routes.blocks import block_out
+from api.store.models import Block
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.wire import Batch, Hello, Snapshot, decode, encode
@@ -128,7 +128,7 @@ def parse(frame: dict) -> Hello | Batch | Snapshot:
 def ingest(session: Session, engine: Engine, size: int = 16) -> list[dict]:
     """Apply the engine's hello and all its events as batches of `size`, and check that the
     store holds the engine's table (`assert_same_table`); returns the batches."""
-    from api.ingest import apply_batch, apply_hello
+    from api.ingest.frames import apply_batch, apply_hello
 
     hello_frame = parse(hello(engine))
     apply_hello(session, hello_frame)

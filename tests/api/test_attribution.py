@@ -11,14 +11,14 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api import unit_salt
-from api.attribution import AttributionConfig
-from api.ingest import apply_batch, apply_hello
-from api.misses import REASONS, Geometry, MatchStop, split_misses
-from api.models import Attribution, AttributionSalt, PendingAttribution, Request, SharedUnit
+from api.attribution import unit_salt
+from api.attribution.misses import REASONS, Geometry, MatchStop, split_misses
+from api.attribution.record import AttributionConfig
+from api.attribution.shared_units import prune
+from api.attribution.unit_salt import salted_chain
+from api.ingest.frames import apply_batch, apply_hello
 from api.settings import Settings
-from api.shared_units import prune
-from api.unit_salt import salted_chain
+from api.store.models import Attribution, AttributionSalt, PendingAttribution, Request, SharedUnit
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from api.cli import add_api_parser, run_api
-from api.token import EXAMPLE_TOKEN
+from api.guards.token import EXAMPLE_TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root
 

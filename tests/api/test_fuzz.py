@@ -17,9 +17,9 @@ import schemathesis
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from api.db import make_engine, make_sessionmaker
 from api.main import create_app
 from api.settings import Settings
+from api.store.db import make_engine, make_sessionmaker
 from engine.engine import Engine
 from tests.api import factories
 from tests.api.conftest import TOKEN

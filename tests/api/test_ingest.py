@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.ingest import apply_batch, apply_hello, apply_snapshot
-from api.models import Block, Engine, EventBatch, HitRateBucket, Pin, PinTarget, Request
+from api.ingest.frames import apply_batch, apply_hello, apply_snapshot
+from api.store.models import Block, Engine, EventBatch, HitRateBucket, Pin, PinTarget, Request
 from engine.engine import Engine as LedgerEngine
 from engine.wire import CLOSE_BAD_FRAME, CLOSE_FUTURE_SEQ, CLOSE_WRONG_ENGINE, WireError
 from tests.api import factories

@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from api.ingest import Unstorable, is_refusal, transaction
+from api.ingest.frames import Unstorable, is_refusal, transaction
 from api.main import create_app
-from api.models import Block, Engine, EventBatch, Request
+from api.store.models import Block, Engine, EventBatch, Request
 from engine.wire import encode
 from tests.api import factories
 from tests.api.conftest import AUTH

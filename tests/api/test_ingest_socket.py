@@ -12,8 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.websockets import WebSocketDisconnect
 
-from api.models import Block, Engine, EventBatch
-from api.registry import EngineNotConnected
+from api.fleet.registry import EngineNotConnected
+from api.store.models import Block, Engine, EventBatch
 from engine.wire import Command, encode
 from tests.api import factories
 from tests.api.conftest import TOKEN

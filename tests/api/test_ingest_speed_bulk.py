@@ -13,9 +13,10 @@ import pytest
 from sqlalchemy import event, select, text
 from sqlalchemy.orm import Session
 
-from api import bulk, shared_units
-from api.ingest import apply_batches, apply_hello
-from api.models import AttributionSalt, Engine
+from api.attribution import shared_units
+from api.ingest.frames import apply_batches, apply_hello
+from api.store import bulk
+from api.store.models import AttributionSalt, Engine
 from engine.wire import CLOSE_FUTURE_SEQ, WireError
 from tests.api import factories
 from tests.api.factories import assert_same_table, parse, store_rows
@@ -95,5 +96,5 @@ def test_the_next_batches_claim_their_seqs_in_one_statement(session: Session) ->
 def test_postgresql_plans_each_statement_for_its_own_parameters(session: Session) -> None:
     if session.get_bind().dialect.name != "postgresql":
         pytest.skip("plan_cache_mode is PostgreSQL's")
-    # the generic plan of shared_units.prune scanned every unit of the engine (api.db)
+    # the generic plan of shared_units.prune scanned every unit of the engine (api.store.db)
     assert session.scalar(text("SHOW plan_cache_mode")) == "force_custom_plan"

@@ -1,5 +1,6 @@
-"""The control plane's limits (`api.limits`, `api.header_timeout`, `api.json_body`, the 422
-handler of `api.errors`): big, slow and malformed requests are refused with a 4xx, early and
+"""The control plane's limits (`api.guards.limits`, `api.guards.header_timeout`,
+`api.guards.json_body`, the 422
+handler of `api.guards.errors`): big, slow and malformed requests are refused with a 4xx, early and
 cheaply, never with a 500 or by reading what they send.
 
 The timing and memory checks run `junction api` in its own process on PostgreSQL, over raw
@@ -25,7 +26,7 @@ from pydantic import AfterValidator
 from sqlalchemy.orm import Session
 from starlette.requests import Request
 
-from api.json_body import JsonBody
+from api.guards.json_body import JsonBody
 from api.main import create_app
 from api.settings import Settings
 from engine.engine import Engine

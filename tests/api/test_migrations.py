@@ -11,10 +11,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
-from api import migrate
-from api.db import make_engine
-from api.models import Base
 from api.settings import Settings, get_settings
+from api.store import migrate
+from api.store.db import make_engine
+from api.store.models import Base
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 ATTRIBUTION_TABLES = {"attribution_salts", "shared_units", "pending_attributions", "attributions"}

@@ -15,14 +15,14 @@ import zlib
 
 import pytest
 
-from api.peer_analysis import (
+from api.peers.analysis import (
     end_positions,
     group_blocks,
     prefix_tree,
     state_marks,
     suggested_junctions,
 )
-from api.peer_remedies import peer_remedies, vllm_block_size
+from api.peers.remedies import peer_remedies, vllm_block_size
 
 
 def all_tokens(name: str, size: int = 16) -> list[int]:
@@ -253,7 +253,7 @@ def peer_frames(engine_id: str, rows: list[dict], epoch: int = 1, ts: float = 1e
 
 
 def test_the_routes_serve_the_analysis_of_the_stored_blocks(client, session):
-    from api.ingest import apply_batch, apply_hello
+    from api.ingest.frames import apply_batch, apply_hello
     from tests.api.factories import parse
 
     hello, batch = (parse(frame) for frame in peer_frames("vllm-0", forest()))

@@ -13,14 +13,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api import peer_blocks
-from api.client import ApiClient
-from api.ingest import apply_batches, apply_hello
+from api.ingest.frames import apply_batches, apply_hello
 from api.main import create_app
-from api.models import Engine, PeerBlock, PeerChurnBucket, PeerMetricSample, PeerResyncRecord
-from api.peer_blocks import PeerConfig
-from api.peer_reads import hit_rate
+from api.peers import blocks as peer_blocks
+from api.peers.blocks import PeerConfig
+from api.peers.reads import hit_rate
 from api.settings import Settings
+from api.store.models import Engine, PeerBlock, PeerChurnBucket, PeerMetricSample, PeerResyncRecord
+from client.rest import ApiClient
 from tests.api import factories
 from tests.api.conftest import AUTH, TOKEN
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api.models import Request
+from api.store.models import Request
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.model.tokenizer import ByteTokenizer

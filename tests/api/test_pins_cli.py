@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from api.pins_cli import add_pin_parsers, call
+from client.pins_cli import add_pin_parsers, call
 from engine.config import CacheConfig
 from engine.engine import Engine
 from engine.server.commands import apply_command

@@ -1,4 +1,5 @@
-"""Reads wait their turn, bounded, so the ingest socket keeps its priority (`api.read_limit`)."""
+"""Reads wait their turn, bounded, so the ingest socket keeps its priority
+(`api.guards.read_limit`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import anyio
 import httpx
 import pytest
 
-from api.read_limit import ReadLimit
+from api.guards.read_limit import ReadLimit
 from api.settings import Settings
 
 

@@ -1,4 +1,4 @@
-"""Replicas in the store (`api.replicas`), on both backends: heartbeats, the reaping of a
+"""Replicas in the store (`api.fleet.replicas`), on both backends: heartbeats, the reaping of a
 silent replica's engines, the newest socket winning a goodbye, the SQLite lock that keeps a
 second process out, and on PostgreSQL the LISTEN/NOTIFY listener that carries commands and
 takeovers between replicas, over a real connection that is cut and comes back."""
@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from api import replicas
-from api.db import make_engine, make_sessionmaker
-from api.models import Engine, Replica, utcnow
+from api.fleet import replicas
+from api.store.db import make_engine, make_sessionmaker
+from api.store.models import Engine, Replica, utcnow
 from tests.api.conftest import Postgres
 from tests.api.processes import ApiProcess, free_port
 
@@ -128,7 +128,7 @@ def test_the_only_process_of_a_sqlite_store_clears_what_others_left(session: Ses
 
 
 # ---------------------------------------------------------------------------- SQLite lock
-CLAIM = "import sys; from api.replicas import claim_sqlite; claim_sqlite(sys.argv[1])"
+CLAIM = "import sys; from api.fleet.replicas import claim_sqlite; claim_sqlite(sys.argv[1])"
 
 
 def claim_elsewhere(url: str) -> subprocess.CompletedProcess:

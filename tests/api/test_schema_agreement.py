@@ -1,5 +1,5 @@
 """The event schema is declared once (`engine.events`, msgspec); what repeats it on purpose
-must agree with it: the REST models (`api.schemas`), the tables (`api.models`) and the rows
+must agree with it: the REST models (`api.schemas`), the tables (`api.store.models`) and the rows
 `BlockPool.row` builds. And every event a real engine emits passes the wire's validation."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 
 import msgspec
 
-from api.misses import REASONS, MatchStop
-from api.models import Attribution, Block, HitRateBucket, Request
+from api.attribution.misses import REASONS, MatchStop
 from api.schemas import BlockOut, MatchStopOut, RequestOut
+from api.store.models import Attribution, Block, HitRateBucket, Request
 from engine.events import EVENT_TYPES, STOP_REASONS, BlockRow, CacheEvent, Event, RequestFinished
 from engine.events import MatchStop as EngineMatchStop
 from engine.wire import Batch, decode, encode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.snapshot_chunks import SnapshotChunks
+from api.ingest.snapshot_chunks import SnapshotChunks
 from engine.events import BlockRow
 from engine.wire import CLOSE_BAD_FRAME, Snapshot, WireError, decode, snapshot_chunks
 

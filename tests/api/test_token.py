@@ -1,4 +1,4 @@
-"""`api.token`: the write token from the setting, else made once and kept in its file (mode
+"""`api.guards.token`: the write token from the setting, else made once and kept in its file (mode
 600), and every token the control plane refuses to start with."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from api.guards.token import EXAMPLE_TOKEN, TOKEN_FILE_NAME, TokenError, resolve_token, token_file
 from api.settings import Settings
-from api.token import EXAMPLE_TOKEN, TOKEN_FILE_NAME, TokenError, resolve_token, token_file
 
 
 def settings(tmp_path: Path, **values) -> Settings:

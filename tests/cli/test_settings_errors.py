@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.settings import Settings
-from engine.settings_errors import describe, short
+from client.settings_errors import describe, short
 from stack.settings_check import settings_problems
 from tests.api.processes import free_port
 
@@ -123,8 +123,8 @@ def test_a_long_value_is_cut() -> None:
 
 def test_the_clients_settings_are_said_the_same_way() -> None:
     """`pin`, `pins`, `serve`, `replay` and the dashboard read `ControlPlaneSettings`."""
-    from engine.control_plane import ControlPlaneSettings
-    from engine.settings_errors import is_settings_error
+    from client.settings import ControlPlaneSettings
+    from client.settings_errors import is_settings_error
 
     with pytest.raises(ValidationError) as caught:
         ControlPlaneSettings(_env_file=None, control_plane_url=8080)

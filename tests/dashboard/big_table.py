@@ -1,7 +1,7 @@
 """An engine with a 100,000-block attention table, written straight into the store.
 
 A replay that fills 100,000 blocks would take minutes here; what the block-table page reads
-is the store's rows, so the test writes them as ingest would (`api.bulk`): a mix of every
+is the store's rows, so the test writes them as ingest would (`api.store.bulk`): a mix of every
 state, partial entries, pinned runs, and copy events in the engine's last batch.
 """
 
@@ -12,9 +12,9 @@ import time
 
 from sqlalchemy import insert
 
-from api.bulk import insert_rows
-from api.db import make_engine, make_sessionmaker
-from api.models import Block, Engine, EventBatch, utcnow
+from api.store.bulk import insert_rows
+from api.store.db import make_engine, make_sessionmaker
+from api.store.models import Block, Engine, EventBatch, utcnow
 
 
 def seed_big_engine(database_url: str, engine_id: str, num_blocks: int, seed: int = 0) -> dict:

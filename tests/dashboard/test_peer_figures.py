@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from api.peer_analysis import prefix_tree, suggested_junctions
+from api.peers.analysis import prefix_tree, suggested_junctions
 from dashboard.figures.peer_cache import (
     churn_figure,
     churn_frame,

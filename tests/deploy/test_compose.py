@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from api.guards.token import EXAMPLE_TOKEN, TokenError, resolve_token
 from api.settings import Settings
-from api.token import EXAMPLE_TOKEN, TokenError, resolve_token
 from cli.main import build_parser
-from engine.control_plane import ControlPlaneSettings
+from client.settings import ControlPlaneSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 # the control plane's own settings and its clients' (where it is, the token they send)

@@ -8,7 +8,7 @@ import pytest
 from celery.schedules import crontab
 
 import jobs.tasks  # noqa: F401 (registers the tasks, as the worker's `include` does)
-from api.broker import TASK_RUN, transport_options
+from api.runs.broker import TASK_RUN, transport_options
 from api.settings import Settings
 from cli.main import build_parser
 from jobs.app import TASK_SUITE, TASK_SWEEP, app, beat_schedule, celery_config, parse_crontab

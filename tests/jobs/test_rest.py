@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.broker import TASK_RUN
 from api.main import create_app
+from api.runs.broker import TASK_RUN
 from api.settings import Settings
 from tests.jobs.specs import tiny_spec
 

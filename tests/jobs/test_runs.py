@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import benchmarks as store
-from api.db import make_engine, make_sessionmaker
-from api.models import BenchmarkRun, utcnow
+from api.runs import benchmarks as store
+from api.store.db import make_engine, make_sessionmaker
+from api.store.models import BenchmarkRun, utcnow
 from engine.bench import STANDARD_SUITE
 from jobs import runs
 from tests.jobs.specs import MISSING_WEIGHTS, missing_weights_spec, tiny_spec

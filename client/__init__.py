@@ -1,0 +1,6 @@
+"""What a client of Junction's services needs, and nothing of the services themselves: the REST
+client of the control plane (`rest`) and of the router (`router`), the settings a client reads
+(where the control plane is, the token it sends: `settings`), how a bad setting is reported
+(`settings_errors`), and the pins CLI (`pins_cli`). It sits just above the engine's core: the
+engine's faces (`junction serve`, `junction attach`) read its settings, and the dashboard
+imports nothing of the project but this package."""
