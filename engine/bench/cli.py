@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from engine.modes import RUNNER_NAMES
 from engine.options import EXIT_BAD_INPUT, EXIT_FAILED
 
 BENCH = "junction bench"
@@ -36,7 +37,7 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
         help="override a workload param (num_groups=8) or geometry.KEY, model.KEY; repeatable",
     )
     bench.add_argument("--name", help="the run's name (default: the spec's, or the kind)")
-    bench.add_argument("--runner", choices=("null", "ledger", "torch"))
+    bench.add_argument("--runner", choices=RUNNER_NAMES)
     bench.add_argument("--modes", help="comma-separated modes (default: the spec's, or all)")
     bench.add_argument("--concurrency", type=int)
     bench.add_argument("--out", help="write the results JSON here")

@@ -14,38 +14,16 @@ field.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.model_dir import resolve_model_dir
+from engine.modes import MODES, Mode, RunnerName
 from engine.workloads import WorkloadParams, WorkloadSpec, parse_workload
 
-Mode = Literal["off", "aligned", "partial", "junction", "junction_inline", "pins"]
-MODES: tuple[str, ...] = get_args(Mode)
-
-_NO_JUNCTIONS = {"junction_checkpoints": False, "checkpoint_mode": "stops"}
-#: the default policy: junction checkpoints, inline, interval states at the default interval
-_DEFAULT_POLICY = {
-    "junction_checkpoints": True,
-    "checkpoint_mode": "inline",
-    "checkpoint_interval": None,
-}
-
-#: what each mode sets on top of the geometry, every policy field spelled out so a mode means
-#: the same whatever the defaults are; `junction_inline` is the default policy, and `pins`
-#: replays the workload's pin lines on top of it (`benchmarks/interval.py` compares intervals)
-MODE_CACHE_OPTIONS: dict[str, dict] = {
-    "off": {"enable_prefix_caching": False},
-    "aligned": {"partial_hits": False, **_NO_JUNCTIONS},
-    "partial": {"partial_hits": True, **_NO_JUNCTIONS},
-    "junction": {"junction_checkpoints": True, "checkpoint_mode": "stops"},
-    "junction_inline": _DEFAULT_POLICY,
-    "pins": _DEFAULT_POLICY,
-}
-
-Runner = Literal["null", "ledger", "torch"]
+Runner = RunnerName
 
 
 class Geometry(BaseModel):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from engine.config import CacheConfig, ModelConfig
+from engine.modes import RUNNER_NAMES
 from engine.runners.base import Runner
-
-RUNNER_NAMES = ("null", "ledger", "torch")
 
 
 def make_runner(name: str, cache_config: CacheConfig, model_config: ModelConfig) -> Runner:
