@@ -10,7 +10,7 @@ B. "Hybrid-model prefix caching silently drops to 0% when the align-mode Mamba c
    one shared prefix and a unique rest each. 1600 shared / 600 unique hits 52 of 64 requests;
    1500 / 700 hits 0 of 64 and doubles TTFT.
 
-Geometry (DESIGN.md's words): Ba 16, Bm 528, U 16, a 2048-token step budget (which puts a
+Geometry (docs/rules.md's words): Ba 16, Bm 528, U 16, a 2048-token step budget (which puts a
 2200-token prompt's first chunk end, vLLM's only checkpoint below 2112, at 1584: inside the
 1600-token prefix, past the 1500-token one). Every scenario runs through Junction's engine with
 its defaults (the ledger runner: every reused block is checked against the reader's prefix;

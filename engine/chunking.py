@@ -1,4 +1,5 @@
-"""Where prefill chunks stop and which positions keep a Mamba checkpoint (DESIGN.md section 2).
+"""Where prefill chunks stop and which positions keep a Mamba checkpoint (docs/rules.md sections
+5-7).
 
 Pure functions of the geometry, so the worked numbers can be checked directly: with `Bm` 512,
 `U` 32, a 10000-token prompt and a budget of 8192 the chunks are 8192, 1536, 256, 16.

@@ -1,6 +1,7 @@
 """Frozen configuration of the engine, one dataclass per concern.
 
-Sizes follow DESIGN.md: attention block `Ba` (times the DCP size `D`), Mamba block `Bm`, match
+Sizes follow docs/rules.md section 2: attention block `Ba` (times the DCP size `D`), Mamba block
+`Bm`, match
 unit `U`. Validation raises `ValueError` naming the offending numbers.
 """
 

@@ -32,7 +32,7 @@ DEFAULT_NUM_BLOCKS = 4096
 
 
 def add_cache_options(parser: argparse.ArgumentParser, num_mamba_blocks: int | None = None) -> None:
-    """The cache and scheduler options `replay` and `serve` share (DESIGN.md section 4);
+    """The cache and scheduler options `replay` and `serve` share (docs/api.md, the CLI);
     `num_mamba_blocks` is the command's default number of Mamba slots (None: `--num-blocks`)."""
     parser.set_defaults(default_num_mamba_blocks=num_mamba_blocks)
     group = parser.add_argument_group("cache")

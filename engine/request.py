@@ -57,7 +57,7 @@ class Request:
     unit: int
     cache_salt: str | None = None
     pin_id: str | None = None  # set for a pin's materialization: no logits, no output
-    # where the prompt's rendered chat messages end: message checkpoints (DESIGN.md section 2)
+    # where the prompt's rendered chat messages end: message checkpoints (docs/rules.md section 5)
     checkpoint_offsets: tuple[int, ...] = ()
     arrival_ts: float = field(default_factory=time.time)
 

@@ -5,7 +5,7 @@ Mamba group holds states along the attention tree, and the junctions worth a sta
 Pure functions of the peer blocks as `GET /engines/{id}/peer-blocks` gives them (dicts with
 `hash`, `parent`, `num_tokens`, `token_sample`, `medium`); they read and change nothing else.
 
-Positions (DESIGN.md's words): a block's `end` is the sum of `num_tokens` along its parent
+Positions (docs/rules.md's words): a block's `end` is the sum of `num_tokens` along its parent
 chain, itself included; its start is its parent's end. A block whose chain breaks (a parent
 the store no longer holds) has no position and is counted as unplaced. In vLLM's hybrid models
 every group hashes the same token blocks, so a Mamba block whose hash is an attention block's

@@ -18,7 +18,7 @@ Where the peer has to choose (vLLM would take these from a model checkpoint):
 - `cache_config.block_size` is `Bm`: vLLM's align mode sets it to the Mamba block size (it
   makes `Ba == Bm` in real models), and `_mamba_block_aligned_split` reads it as that.
 - `--eagle` is EAGLE with the legacy trailing-unit drop (`disable_lookahead_block_hashes`), the
-  rule DESIGN.md describes; the attention group is the EAGLE group, one speculative token.
+  rule docs/rules.md describes; the attention group is the EAGLE group, one speculative token.
 - `--no-partial-hits` passes `allow_partial_hash_hits=False` to vLLM's
   `HybridKVCacheCoordinator` (vLLM has the switch but no config option for it): hits then land
   on `S` boundaries.

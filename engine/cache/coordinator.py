@@ -166,7 +166,8 @@ class HybridCoordinator:
 
     def add_interval_states(self, start: int, end: int, writes: list[tuple[int, int]]) -> list[int]:
         """The interval states strictly inside the chunk `[start, end)` that `writes` lacks,
-        added where spare blocks allow (DESIGN.md: interval checkpoints); new Mamba block ids."""
+        added where spare blocks allow (docs/rules.md section 5: interval states); new Mamba block
+        ids."""
         interval = self.config.state_interval
         if not interval or end - start < 2:
             return []

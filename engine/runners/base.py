@@ -9,7 +9,8 @@ from engine.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
 
 
 class Runner(ABC):
-    """Executes steps in the order DESIGN.md fixes: zero new blocks -> copies -> forward."""
+    """Executes steps in the order docs/rules.md section 10 fixes: zero new blocks -> copies ->
+    forward."""
 
     medium = "CPU"
 

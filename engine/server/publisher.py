@@ -1,5 +1,5 @@
 """`EventPublisher`: the engine's cache events, batched on the engine thread, streamed to the
-control plane's ingest socket by a background thread (DESIGN.md section 4, `engine/wire.py`).
+control plane's ingest socket by a background thread (docs/events.md, `engine/wire.py`).
 
 The engine thread only batches: after every step a listener drains the engine's `ListSink`
 into one `batch` frame with the next seq and puts it in the `Outbox` (outbox.py), the bounded

@@ -2,7 +2,7 @@
 
 For each request, in trace order: the longest prefix it truly shares with an earlier prompt
 (and, when given, that prompt's output), or with a prefix pinned before it; floored to the
-match unit `U` and capped as a hit is capped (DESIGN.md section 2):
+match unit `U` and capped as a hit is capped (docs/rules.md section 3):
 
 - without EAGLE, at most `P - 1` tokens: `min(shared, floor((P - 1) / U) * U)`;
 - with EAGLE, the attention proof may reach `floor(P / U) * U` and one unit is dropped:

@@ -1,8 +1,8 @@
-"""An executable spec of DESIGN.md section 2: what each request hits and what it leaves behind.
+"""An executable spec of docs/rules.md: what each request hits and what it leaves behind.
 
 At concurrency 1 with pools large enough that nothing is evicted, a request's hit depends only on
 what the requests before it computed. This model keeps, per group, the set of cached prefixes
-(token tuples) and derives everything from the rules as DESIGN.md states them, without reading
+(token tuples) and derives everything from the rules as docs/rules.md states them, without reading
 the engine's code:
 
 - attention: every prefix on the attention grid (`U` when hits are fine-grained, else one block)
@@ -25,7 +25,7 @@ from typing import NamedTuple
 @dataclass(frozen=True)
 class Rules:
     """The geometry and policy the rules depend on (the fields of `CacheConfig`, derived here
-    again from DESIGN.md rather than from the engine's properties)."""
+    again from docs/rules.md rather than from the engine's properties)."""
 
     attention_block: int  # Ba (times D)
     mamba_block: int  # Bm

@@ -1,4 +1,5 @@
-"""Chunk stops and checkpoint positions: the rules and worked numbers of DESIGN.md section 2."""
+"""Chunk stops and checkpoint positions: the rules and worked numbers of docs/rules.md sections
+5-6."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Chained prefix hashes `H_p = hash(H_{p-U}, tokens[p-U:p], extra_keys)` (DESIGN.md section 1)."""
+"""Chained prefix hashes `H_p = hash(H_{p-U}, tokens[p-U:p], extra_keys)` (docs/rules.md section
+4)."""
 
 from __future__ import annotations
 

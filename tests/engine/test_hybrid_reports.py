@@ -9,7 +9,7 @@ the benchmark's own (`scenarios()`), run through the same code.
   on every request after the second, and on the second too when the requests overlap (it
   waits for the first's chunk). Sent alone, the second request of the 1500 split hits the
   interval state below (1472, states every 64 tokens) and makes the junction checkpoint at
-  1488 (DESIGN.md section 2) that the rest hit; 1600 is itself an interval state. The resend
+  1488 (docs/rules.md section 5) that the rest hit; 1600 is itself an interval state. The resend
   hits the resend-safe checkpoint, `floor((P - 1) / U) * U` = 560.
 - vLLM 0.33 (the peer, skipped without `.venv-peer`): it no longer shows what the reports
   describe. It keeps the block-floored junction checkpoint (the second request of a family

@@ -1,4 +1,4 @@
-"""Interval states (DESIGN.md section 2): inline, a Mamba state every `checkpoint_interval`
+"""Interval states (docs/rules.md section 5): inline, a Mamba state every `checkpoint_interval`
 tokens strictly inside each prefill chunk, kept only in free blocks that hold nothing retained
 longer, so a family's second request hits the interval floor of the shared prefix."""
 

@@ -1,4 +1,4 @@
-"""Lookup rules of DESIGN.md section 2, with its worked numbers."""
+"""Lookup rules of docs/rules.md section 3, with its worked numbers."""
 
 from __future__ import annotations
 

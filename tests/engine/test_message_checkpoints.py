@@ -1,4 +1,4 @@
-"""Message checkpoints (DESIGN.md section 2): a chat request keeps the state where each of its
+"""Message checkpoints (docs/rules.md section 5): a chat request keeps the state where each of its
 rendered messages ends, so a family's first request already leaves what its siblings hit."""
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from tests.engine.ledger_harness import Harness, Submission
 
 
 def make(runner: str = "ledger", budget: int = 8192, **cache) -> Engine:
-    # the worked examples of DESIGN.md's split are stops-mode examples, without junctions
+    # the worked examples of docs/rules.md section 6's split are stops-mode examples, without
+    # junctions
     base = {
         "block_size": 32,
         "mamba_block_size": 512,

@@ -1,4 +1,4 @@
-"""Junction's hits against vLLM 0.33's on the same shared-prefix traces (DESIGN.md section 2).
+"""Junction's hits against vLLM 0.33's on the same shared-prefix traces (docs/rules.md section 3).
 
 Block-aligned (partial hits off on both sides), with Junction's `checkpoint_mode="stops"` (a
 Mamba state is written only where a chunk ends, which is what vLLM's "align" mode does), the
