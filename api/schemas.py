@@ -5,9 +5,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import msgspec
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    model_validator,
+)
 
 from api.attribution.misses import MissReason
+from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer, render_messages
 from engine.trace import MAX_TOKEN_ID, Segment, segment_tokens
 from engine.wire import ENGINE_ID_PATTERN
@@ -17,6 +27,35 @@ EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=ENGINE_ID_
 MAX_PIN_TOKENS = 1 << 20
 #: The most engines a pin may name.
 MAX_PIN_ENGINES = 1000
+
+
+def _inlined_schema(struct: type) -> dict:
+    """A msgspec struct's JSON Schema with its `$defs` written in place (OpenAPI has no
+    `$defs` of its own)."""
+    schema = msgspec.json.schema(struct)
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].rsplit("/", 1)[1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    return inline(schema)
+
+
+#: An engine's hello geometry in a REST body: the struct itself (`engine.geometry`), read with
+#: `CacheGeometry.from_json` and written as its JSON (the fields the engine did not report left
+#: out), its schema msgspec's.
+CacheGeometryBody = Annotated[
+    CacheGeometry,
+    PlainValidator(CacheGeometry.from_json),
+    PlainSerializer(CacheGeometry.to_json, return_type=dict),
+    WithJsonSchema(_inlined_schema(CacheGeometry)),
+]
 
 
 class _Out(BaseModel):
@@ -32,7 +71,7 @@ class EngineOut(_Out):
     replica_id: str | None
     first_seen: datetime
     last_seen: datetime
-    geometry: dict[str, Any]
+    geometry: CacheGeometryBody  # what its last hello said of its cache (`CacheGeometry`)
     model: dict[str, Any]
     num_batches_dropped: int  # event batches its outbox gave up for a snapshot (this epoch)
     num_requests_dropped: int  # finished requests it gave up: past its outbox's limits

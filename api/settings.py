@@ -1,7 +1,7 @@
 """The control plane's settings, from `JUNCTION_*` environment variables and a `.env` file.
 
-Its clients' settings (where the control plane is, the token they send) are
-`client.settings`'s."""
+Its clients' settings (where the control plane is, the token they send, the dashboard's
+refresh period) are `client.settings`'s."""
 
 from __future__ import annotations
 
@@ -42,8 +42,6 @@ class Settings(BaseSettings):
     # The beat schedule of the standard benchmark suite, as a crontab (minute hour day month
     # weekday); nightly by default.
     benchmark_schedule: str = "0 3 * * *"
-    # The dashboard's live refresh period, in seconds.
-    dashboard_refresh_s: float = 3.0
 
     @field_validator("database_url")
     @classmethod
@@ -170,7 +168,6 @@ class Settings(BaseSettings):
         "read_wait_s",
         "dead_letters_per_engine",
         "dead_letter_frame_bytes",
-        "dashboard_refresh_s",
         "peer_max_blocks",
         "peer_window_s",
         "peer_max_samples",

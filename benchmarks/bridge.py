@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import socket
 import subprocess
 import sys
 import threading
@@ -32,22 +30,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.peer.client import peer_python  # noqa: E402
+from benchmarks.ports import free_port  # noqa: E402
 
 DRIVER = REPO / "benchmarks" / "peer" / "vllm_kv_events.py"
-
-
-def free_port() -> int:
-    """A free port below Linux's ephemeral range (32768+), where a SUB reconnecting to it
-    while its PUB is away can never be given it as its own source port."""
-    for _ in range(100):
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 20000-32000")
 
 
 class KvEventsPeer:

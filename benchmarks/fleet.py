@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,10 +44,14 @@ from pathlib import Path
 
 import httpx
 
-from engine.trace import TraceRequest, segment_tokens
-from engine.workloads.oracle import oracle
-
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: `benchmarks.ports` is beside it
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.ports import free_port  # noqa: E402
+from engine.trace import TraceRequest, segment_tokens  # noqa: E402
+from engine.workloads.oracle import oracle  # noqa: E402
+
 JUNCTION = [sys.executable, "-m", "cli.main"]
 MODEL = "junction-hybrid-tiny"
 UNIT = 16
@@ -138,12 +141,6 @@ def uniform_trace(seed: int, num_engines: int) -> Trace:
 
 
 # ---------------------------------------------------------------------- processes
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Processes:
     """Engines and a router as child processes; stopped together."""
 

@@ -2,9 +2,9 @@
 and the second turn's time to first token.
 
 Random checkpoints of about 100M parameters, one Bamba-shaped (Mamba-2) and one Qwen3.5-shaped
-(Gated DeltaNet), are built with transformers into a temp dir
-(`tests/engine/model/hf_checkpoints.py`, size "100m"); both sides load each in the same
-process, dtype and thread count.
+(Gated DeltaNet), are built with transformers and written with a small tokenizer into a temp dir
+(`engine.model.hf.synthetic`); both sides load each in the same process, dtype and thread
+count.
 - Prefill: tokens/s of one fresh prompt of 512, 2048 and 8192 tokens. Junction's time is the
   request's time to first token (cache on, nothing to hit); transformers' is one forward
   without a cache that keeps the last position's logits.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,20 +28,64 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    BambaConfig,
+    BambaForCausalLM,
+    PreTrainedModel,
+    Qwen3_5ForCausalLM,
+    Qwen3_5TextConfig,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkpoint builder's tests/
-
-from engine.config import CacheConfig, ModelConfig, SchedulerConfig  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.request import SamplingParams  # noqa: E402
-from tests.engine.model.hf_checkpoints import VOCAB_SIZE, build_checkpoint  # noqa: E402
+from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.engine import Engine
+from engine.model.hf.synthetic import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, write_checkpoint
+from engine.request import SamplingParams
 
 FULL = {"prefill": (512, 2048, 8192), "first": 10000, "extra": 200}
 QUICK = {"prefill": (128, 512, 1024), "first": 2000, "extra": 100}
 NUM_SPECIAL = 16  # the tokenizer's first ids; prompts avoid them
 ONE = SamplingParams(max_tokens=1)
-ARCHITECTURES = {"bamba": "BambaForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}
+SPECIAL_IDS = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
+
+
+def bamba_100m() -> PreTrainedModel:
+    """About 100M parameters: 12 layers of 768, attention at 3, 7 and 11, Mamba-2 between."""
+    config = BambaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=768,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        attn_layer_indices=[3, 7, 11],
+        mamba_n_heads=24,
+        mamba_d_state=128,
+        **SPECIAL_IDS,
+    )
+    return BambaForCausalLM(config)
+
+
+def qwen3_5_100m() -> PreTrainedModel:
+    """About 100M parameters: 12 layers of 768, 3 Gated DeltaNet layers to 1 attention."""
+    config = Qwen3_5TextConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=128,
+        linear_num_key_heads=8,
+        linear_num_value_heads=16,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        **SPECIAL_IDS,
+    )
+    return Qwen3_5ForCausalLM(config)
+
+
+ARCHITECTURES = {"bamba": bamba_100m, "qwen3_5": qwen3_5_100m}
 
 
 def junction_engine(model: ModelConfig, longest: int) -> Engine:
@@ -98,7 +141,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.arch:
-            path = build_checkpoint(ARCHITECTURES[name], Path(tmp) / f"{name}-100m", size="100m")
+            torch.manual_seed(0)
+            path = write_checkpoint(ARCHITECTURES[name](), Path(tmp) / f"{name}-100m")
             compare(name, path, args)
 
 

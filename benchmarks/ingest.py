@@ -38,7 +38,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,16 +55,21 @@ import psycopg
 from sqlalchemy import event
 from tqdm import tqdm
 
-from api.ingest.frames import apply_batches, apply_hello
-from api.ingest.route import DECODE_AHEAD
-from api.settings import Settings
-from api.store.db import make_engine, make_sessionmaker
-from engine.config import CacheConfig
-from engine.engine import Engine
-from engine.request import SamplingParams
-from engine.server.publisher import EventPublisher
-from engine.wire import decode, encode
-from stack.balancer import Balancer
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: `benchmarks.ports` is beside it
+    sys.path.insert(0, str(REPO))
+
+from api.ingest.frames import apply_batches, apply_hello  # noqa: E402
+from api.ingest.route import DECODE_AHEAD  # noqa: E402
+from api.settings import Settings  # noqa: E402
+from api.store.db import make_engine, make_sessionmaker  # noqa: E402
+from benchmarks.ports import free_port  # noqa: E402
+from engine.config import CacheConfig  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.request import SamplingParams  # noqa: E402
+from engine.server.publisher import EventPublisher  # noqa: E402
+from engine.wire import decode, encode  # noqa: E402
+from stack.balancer import Balancer  # noqa: E402
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TOKEN = "bench-token-0123456789"
@@ -569,12 +573,6 @@ def breakdown(url: str, num_events: int) -> None:
         f"{1e6 / server:,.0f} events/s; engine process (step + to_dict + encode msgpack) "
         f"{engine:.1f} ms -> {1e6 / engine:,.0f} events/s"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_server(

@@ -1,11 +1,10 @@
-"""The control plane's REST API as its clients use it (the pins CLI, the dashboard): JSON over
-httpx, every failure an `ApiError` that says what went wrong.
+"""The control plane's REST API as its clients use it (the pins CLI, the dashboard): its reads
+and writes under `/api/v1`, over the JSON transport `client.transport` gives every REST client.
 
-`ApiUnreachable` when nothing answered at the base URL (refused, timed out, a broken
-connection); an `ApiError` with the HTTP status and the API's own account of the problem for
-any answer but a 2xx (`error_detail`: FastAPI's `detail`, a message or pydantic's validation
-errors). Where the API is and the token to send are the caller's; `client.settings` reads
-them from the environment.
+Every failure is an `ApiError` (`ApiUnreachable` when nothing answered) whose `reason` is the
+API's own account of the problem (`error_detail`: FastAPI's `detail`, a message or pydantic's
+validation errors). Where the API is and the token to send are the caller's; `client.settings`
+reads them from the environment.
 """
 
 from __future__ import annotations
@@ -14,37 +13,21 @@ from typing import Any
 
 import httpx
 
+from client.transport import ApiError, ApiUnreachable, JsonClient, body_text
+
+#: `ApiError` and `ApiUnreachable` are the transport's: every call of the client raises them.
+__all__ = ["API_PREFIX", "ApiClient", "ApiError", "ApiUnreachable", "error_detail"]
+
 API_PREFIX = "/api/v1"
 
 
-class ApiError(Exception):
-    """A request that failed: `method` and `path` (under `API_PREFIX`), the full `url` tried,
-    the HTTP `status` (None: no answer) and `reason`, what was wrong."""
-
-    def __init__(
-        self, message: str, *, method: str, path: str, url: str, status: int | None, reason: str
-    ) -> None:
-        super().__init__(message)
-        self.method = method
-        self.path = path
-        self.url = url
-        self.status = status
-        self.reason = reason
-
-
-class ApiUnreachable(ApiError):
-    """Nothing answered (`status` is None)."""
-
-
-class ApiClient:
+class ApiClient(JsonClient):
     """One control plane at `base_url`; every call sends `token` as a bearer token (reads take
     the write token or the read-only one, writes only the write token: a client that reads
     with one and writes with the other is two clients)."""
 
-    def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 10.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.token = token
-        self.timeout_s = timeout_s
+    service = "the control plane"
+    prefix = API_PREFIX
 
     # ------------------------------------------------------------------ reads
     def engines(self) -> list[dict]:
@@ -130,6 +113,10 @@ class ApiClient:
     def benchmark(self, run_id: int) -> dict:
         return self.call("GET", f"/benchmarks/{run_id}")
 
+    def benchmark_suite(self) -> list[dict]:
+        """The standard suite's specs (defaults filled in): the presets of a run's form."""
+        return self.call("GET", "/benchmarks/suite")
+
     # ------------------------------------------------------------------ writes (token)
     def create_pin(self, body: dict) -> dict:
         return self.call("POST", "/pins", json=body)
@@ -140,29 +127,8 @@ class ApiClient:
     def create_benchmark(self, spec: dict) -> dict:
         return self.call("POST", "/benchmarks", json=spec)
 
-    # ------------------------------------------------------------------
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The JSON answer of `method path` under `API_PREFIX` (None for an empty one); query
-        `params` that are None are left out. Raises `ApiError` saying why not."""
-        url = f"{self.base_url}{API_PREFIX}{path}"
-        if "params" in kwargs:
-            kwargs["params"] = {k: v for k, v in kwargs["params"].items() if v is not None}
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        where = {"method": method, "path": path, "url": url}
-        try:
-            response = httpx.request(method, url, headers=headers, timeout=self.timeout_s, **kwargs)
-        except httpx.HTTPError as exc:
-            if isinstance(exc, httpx.TimeoutException):
-                reason = f"no answer in {self.timeout_s:g} s"
-            else:
-                reason = str(exc) or type(exc).__name__
-            message = f"cannot reach the control plane at {self.base_url}: {reason}"
-            raise ApiUnreachable(message, **where, status=None, reason=reason) from exc
-        if not response.is_success:
-            reason = error_detail(response)
-            message = f"{method} {path}: HTTP {response.status_code}: {reason}"
-            raise ApiError(message, **where, status=response.status_code, reason=reason)
-        return response.json() if response.content else None
+    def error_reason(self, response: httpx.Response) -> str:
+        return error_detail(response)
 
 
 def error_detail(response: httpx.Response) -> str:
@@ -172,7 +138,7 @@ def error_detail(response: httpx.Response) -> str:
     try:
         detail = response.json()["detail"]
     except (ValueError, KeyError, TypeError):
-        return response.text.strip()[:300] or response.reason_phrase
+        return body_text(response)
     if isinstance(detail, list):
         return "; ".join(_validation_error(item) for item in detail)
     return str(detail)

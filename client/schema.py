@@ -4,7 +4,8 @@ holds it to that)."""
 
 from __future__ import annotations
 
+from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
 from engine.modes import MODES, RUNNER_NAMES
 
-__all__ = ["MODES", "RUNNER_NAMES", "ByteTokenizer"]
+__all__ = ["MODES", "RUNNER_NAMES", "ByteTokenizer", "CacheGeometry"]

@@ -6,8 +6,9 @@ dashboard. They come from `JUNCTION_CONTROL_PLANE_URL`, `JUNCTION_API_TOKEN` and
 `JUNCTION_READ_TOKEN` (and `JUNCTION_ROUTER_URL`, where the dashboard finds `junction route`,
 read with the same token), in the environment or a `.env` file, read when
 `ControlPlaneSettings()` is built (a command builds it once; the dashboard once a run), not at
-import. There is no default token: the control plane's own settings, and the tokens it checks,
-are `api.settings` and `api.guards.token`.
+import. The dashboard's own settings (`JUNCTION_DASHBOARD_REFRESH_S`) are `DashboardSettings`.
+There is no default token: the control plane's own settings, and the tokens it checks, are
+`api.settings` and `api.guards.token`.
 """
 
 from __future__ import annotations
@@ -40,3 +41,21 @@ class ControlPlaneSettings(BaseSettings):
     def url(self) -> str:
         """The REST API's base URL, without a trailing slash."""
         return (self.control_plane_url or DEFAULT_URL).rstrip("/")
+
+
+class DashboardSettings(BaseSettings):
+    """The dashboard's own settings, apart from `ControlPlaneSettings`: every command reads
+    those (some of its options default to them), and a bad dashboard setting must not stop
+    `junction pin` or `junction serve`."""
+
+    model_config = SettingsConfigDict(env_prefix="JUNCTION_", env_file=".env", extra="ignore")
+
+    # The live refresh period of its pages, in seconds.
+    dashboard_refresh_s: float = 3.0
+
+    @field_validator("dashboard_refresh_s")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"must be positive, got {value}")
+        return value

@@ -3,8 +3,8 @@ and what it accepts, instead of pydantic's traceback that names fields.
 
 It sits beside the lowest settings (`client.settings`), so every package's command can use
 it. `cli.main` says them for every command whose settings (`api.settings.Settings`, or the
-clients' `client.settings.ControlPlaneSettings`) refuse the environment, and exits 2;
-`junction up` gathers them for every part before it starts anything.
+clients' `client.settings.ControlPlaneSettings` and `DashboardSettings`) refuse the
+environment, and exits 2; `junction up` gathers them for every part before it starts anything.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pydantic import ValidationError
 
 #: The settings classes whose refusals are said this way (pydantic's error title).
-SETTINGS_TITLES = frozenset({"Settings", "ControlPlaneSettings"})
+SETTINGS_TITLES = frozenset({"Settings", "ControlPlaneSettings", "DashboardSettings"})
 #: The longest value quoted back: a setting may be a long URL or a whole file.
 MAX_VALUE_CHARS = 40
 PREFIX = "JUNCTION_"

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from client.settings import DEFAULT_URL
+from client.settings import DEFAULT_URL, ControlPlaneSettings, DashboardSettings
 
 APP = Path(__file__).with_name("app.py")
 
@@ -62,12 +62,9 @@ def streamlit_env(api_url: str | None, router_url: str | None = None) -> dict[st
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from api.settings import Settings
-    from client.settings import ControlPlaneSettings
-
     # checked here, once, before Streamlit takes the process (bad ones: `cli.main` says which)
-    Settings()
     ControlPlaneSettings()
+    DashboardSettings()
     command = streamlit_command(args.host, args.port)
     env = streamlit_env(args.api_url, args.router_url)
     os.execve(command[0], command, env)  # Streamlit takes the process

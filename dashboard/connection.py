@@ -16,9 +16,9 @@ from contextlib import contextmanager
 
 import streamlit as st
 
-from api.settings import Settings
-from client.rest import ApiClient, ApiError, ApiUnreachable
+from client.rest import ApiClient
 from client.settings import ControlPlaneSettings
+from client.transport import ApiError, ApiUnreachable
 
 START_ENGINE = (
     "No engine has connected to the control plane at {url} yet. Start one with "
@@ -48,11 +48,6 @@ WRITE_TOKEN_FIELD = "write_token_field"
 NEEDS_WRITE_TOKEN = (
     "Enter the write token (the control plane's `JUNCTION_API_TOKEN`) in the sidebar to {what}."
 )
-
-
-def settings() -> Settings:
-    """The dashboard's own settings (its refresh period), read on every run."""
-    return Settings()
 
 
 def api_client() -> ApiClient:

@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from dashboard.connection import settings
+from client.settings import DashboardSettings
 
 
 def live(body: Callable[[], None], min_period_s: float = 0.0) -> None:
     """Run `body` in the live fragment; `min_period_s` slows the refresh of a heavy page."""
-    period = max(settings().dashboard_refresh_s, min_period_s)
+    period = max(DashboardSettings().dashboard_refresh_s, min_period_s)  # read every run
     paused = st.sidebar.toggle(
         "Pause live refresh", key="live_paused", help=f"the page refreshes every {period:g} s"
     )

@@ -1,21 +1,30 @@
 """Engines without physical block ids (vLLM, SGLang through `junction attach`) on the pages:
-how to tell one, and the line the block-id pages show for it instead of an empty view."""
+how to tell one (`geometry_of`: an engine's hello geometry, read from its REST JSON), and the
+line the block-id pages show for it instead of an empty view."""
 
 from __future__ import annotations
+
+from client.schema import CacheGeometry
 
 PEER_PAGE = "pages/peer_cache.py"
 PEER_PAGE_LABEL = "Peer cache: its prefix tree, tiers, churn, hit rate and suggested junctions"
 KIND_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
+def geometry_of(engine: dict | None) -> CacheGeometry:
+    """The engine's hello geometry from its REST JSON (`GET /engines[/{id}]`): what the
+    engine did not report is None; keys this dashboard does not know are ignored."""
+    return CacheGeometry.from_json((engine or {}).get("geometry"))
+
+
 def is_peer(engine: dict | None) -> bool:
     """Whether the engine's hello said it has no physical block ids."""
-    return ((engine or {}).get("geometry") or {}).get("physical_block_ids") is False
+    return geometry_of(engine).is_peer
 
 
 def kind_name(engine: dict) -> str:
     """The peer's kind as people write it ("vLLM", "SGLang")."""
-    kind = str(engine.get("geometry", {}).get("kind") or "peer")
+    kind = geometry_of(engine).kind or "peer"
     return KIND_NAMES.get(kind, kind)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard.figures.attribution import REASONS
+from dashboard.figures.reasons import REASONS
 from dashboard.figures.remedies import Remedy
 
 

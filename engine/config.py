@@ -1,8 +1,7 @@
 """Frozen configuration of the engine, one dataclass per concern.
 
 Sizes follow docs/rules.md section 2: attention block `Ba` (times the DCP size `D`), Mamba block
-`Bm`, match
-unit `U`. Validation raises `ValueError` naming the offending numbers.
+`Bm`, match unit `U`. Validation raises `ValueError` naming the offending numbers.
 """
 
 from __future__ import annotations
@@ -11,9 +10,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
+
 CheckpointMode = Literal["stops", "inline"]
 CHECKPOINT_MODES: tuple[str, ...] = ("stops", "inline")
 
+# The cache and step defaults (docs/rules.md section 2), declared once: the configs below, the
+# command-line flags (engine.options) and the benchmark geometries read these.
+DEFAULT_BLOCK_SIZE = 16  # Ba
+DEFAULT_MAMBA_BLOCK_SIZE = 512  # Bm
+DEFAULT_NUM_BLOCKS = 4096  # blocks per group
+#: Mamba slots `junction serve` defaults to: 512 keep the built-in's state pool near 200 MB
+DEFAULT_SERVE_NUM_MAMBA_BLOCKS = 512
+DEFAULT_PIN_MAX_SHARE = 0.25
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 #: tokens between interval states when `checkpoint_interval` is not given (rounded up to `U`)
 DEFAULT_CHECKPOINT_INTERVAL = 64
 
@@ -31,11 +41,11 @@ class CacheConfig:
     scaled by `dcp_size`, and the Mamba block).
     """
 
-    block_size: int = 16
-    mamba_block_size: int = 512
+    block_size: int = DEFAULT_BLOCK_SIZE
+    mamba_block_size: int = DEFAULT_MAMBA_BLOCK_SIZE
     prefix_match_unit: int | None = None
     dcp_size: int = 1
-    num_blocks: int = 4096
+    num_blocks: int = DEFAULT_NUM_BLOCKS
     num_mamba_blocks: int | None = None
     enable_prefix_caching: bool = True
     partial_hits: bool = True
@@ -45,7 +55,9 @@ class CacheConfig:
     # nothing retained longer (0: none; None: DEFAULT_CHECKPOINT_INTERVAL rounded up to U)
     checkpoint_interval: int | None = None
     eagle: bool = False
-    pin_max_share: float = 0.25
+    pin_max_share: float = DEFAULT_PIN_MAX_SHARE
+    # which free block an allocation gives up: a name in `EVICTION_POLICIES`
+    eviction: str = DEFAULT_EVICTION
 
     def __post_init__(self) -> None:
         _require_positive("block_size", self.block_size)
@@ -63,6 +75,11 @@ class CacheConfig:
             raise ValueError(
                 f"checkpoint_interval must be >= 0 (0 turns interval states off), "
                 f"got {self.checkpoint_interval}"
+            )
+        if self.eviction not in EVICTION_POLICIES:
+            raise ValueError(
+                f"unknown eviction policy {self.eviction!r}: choose one of "
+                f"{', '.join(EVICTION_POLICIES)}"
             )
         if not 0.0 <= self.pin_max_share <= 1.0:
             raise ValueError(f"pin_max_share must lie in [0, 1], got {self.pin_max_share}")
@@ -139,7 +156,7 @@ class CacheConfig:
 class SchedulerConfig:
     """Token budget and queue limits of one engine step."""
 
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     max_num_seqs: int = 256
     long_prefill_threshold: int = 0
     max_model_len: int = 1 << 20

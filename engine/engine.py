@@ -8,13 +8,14 @@ from collections.abc import Callable, Sequence
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.events import EventSink, ListSink
+from engine.geometry import CacheGeometry
 from engine.outputs import RunnerOutput, SchedulerOutput
 from engine.pins import Pin
 from engine.request import Request, SamplingParams
 from engine.runners import make_runner
 from engine.runners.base import Runner
 from engine.scheduler import Scheduler
-from engine.snapshot import block_table_snapshot
+from engine.snapshot import block_table_snapshot, cache_geometry
 from engine.stats import CacheUsage, EngineStats, cache_usage
 
 
@@ -131,5 +132,14 @@ class Engine:
     def cache_usage(self) -> dict[str, CacheUsage]:
         return {name: cache_usage(pool) for name, pool in self.scheduler.coordinator.pools.items()}
 
+    def cache_geometry(self) -> CacheGeometry:
+        """What the engine's hello says of its cache."""
+        pools = self.scheduler.coordinator.pools
+        return cache_geometry(self.cache_config, self.scheduler_config, pools)
+
     def snapshot(self) -> dict:
-        return block_table_snapshot(self)
+        """The block table as JSON (`engine.snapshot`)."""
+        pools = self.scheduler.coordinator.pools
+        return block_table_snapshot(
+            self.engine_id, self.scheduler.step_id, self.cache_geometry(), pools
+        )

@@ -1,6 +1,7 @@
 """What an engine says of its model: the name, where it comes from, its architecture and the
-cache geometry with the bytes of each block. `junction serve` prints it at start; `/v1/models`
-and the hello to the control plane carry it."""
+cache's size (its pools in blocks, and the bytes of each block). `junction serve` prints it at
+start; `/v1/models` and the hello's free-form `model` carry it. The hello's `geometry` (the
+typed `engine.geometry.CacheGeometry`) is another thing: the cache's block sizes and hit rules."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def model_card(model: ModelConfig, cache: CacheConfig) -> dict:
         # what the `mamba` group holds: "mamba" (Mamba-2) or "linear" (Gated DeltaNet)
         "state_group": cost.state_kind,
         "weights_bytes": cost.weights_bytes,
+        # the cache's size; the key stays "geometry" (`/v1/models` and stored hellos carry it)
         "geometry": {
             "attention_block_size": cache.attention_block_size,
             "num_blocks": cache.num_blocks,
@@ -49,12 +51,13 @@ def human(num_bytes: int) -> str:
 
 def describe(card: dict) -> str:
     """The card as the line `junction serve` prints at start."""
-    g = card["geometry"]
+    size = card["geometry"]  # the cache's size (see `model_card`)
     layers = STATE_LAYERS.get(card.get("state_group", "mamba"), "state")
     return (
         f"model {card['name']} ({card['architecture']}, {card['num_attention_layers']} attention "
         f"+ {card['num_mamba_layers']} {layers} layers, {card['dtype']}, from {card['source']}); "
-        f"cache {human(g['cache_bytes'])}: {g['num_blocks']} attention blocks of "
-        f"{g['attention_block_size']} tokens ({human(g['attention_bytes_per_block'])} each), "
-        f"{g['num_mamba_blocks']} {layers} state slots ({human(g['mamba_bytes_per_slot'])} each)"
+        f"cache {human(size['cache_bytes'])}: {size['num_blocks']} attention blocks of "
+        f"{size['attention_block_size']} tokens ({human(size['attention_bytes_per_block'])} "
+        f"each), {size['num_mamba_blocks']} {layers} state slots "
+        f"({human(size['mamba_bytes_per_slot'])} each)"
     )

@@ -17,7 +17,12 @@ from typing import NamedTuple
 from engine.cache_memory import PoolSizes, budget_bytes, parse_budget, size_pools
 from engine.config import (
     CHECKPOINT_MODES,
+    DEFAULT_BLOCK_SIZE,
     DEFAULT_CHECKPOINT_INTERVAL,
+    DEFAULT_MAMBA_BLOCK_SIZE,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_NUM_BLOCKS,
+    DEFAULT_PIN_MAX_SHARE,
     CacheConfig,
     ModelConfig,
     SchedulerConfig,
@@ -28,7 +33,6 @@ from engine.runners import RUNNER_NAMES
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
-DEFAULT_NUM_BLOCKS = 4096
 
 
 def add_cache_options(parser: argparse.ArgumentParser, num_mamba_blocks: int | None = None) -> None:
@@ -37,8 +41,12 @@ def add_cache_options(parser: argparse.ArgumentParser, num_mamba_blocks: int | N
     parser.set_defaults(default_num_mamba_blocks=num_mamba_blocks)
     group = parser.add_argument_group("cache")
     group.add_argument("--runner", choices=RUNNER_NAMES, default="null")
-    group.add_argument("--block-size", type=int, default=16, help="attention block size Ba")
-    group.add_argument("--mamba-block-size", type=int, default=512, help="Mamba block size Bm")
+    group.add_argument(
+        "--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="attention block size Ba"
+    )
+    group.add_argument(
+        "--mamba-block-size", type=int, default=DEFAULT_MAMBA_BLOCK_SIZE, help="Mamba block size Bm"
+    )
     group.add_argument(
         "--prefix-match-unit",
         type=int,
@@ -46,6 +54,25 @@ def add_cache_options(parser: argparse.ArgumentParser, num_mamba_blocks: int | N
         help="match unit U (default: gcd of the block sizes)",
     )
     group.add_argument("--dcp-size", type=int, default=1, help="decode context parallel size D")
+    _add_checkpoint_options(group)
+    group.add_argument("--max-num-batched-tokens", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    group.add_argument("--long-prefill-threshold", type=int, default=0)
+    group.add_argument(
+        "--max-prefix-wait-steps",
+        type=int,
+        default=SchedulerConfig.max_prefix_wait_steps,
+        metavar="STEPS",
+        help="steps a request may wait for one in flight that computes its prefix "
+        f"(default {SchedulerConfig.max_prefix_wait_steps}; 0: never wait)",
+    )
+    _add_pool_options(group, num_mamba_blocks)
+    group.add_argument(
+        "--no-prefix-caching", action="store_true", help="cache off: the reference for outputs"
+    )
+
+
+def _add_checkpoint_options(group: argparse._ArgumentGroup) -> None:
+    """Where hits may land and which Mamba states are kept (docs/rules.md sections 2 and 5)."""
     group.add_argument("--eagle", action="store_true", help="EAGLE drafts: hits drop one unit")
     group.add_argument(
         "--no-partial-hits", action="store_true", help="hit only on lcm(Ba, Bm) boundaries"
@@ -70,16 +97,10 @@ def add_cache_options(parser: argparse.ArgumentParser, num_mamba_blocks: int | N
         help=f"inline: also keep a Mamba state every TOKENS tokens, only in spare blocks "
         f"(default {DEFAULT_CHECKPOINT_INTERVAL} rounded up to the match unit; 0: none)",
     )
-    group.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    group.add_argument("--long-prefill-threshold", type=int, default=0)
-    group.add_argument(
-        "--max-prefix-wait-steps",
-        type=int,
-        default=SchedulerConfig.max_prefix_wait_steps,
-        metavar="STEPS",
-        help="steps a request may wait for one in flight that computes its prefix "
-        f"(default {SchedulerConfig.max_prefix_wait_steps}; 0: never wait)",
-    )
+
+
+def _add_pool_options(group: argparse._ArgumentGroup, num_mamba_blocks: int | None) -> None:
+    """How many blocks each group's pool holds, and the share pins may take."""
     group.add_argument(
         "--num-blocks",
         type=int,
@@ -103,11 +124,9 @@ def add_cache_options(parser: argparse.ArgumentParser, num_mamba_blocks: int | N
     group.add_argument(
         "--pin-max-share",
         type=float,
-        default=0.25,
-        help="the share of each group's blocks that pins may hold (default 0.25)",
-    )
-    group.add_argument(
-        "--no-prefix-caching", action="store_true", help="cache off: the reference for outputs"
+        default=DEFAULT_PIN_MAX_SHARE,
+        help=f"the share of each group's blocks that pins may hold "
+        f"(default {DEFAULT_PIN_MAX_SHARE})",
     )
 
 

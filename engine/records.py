@@ -41,7 +41,8 @@ def match_stop(request: Request) -> MatchStop:
     the attention match a state was missing; at the match's EAGLE drop, or with the match at
     its limit, the hit was held back; short of what a request in flight was computing, that
     request had not registered it yet; otherwise nothing more was cached."""
-    proof, limit, in_flight = request.match
+    match = request.match
+    proof, limit, in_flight = match.proof_length, match.proof_limit, match.in_flight
     hit = request.num_cached_tokens or 0
     attention = request.hit_tokens_by_group.get(ATTENTION, 0)
     if hit < attention:

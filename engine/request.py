@@ -32,6 +32,14 @@ class CowCopy(NamedTuple):
         return self._asdict()
 
 
+class AdmissionMatch(NamedTuple):
+    """What a request's first admission saw of its prefix (miss attribution, `MatchStop`)."""
+
+    proof_length: int = 0  # the attention match before the EAGLE drop
+    proof_limit: int = 0  # the most the proof could reach (P - 1, EAGLE: one unit more), floored
+    in_flight: int = 0  # how far a request in flight beside it was computing its prefix
+
+
 @dataclass
 class SamplingParams:
     max_tokens: int = 16
@@ -82,9 +90,7 @@ class Request:
     num_wait_steps: int = 0  # steps spent waiting for a request in flight to compute its prefix
     num_copy_wait_steps: int = 0  # steps spent waiting for its checkpoint's copy to run
     arrival_index: int = 0  # its place in the scheduler's arrival order
-    # at its first admission: the attention proof, the proof's limit, and how far a request
-    # in flight was computing its prefix (miss attribution, `MatchStop`)
-    match: tuple[int, int, int] = (0, 0, 0)
+    match: AdmissionMatch = AdmissionMatch()  # what its first admission saw
     pin_hits: dict[str, int] = field(default_factory=dict)  # pin id -> boundary the hit covered
     first_token_ts: float | None = None
     finished_ts: float | None = None

@@ -10,20 +10,20 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from engine.arrivals import Arrivals
 from engine.cache.coordinator import ATTENTION, MAMBA, CacheHit, HybridCoordinator
 from engine.cache.entry import CheckpointReason
-from engine.cache.manager import BlockCopy
 from engine.capacity import check_fits
-from engine.chunking import Chunk, checkpoint_targets, plan_chunk, state_positions
+from engine.chunking import Chunk
 from engine.config import CacheConfig, SchedulerConfig
-from engine.events import BlockCopied, BlockStateChanged, EventSink
+from engine.events import EventSink
 from engine.inflight import InflightSharing
 from engine.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
 from engine.pins import Pin, PinManager
+from engine.planner import DECODE, ChunkPlanner
 from engine.records import request_finished
-from engine.request import CowCopy, Request, RequestStatus
-
-DECODE = "decode"
+from engine.request import AdmissionMatch, Request, RequestStatus
+from engine.step_events import StepEvents
 
 
 class Scheduler:
@@ -42,16 +42,22 @@ class Scheduler:
         self.unit = cache_config.match_unit
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.requests: dict[str, Request] = {}
+        self.arrivals = Arrivals()
         self.pin_manager = PinManager(self.coordinator, cache_config, sink)
         self.sharing = InflightSharing(self.coordinator, cache_config, scheduler_config)
+        self.planner = ChunkPlanner(cache_config, scheduler_config, self.pin_manager)
+        self.events = StepEvents(sink, self.coordinator.pools)
         self.step_id = 0
-        self._num_arrivals = 0  # arrival indices handed out (RequestFinished.arrival_index)
         self._refused: list[Request] = []  # finished while scheduling: update() returns them
         # this step's interval states per request (position -> reason), registered by update()
         self._interval_positions: dict[str, dict[int, CheckpointReason]] = {}
 
     # ------------------------------------------------------------------ intake
+    @property
+    def requests(self) -> dict[str, Request]:
+        """The requests in the engine by id, in arrival order: the oldest first."""
+        return self.arrivals.requests
+
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in flight")
@@ -66,16 +72,13 @@ class Scheduler:
             self.coordinator.pools,
             self.pin_manager.num_pins,
         )
-        request.arrival_index = self._num_arrivals
-        self._num_arrivals += 1
-        self.requests[request.request_id] = request  # in arrival order: the oldest first
+        self.arrivals.add(request)
         self.waiting.append(request)
 
     def oldest_unfinished_index(self) -> int:
         """The arrival index of the oldest request still in the engine (the next index when
         none is): every request that arrived before it has finished."""
-        oldest = next(iter(self.requests.values()), None)
-        return self._num_arrivals if oldest is None else oldest.arrival_index
+        return self.arrivals.oldest_unfinished_index()
 
     def abort_request(self, request_id: str) -> Request | None:
         request = self.requests.get(request_id)
@@ -86,7 +89,7 @@ class Scheduler:
         else:
             self.running.remove(request)
         self._finish(request, "abort")
-        self._emit_block_states()
+        self.events.block_states(self.step_id)
         return request
 
     # ------------------------------------------------------------------ pins
@@ -107,7 +110,7 @@ class Scheduler:
         pin = self.pin_manager.find(pin_id)
         self.abort_request(pin.request_id)
         self.pin_manager.release(pin)
-        self._emit_block_states()
+        self.events.block_states(self.step_id)
         return pin
 
     # ------------------------------------------------------------------ schedule
@@ -123,11 +126,11 @@ class Scheduler:
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
-            chunk = self._plan(request, request.num_computed_tokens, budget)
+            chunk = self.planner.plan(request, request.num_computed_tokens, budget)
             if chunk is None:
                 index += 1
                 continue
-            positions = self._positions(request, request.num_computed_tokens, chunk.end)
+            positions = self.planner.positions(request, request.num_computed_tokens, chunk.end)
             while not coordinator.can_allocate(
                 coordinator.count_chunk(request.request_id, chunk.end, positions)
             ):
@@ -165,43 +168,6 @@ class Scheduler:
                 if block_id in added
             }
 
-    def _plan(self, request: Request, start: int, budget: int) -> Chunk | None:
-        if not request.is_prefilling or start >= request.prefill_target:
-            return Chunk(request.num_tokens, DECODE)
-        config, cache = self.config, self.cache_config
-        return plan_chunk(
-            start,
-            min(budget, config.chunk_limit),
-            request.num_tokens,
-            cache.scheduler_block_size,
-            config.chunk_limit,
-            cache.eagle and not request.is_pin,
-            request.targets,
-            stops_at_checkpoints=cache.checkpoint_mode == "stops",
-        )
-
-    def _positions(self, request: Request, start: int, end: int) -> list[int]:
-        return state_positions(
-            start,
-            end,
-            self.cache_config.mamba_block_size,
-            request.targets,
-            inline=self.cache_config.checkpoint_mode == "inline",
-        )
-
-    def _targets(self, request: Request, junction: int | None) -> dict[int, CheckpointReason]:
-        cache = self.cache_config
-        return checkpoint_targets(
-            request.num_prompt_tokens,
-            self.unit,
-            cache.scheduler_block_size,
-            cache.eagle,
-            cache.partial_hits,
-            junction,
-            self.pin_manager.boundaries(request),
-            request.checkpoint_offsets,
-        )
-
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         coordinator, config = self.coordinator, self.cache_config
         index = 0  # waiting requests before it wait for a producer in flight
@@ -227,14 +193,14 @@ class Scheduler:
             junction = None
             if config.junction_checkpoints and hit.attention_length > hit.length:
                 junction = hit.attention_length
-            targets = self._targets(request, junction)
+            targets = self.planner.targets(request, junction)
             self.sharing.keep_sibling_junctions(request, hit, targets, self.waiting)
             request.targets = targets
             request.prefill_target = request.num_tokens
-            chunk = self._plan(request, hit.length, budget)
+            chunk = self.planner.plan(request, hit.length, budget)
             if chunk is None:
                 break
-            positions = self._positions(request, hit.length, chunk.end)
+            positions = self.planner.positions(request, hit.length, chunk.end)
             need = coordinator.count_admission(request.request_id, hit, chunk.end, positions)
             if not coordinator.can_allocate(need):
                 if not self.running and not out.chunks:
@@ -251,12 +217,12 @@ class Scheduler:
 
     def _admit(self, out: SchedulerOutput, request: Request, hit: CacheHit) -> None:
         copies = self.coordinator.admit(request.request_id, hit)
-        self._queue_copies(out, request, copies)
+        self.events.queue_copies(out, request, copies)
         if request.num_cached_tokens is None:
             request.num_cached_tokens = hit.length
             request.hit_tokens_by_group = hit.by_group
             request.pin_hits = self.pin_manager.hits(request, hit.length)
-            request.match = (
+            request.match = AdmissionMatch(
                 hit.proof_length,
                 hit.proof_limit,
                 self.sharing.in_flight_reach(request, self.running),
@@ -270,7 +236,7 @@ class Scheduler:
     ) -> int:
         start, end = request.num_computed_tokens, chunk.end
         work = self.coordinator.allocate_chunk(request.request_id, start, end, positions)
-        self._queue_copies(out, request, work.copies)
+        self.events.queue_copies(out, request, work.copies)
         for group, block_ids in work.new_block_ids.items():
             out.new_block_ids[group].extend(block_ids)
         if chunk.stop_reason != DECODE:
@@ -292,30 +258,6 @@ class Scheduler:
             )
         )
         return end - start
-
-    def _queue_copies(
-        self, out: SchedulerOutput, request: Request, copies: list[BlockCopy]
-    ) -> None:
-        pools = self.coordinator.pools
-        for copy in copies:
-            out.copies.append(copy)
-            request.cow_copies.append(
-                CowCopy(copy.group, copy.path, copy.src, copy.dst, copy.position, out.step)
-            )
-            if not self.is_recording:
-                continue
-            self.sink.emit(
-                BlockCopied(
-                    group_idx=pools[copy.group].group_idx,
-                    group=copy.group,
-                    src_block_id=copy.src,
-                    dst_block_id=copy.dst,
-                    path=copy.path,
-                    request_id=copy.request_id,
-                    position=copy.position,
-                    step=out.step,
-                )
-            )
 
     def _preempt(self, request: Request) -> None:
         self.coordinator.free_request(request.request_id)
@@ -361,7 +303,7 @@ class Scheduler:
                 self.running.remove(request)
                 self._finish_pin(request)
         coordinator.end_step()
-        self._emit_block_states()
+        self.events.block_states(self.step_id)
         return finished
 
     def _retire(self, request: Request, reason: str, finished: list[Request]) -> None:
@@ -372,7 +314,7 @@ class Scheduler:
     def _finish(self, request: Request, reason: str) -> None:
         block_ids = self.coordinator.block_tables(request.request_id)  # before they are freed
         self.coordinator.free_request(request.request_id)
-        self.requests.pop(request.request_id, None)
+        self.arrivals.remove(request.request_id)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
         request.finished_ts = time.time()
@@ -387,21 +329,6 @@ class Scheduler:
         pin = self.pin_manager.materialize(request)
         self._finish(request, "pinned")
         self.pin_manager.emit(pin)
-
-    def _emit_block_states(self) -> None:
-        if not self.is_recording:
-            return
-        for pool in self.coordinator.pools.values():
-            dirty = pool.take_dirty()
-            if dirty:
-                self.sink.emit(
-                    BlockStateChanged(
-                        group_idx=pool.group_idx,
-                        group=pool.group,
-                        blocks=[pool.row(b) for b in dirty],
-                        step=self.step_id,
-                    )
-                )
 
     def check_invariants(self) -> None:
         self.coordinator.check_invariants()

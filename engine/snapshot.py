@@ -1,50 +1,74 @@
-"""The engine's block table as JSON: the shape of the control plane's block-table endpoint.
+"""The engine's cache as its hello and its block table tell it: `cache_geometry` (the hello's
+`CacheGeometry`) and `block_table_snapshot` (the JSON of `GET /debug/blocks` and `junction
+replay --snapshot-out`):
 
 `{"engine_id", "step", "geometry": {...}, "groups": {group: {"block_size", "num_blocks"}},
 "blocks": [{"group", "block_id", "state", "keys", "token_range", "is_partial",
-"checkpoint_reason", "ref_cnt", "pinned", "last_change"}, ...]}`; `token_range` is
-`[start, end)` of the block's valid tokens, `null` for a block that holds no entry.
+"checkpoint_reason", "ref_cnt", "pinned", "last_change"}, ...]}`; `geometry` is the hello's
+(`groups` included), `token_range` is `[start, end)` of the block's valid tokens, `null` for a
+block that holds no entry.
+
+Plain functions of the configs and the pools, so they need no `Engine` (`Engine.snapshot` and
+`Engine.cache_geometry` call them).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from engine.engine import Engine
+from engine.config import CacheConfig, SchedulerConfig
+from engine.geometry import CacheGeometry, GroupShape
 
 
-def geometry(engine: Engine) -> dict:
-    config = engine.cache_config
+class Pool(Protocol):
+    """What the snapshot reads of a group's block pool."""
+
+    block_size: int
+    num_blocks: int
+
+    @property
+    def blocks(self) -> Iterable[Any]: ...
+
+    def row(self, block: Any) -> dict: ...
+
+
+def cache_geometry(
+    cache: CacheConfig, scheduler: SchedulerConfig, pools: Mapping[str, Pool]
+) -> CacheGeometry:
+    """The hello's geometry of an engine with these configs and pools."""
+    return CacheGeometry(
+        block_size=cache.block_size,
+        attention_block_size=cache.attention_block_size,
+        mamba_block_size=cache.mamba_block_size,
+        prefix_match_unit=cache.match_unit,
+        dcp_size=cache.dcp_size,
+        eagle=cache.eagle,
+        partial_hits=cache.partial_hits,
+        junction_checkpoints=cache.junction_checkpoints,
+        checkpoint_mode=cache.checkpoint_mode,
+        checkpoint_interval=cache.state_interval,
+        enable_prefix_caching=cache.enable_prefix_caching,
+        hit_alignment=cache.hit_alignment,
+        max_model_len=scheduler.max_model_len,
+        max_prefix_wait_steps=scheduler.max_prefix_wait_steps,
+        groups={
+            name: GroupShape(block_size=pool.block_size, num_blocks=pool.num_blocks)
+            for name, pool in pools.items()
+        },
+    )
+
+
+def block_table_snapshot(
+    engine_id: str, step: int, geometry: CacheGeometry, pools: Mapping[str, Pool]
+) -> dict:
+    """Every block's row, with the engine's geometry, as plain JSON."""
+    blocks = [pool.row(block) for pool in pools.values() for block in pool.blocks]
+    plain = geometry.to_json()
     return {
-        "block_size": config.block_size,
-        "attention_block_size": config.attention_block_size,
-        "mamba_block_size": config.mamba_block_size,
-        "prefix_match_unit": config.match_unit,
-        "dcp_size": config.dcp_size,
-        "eagle": config.eagle,
-        "partial_hits": config.partial_hits,
-        "junction_checkpoints": config.junction_checkpoints,
-        "checkpoint_mode": config.checkpoint_mode,
-        "checkpoint_interval": config.state_interval,
-        "enable_prefix_caching": config.enable_prefix_caching,
-        "hit_alignment": config.hit_alignment,
-        "max_model_len": engine.scheduler_config.max_model_len,
-        "max_prefix_wait_steps": engine.scheduler_config.max_prefix_wait_steps,
-    }
-
-
-def block_table_snapshot(engine: Engine) -> dict:
-    coordinator = engine.scheduler.coordinator
-    blocks = []
-    groups = {}
-    for name, pool in coordinator.pools.items():
-        groups[name] = {"block_size": pool.block_size, "num_blocks": pool.num_blocks}
-        blocks.extend(pool.row(block) for block in pool.blocks)
-    return {
-        "engine_id": engine.engine_id,
-        "step": engine.scheduler.step_id,
-        "geometry": geometry(engine),
-        "groups": groups,
+        "engine_id": engine_id,
+        "step": step,
+        "geometry": plain,
+        "groups": plain.get("groups", {}),
         "blocks": blocks,
     }

@@ -29,7 +29,7 @@ class CacheUsage:
 def cache_usage(pool: BlockPool) -> CacheUsage:
     num_pinned = pool.num_pinned
     num_free_total = pool.num_free
-    num_cached = sum(1 for b in pool.blocks if b.free_level is not None and b.keys)
+    num_cached = sum(1 for b in pool.blocks if b.free_queue is not None and b.keys)
     return CacheUsage(
         num_blocks=pool.num_blocks,
         num_free=num_free_total - num_cached,

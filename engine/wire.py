@@ -3,7 +3,8 @@
 Frames are JSON (websocket text frames) or msgpack (binary frames) and are validated on the way
 in. The protocol, engine -> control plane unless marked:
 
-1. `hello`   `{engine_id, epoch, geometry, model}`; an engine start is a new epoch.
+1. `hello`   `{engine_id, epoch, geometry, model}`; an engine start is a new epoch. `geometry`
+   is the typed `engine.geometry.CacheGeometry`; `model` is free-form JSON.
 2. `welcome` (control plane) `{epoch, next_seq}`: the seq the store wants next for this epoch
    (0 for a new epoch, whose arrival clears the engine's old table).
 3. `batch`   `{engine_id, epoch, seq, ts, events}`: `seq` rises by one per batch in an epoch.
@@ -20,9 +21,10 @@ and validates in one pass, lax as to spelling (`"1"` for 1) as the control plane
 
 What a frame may hold is declared on its `Struct`s, here and in `engine.events`: ids of
 bounded length without control characters, strings without NUL or lone surrogates, finite
-floats, integers the store's columns hold; the free-form `hello` fields (`geometry`, `model`)
-are JSON no deeper than `MAX_NESTING` with the same strings and numbers. A frame nested past
-what the decoder recurses into is refused like any other bad frame.
+floats, integers the store's columns hold; the hello's free-form `model` is JSON no deeper
+than `MAX_NESTING` with the same strings and numbers (its `geometry` is typed, so its shape
+bounds its nesting). A frame nested past what the decoder recurses into is refused like any
+other bad frame.
 
 Close codes for bad input: 4401 missing or wrong token, 4400 a frame that is not valid JSON or
 msgpack or not a valid frame (unknown event type included; the reason names the field and,
@@ -65,6 +67,7 @@ from engine.events import (  # noqa: F401  (re-exported: the wire's vocabulary)
     Reason,
     RequestFinished,
 )
+from engine.geometry import CacheGeometry, GroupShape  # noqa: F401  (the hello's geometry)
 
 SCHEMA_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -84,7 +87,7 @@ CLOSE_SUPERSEDED = 4410
 ENGINE_ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
 ENGINE_ID_REGEX = r"\A[A-Za-z0-9._:@-]+\Z"
 EngineId = Annotated[str, Meta(min_length=1, max_length=128, pattern=ENGINE_ID_REGEX)]
-MAX_NESTING = 32  # levels of the hello's free-form JSON (`geometry`, `model`)
+MAX_NESTING = 32  # levels of the hello's free-form JSON (`model`)
 
 
 class WireError(ValueError):
@@ -105,17 +108,21 @@ class Hello(_Frame, tag="hello", kw_only=True):
     version: Literal[1] = SCHEMA_VERSION
     engine_id: EngineId
     epoch: Count
-    geometry: dict[str, Any] = {}
+    geometry: CacheGeometry = CacheGeometry()
     model: dict[str, Any] = {}
 
     def __post_init__(self) -> None:
-        """The free-form fields hold what the store's JSON columns can (raised in msgspec's
-        own `- at` form, so `decode` names the field as it does for any other)."""
-        for name in ("geometry", "model"):
-            problem = _json_problem(getattr(self, name), f"$.{name}", 1)
-            if problem is not None:
-                message, where = problem
-                raise ValueError(f"{message} - at `{where}`")
+        """The free-form `model` holds what the store's JSON column can (raised in msgspec's
+        own `- at` form, so `decode` names the field as it does for any other). A hello built
+        in Python with a plain dict for `geometry` gets it checked and typed here."""
+        if isinstance(self.geometry, dict):
+            msgspec.structs.force_setattr(
+                self, "geometry", msgspec.convert(self.geometry, CacheGeometry)
+            )
+        problem = _json_problem(self.model, "$.model", 1)
+        if problem is not None:
+            message, where = problem
+            raise ValueError(f"{message} - at `{where}`")
 
 
 class Welcome(_Frame, tag="welcome"):
@@ -186,7 +193,8 @@ _JSON_ENCODER = msgspec.json.Encoder()
 _MSGPACK_ENCODER = msgspec.msgpack.Encoder()
 _JSON = msgspec.json.Decoder(Frame, strict=False)
 _MSGPACK = msgspec.msgpack.Decoder(Frame, strict=False)
-_WHERE = re.compile(r" - at `\$\.?(.*)`$")
+# msgspec's `- at `$.a.b[0]`` (a value) or `- at `key` in `$.a.b`` (a mapping's key)
+_WHERE = re.compile(r" - at (`key` in )?`\$\.?(.*)`$")
 _TEXT = re.compile(TEXT_PATTERN)
 
 
@@ -244,7 +252,11 @@ def decode(data: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> Frame:
     except msgspec.ValidationError as exc:  # before DecodeError, its base
         message = str(exc)
         match = _WHERE.search(message)
-        where = match.group(1).replace("[", ".").replace("]", "") if match else "top level"
+        # `[...]` is msgspec's word for a mapping's value, whatever its key: `.*` here
+        path = match.group(2).replace("[...]", ".*") if match else ""
+        where = path.replace("[", ".").replace("]", "") if match else "top level"
+        if match and match.group(1):
+            where = f"a key of {where or 'the frame'}"
         detail = _in_words(message[: match.start()] if match else message)
         reason = f"invalid frame at {where or 'top level'}{_seq_of(data)}: {detail}"
         raise WireError(CLOSE_BAD_FRAME, reason) from exc

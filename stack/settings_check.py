@@ -14,7 +14,7 @@ def settings_problems(with_jobs: bool = True) -> list[str]:
     """One line a bad setting (`JUNCTION_NAME='value': what it accepts`); empty: all good.
     This reads the environment and `.env`, and changes nothing."""
     from api.settings import Settings
-    from client.settings import ControlPlaneSettings
+    from client.settings import ControlPlaneSettings, DashboardSettings
 
     problems: list[str] = []
     try:
@@ -24,10 +24,11 @@ def settings_problems(with_jobs: bool = True) -> list[str]:
         # the rest as given, the bad ones at their defaults, so the crontab is checked too
         defaults = {name: Settings.model_fields[name].get_default() for name in bad_fields(exc)}
         settings = Settings(**defaults)
-    try:
-        ControlPlaneSettings()
-    except ValidationError as exc:
-        problems += [problem for problem in describe(exc) if problem not in problems]
+    for client_settings in (ControlPlaneSettings, DashboardSettings):
+        try:
+            client_settings()
+        except ValidationError as exc:
+            problems += [problem for problem in describe(exc) if problem not in problems]
     if with_jobs:
         from jobs.app import parse_crontab
 

@@ -1,14 +1,23 @@
-"""The packages depend one way, bottom to top:
+"""The rules of the project's shape (docs/architecture.md, STYLE.md), each a check and each
+with a test that breaks it on purpose in a made-up project and sees the check fail.
 
-    engine (the core) < engine.server, engine.bench (its faces) < api, router < jobs
-    < dashboard < stack < cli
+The packages depend one way, bottom to top:
 
-No package imports one above it (nor a face the other face), the core loads no web,
-database or dashboard library, and no project files import each other in a circle.
+    engine (the core) < client < engine.server, engine.bench (the engine's faces)
+    < api, router, dashboard < jobs < stack < cli < benchmarks
 
-Two checks of the layers: one imports every module of a package in a fresh interpreter and
-looks at `sys.modules` (what an import really loads); one reads every file's import
-statements, those inside functions too (what a command loads only when it runs).
+1. No package imports one above it, nor a peer of its own tier.
+2. The engine's core loads no web, database, broker or dashboard library.
+3. No project files import each other in a circle, not even for type hints.
+4. The dashboard imports nothing of the project but `client/`.
+5. `api/` imports of the engine only the modules `API_MAY_IMPORT` names: the event schema and
+   the rules the store must share with the engine.
+6. `benchmarks/` imports nothing from `tests/`.
+
+Two ways of seeing an import: one imports every module of a package in a fresh interpreter and
+looks at `sys.modules` (what an import really loads, `importlib` included); one reads every
+file's import statements, those inside functions too, and `importlib.import_module("...")`
+calls with a literal name (what a command loads only when it runs).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import ast
 import json
 import subprocess
 import sys
+import textwrap
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
@@ -24,24 +34,26 @@ from typing import NamedTuple
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Bottom to top: a package may import the tiers below its own; neither face imports the other.
+#: Bottom to top: a package may import the tiers below its own, none above, no peer.
 TIERS = (
     ("engine",),
     ("client",),
     ("engine.server", "engine.bench"),
-    ("api", "router"),
+    ("api", "router", "dashboard"),
     ("jobs",),
-    ("dashboard",),
     ("stack",),
     ("cli",),
+    ("benchmarks",),
 )
 PACKAGES = tuple(package for tier in TIERS for package in tier)
-TOP_FOLDERS = ("engine", "client", "api", "router", "jobs", "dashboard", "stack", "cli")
 FACES = ("engine.server", "engine.bench")
-#: Modules not imported by the walk: `dashboard/app.py` is the Streamlit script `junction
+#: Folders read for import statements: the packages, the benchmark scripts and the tests.
+FOLDERS = ("engine", "client", "api", "router", "jobs", "dashboard", "stack", "cli")
+SCRIPTS = ("benchmarks", "tests")
+#: Modules the walk does not import: `dashboard/app.py` is the Streamlit script `junction
 #: dashboard` runs, and importing it runs the navigation outside Streamlit (the pages under
-#: `dashboard/pages/` are scripts too, in no package, so the walk never meets them). Both
-#: are still read by the import-statement checks below.
+#: `dashboard/pages/` are scripts, in no package, so the walk never meets them). Both are
+#: still read by the import-statement checks.
 NOT_IMPORTED = ("dashboard.app",)
 #: What the engine's core must never load: web, database, broker and dashboard libraries.
 CORE_FORBIDDEN_LIBRARIES = (
@@ -61,6 +73,19 @@ CORE_FORBIDDEN_LIBRARIES = (
     "websockets",
     "redis",
 )
+#: The engine modules `api/` may import, and why the store needs each.
+API_MAY_IMPORT = {
+    "engine.events": "the event schema: what ingest applies",
+    "engine.wire": "the frames of the ingest socket",
+    "engine.geometry": "the hello's cache geometry",
+    "engine.modes": "the cache modes a benchmark run replays",
+    "engine.bench": "a benchmark spec, checked as `junction bench` checks it",
+    "engine.workloads.oracle": "the hit a request could have had: miss attribution's oracle",
+    "engine.model.tokenizer": "a pin's text to token ids, rendered as the engine renders it",
+    "engine.trace": "a pin's segments to token ids, as a trace's lines are read",
+}
+#: What the dashboard may import of the project: the client, and itself.
+DASHBOARD_MAY_IMPORT = ("client", "dashboard")
 
 
 def is_in(module: str, package: str) -> bool:
@@ -122,23 +147,22 @@ class Loaded(NamedTuple):
 
     walked: str  # the module the walk imported
     name: str  # a module that import loaded, for the first time
-    importer: str | None  # the module whose import statement asked for it
+    importer: str | None  # the module whose code asked for it
 
     def __repr__(self) -> str:
         return f"{self.importer} imports {self.name} (loaded by importing {self.walked})"
 
 
-@cache
-def import_walk(package: str) -> tuple[Loaded, ...]:
-    """Each module of `package` (its faces left out for the core), imported in turn in a fresh
-    interpreter, and what each import loaded. (`pkgutil.iter_modules` package by package, as
-    `pkgutil.walk_packages` does, but without importing the packages it skips.)"""
+def import_walk(root: Path, package: str) -> tuple[Loaded, ...]:
+    """Each module of `package` under `root` (its faces left out for the core), imported in
+    turn in a fresh interpreter, and what each import loaded. (`pkgutil.iter_modules` package by
+    package, as `pkgutil.walk_packages` does, but without importing the packages it skips.)"""
     skip = [*NOT_IMPORTED, *(FACES if package == "engine" else ())]
     done = subprocess.run(
         [sys.executable, "-c", WALK, package, json.dumps(skip)],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=root,
         timeout=300,
     )
     assert done.returncode == 0, f"importing every module of {package} failed:\n{done.stderr}"
@@ -150,42 +174,26 @@ def import_walk(package: str) -> tuple[Loaded, ...]:
     )
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_importing_a_package_loads_none_above_it(package: str) -> None:
-    loaded = import_walk(package)
-    assert any(item.name == package for item in loaded), f"the walk missed {package}"
-    wrong = [item for item in loaded if any(is_in(item.name, p) for p in above(package))]
-    assert not wrong, f"{package} must not import {', '.join(above(package))}:\n" + "\n".join(
-        map(repr, wrong)
-    )
-
-
-def test_the_engine_core_loads_no_web_database_or_dashboard_library() -> None:
-    wrong = [item for item in import_walk("engine") if item.name in CORE_FORBIDDEN_LIBRARIES]
-    assert not wrong, "the engine's core must stay free of these libraries:\n" + "\n".join(
-        map(repr, wrong)
-    )
-
-
 # ---------------------------------------------------------------------------- import statements
 class Import(NamedTuple):
-    """One import statement of a project file that names another project file."""
+    """One import of a project file that names another project file."""
 
     source: str  # the module holding the statement
     target: str  # the project module it imports
     line: int
+    type_only: bool  # under `if TYPE_CHECKING:`: it never runs
 
     def __repr__(self) -> str:
         return f"{self.source} (line {self.line}) imports {self.target}"
 
 
-def project_modules() -> dict[str, Path]:
-    """Every .py file of the project's packages, by module name (`dashboard.pages.overview` for
-    a page script, though no package holds it)."""
+def project_modules(root: Path) -> dict[str, Path]:
+    """Every .py file of the project, by module name (`dashboard.pages.overview` for a page
+    script and `benchmarks.fleet` for a benchmark, though no package holds them)."""
     modules = {}
-    for folder in TOP_FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+    for folder in (*FOLDERS, *SCRIPTS):
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
             modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
 
@@ -197,48 +205,78 @@ def is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imported_names(module: str, is_package: bool, nodes: list[ast.AST]):
-    """(name, line) of every import in `nodes`, at module level or in a function, except those
-    under `if TYPE_CHECKING:` (annotations only: they never run)."""
+def is_import_module(node: ast.AST) -> bool:
+    """`importlib.import_module("x")`, `import_module("x")` or `__import__("x")`, the name a
+    literal."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return name in ("import_module", "__import__") and isinstance(node.args[0].value, str)
+
+
+def imported_names(module: str, is_package: bool, nodes: list[ast.AST], type_only=False):
+    """(name, line, type_only) of every import in `nodes`, at module level or in a function;
+    `type_only` for those under `if TYPE_CHECKING:`."""
     for node in nodes:
         if isinstance(node, ast.If) and is_type_checking(node):
-            yield from imported_names(module, is_package, node.orelse)
+            yield from imported_names(module, is_package, node.body, True)
+            yield from imported_names(module, is_package, node.orelse, type_only)
             continue
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name, node.lineno
+                yield alias.name, node.lineno, type_only
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the package holding this module
                 parts = module.split(".") if is_package else module.split(".")[:-1]
                 parts = parts[: len(parts) - node.level + 1]
                 base = ".".join([*parts, base] if base else parts)
-            for alias in node.names:
-                yield f"{base}.{alias.name}", node.lineno  # a submodule, or a name in `base`
-        yield from imported_names(module, is_package, list(ast.iter_child_nodes(node)))
+            for alias in node.names:  # a submodule, or a name in `base`
+                yield f"{base}.{alias.name}", node.lineno, type_only
+        elif is_import_module(node):
+            yield node.args[0].value, node.lineno, type_only
+        yield from imported_names(module, is_package, list(ast.iter_child_nodes(node)), type_only)
 
 
 @cache
-def project_imports() -> tuple[Import, ...]:
-    modules = project_modules()
+def project_imports(root: Path) -> tuple[Import, ...]:
+    modules = project_modules(root)
     found = []
     for module, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        for name, line in imported_names(module, path.name == "__init__.py", tree.body):
+        names = imported_names(module, path.name == "__init__.py", tree.body)
+        for name, line, type_only in names:
             while name and name not in modules:  # `engine.config.CacheConfig` -> engine.config
                 name = name.rpartition(".")[0]
             if name and name != module:
-                found.append(Import(module, name, line))
-    return tuple(found)
+                found.append(Import(module, name, line, type_only))
+    return tuple(dict.fromkeys(found))  # `from x import a, b` names x once
 
 
-def test_no_file_imports_a_package_above() -> None:
-    wrong = [
+# ---------------------------------------------------------------------------- the rules
+def upward_imports(root: Path) -> list[Import]:
+    """Rule 1, read from the statements (type-only ones too: they name a layer all the same)."""
+    return [
         edge
-        for edge in project_imports()
-        if package_of(edge.target) in above(package_of(edge.source))
+        for edge in project_imports(root)
+        if package_of(edge.source) in PACKAGES
+        and package_of(edge.target) in above(package_of(edge.source))
     ]
-    assert not wrong, "imports of a package above:\n" + "\n".join(map(repr, wrong))
+
+
+def upward_loads(root: Path, package: str) -> list[Loaded]:
+    """Rule 1, as importing every module of `package` really loads."""
+    return [
+        item
+        for item in import_walk(root, package)
+        if any(is_in(item.name, p) for p in above(package))
+    ]
+
+
+def core_libraries(root: Path) -> list[Loaded]:
+    """Rule 2."""
+    return [item for item in import_walk(root, "engine") if item.name in CORE_FORBIDDEN_LIBRARIES]
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -283,26 +321,198 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_files_import_each_other_in_a_circle() -> None:
-    graph: dict[str, set[str]] = {module: set() for module in project_modules()}
-    for edge in project_imports():
+def import_circles(root: Path) -> list[str]:
+    """Rule 3: each circle, with the imports that close it."""
+    graph: dict[str, set[str]] = {module: set() for module in project_modules(root)}
+    for edge in project_imports(root):
         graph[edge.source].add(edge.target)
-    found = circles(graph)
     described = []
-    for members in found:
-        inside = [e for e in project_imports() if e.source in members and e.target in members]
+    for members in circles(graph):
+        inside = [e for e in project_imports(root) if e.source in members and e.target in members]
         described.append(f"{' <-> '.join(members)}:\n  " + "\n  ".join(map(repr, inside)))
-    assert not found, (
-        "files that import each other (a type-only import goes under `if TYPE_CHECKING:`):\n"
-        + "\n".join(described)
+    return described
+
+
+def dashboard_imports_beyond_client(root: Path) -> list[Import]:
+    """Rule 4."""
+    return [
+        edge
+        for edge in project_imports(root)
+        if is_in(edge.source, "dashboard")
+        and not any(is_in(edge.target, allowed) for allowed in DASHBOARD_MAY_IMPORT)
+    ]
+
+
+def api_imports_of_engine_internals(root: Path) -> list[Import]:
+    """Rule 5."""
+    return [
+        edge
+        for edge in project_imports(root)
+        if is_in(edge.source, "api")
+        and is_in(edge.target, "engine")
+        and not any(is_in(edge.target, allowed) for allowed in API_MAY_IMPORT)
+    ]
+
+
+def benchmarks_imports_of_tests(root: Path) -> list[Import]:
+    """Rule 6."""
+    return [
+        edge
+        for edge in project_imports(root)
+        if is_in(edge.source, "benchmarks") and is_in(edge.target, "tests")
+    ]
+
+
+def listed(found: list) -> str:
+    return "\n".join(map(repr, found))
+
+
+# ------------------------------------------------------------------------ the project holds them
+@pytest.mark.parametrize("package", [p for p in PACKAGES if p != "benchmarks"])
+def test_importing_a_package_loads_none_above_it(package: str) -> None:
+    loaded = import_walk(ROOT, package)
+    assert any(item.name == package for item in loaded), f"the walk missed {package}"
+    wrong = upward_loads(ROOT, package)
+    assert not wrong, f"{package} must not import {', '.join(above(package))}:\n{listed(wrong)}"
+
+
+def test_no_file_imports_a_package_above() -> None:
+    wrong = upward_imports(ROOT)
+    assert not wrong, f"imports of a package above:\n{listed(wrong)}"
+
+
+def test_the_engine_core_loads_no_web_database_or_dashboard_library() -> None:
+    wrong = core_libraries(ROOT)
+    assert not wrong, f"the engine's core must stay free of these libraries:\n{listed(wrong)}"
+
+
+def test_no_files_import_each_other_in_a_circle() -> None:
+    found = import_circles(ROOT)
+    assert not found, "files that import each other (even for type hints):\n" + "\n".join(found)
+
+
+def test_the_dashboard_imports_only_the_client() -> None:
+    wrong = dashboard_imports_beyond_client(ROOT)
+    assert not wrong, f"the dashboard speaks to the project through client/ only:\n{listed(wrong)}"
+
+
+def test_the_api_imports_only_the_engine_modules_it_must_share() -> None:
+    wrong = api_imports_of_engine_internals(ROOT)
+    assert not wrong, (
+        "api/ may import of the engine only API_MAY_IMPORT (add a module there with the reason "
+        f"the store must share it, or move what it needs into one):\n{listed(wrong)}"
     )
 
 
-def test_the_checks_see_a_circle_and_an_upward_import() -> None:
-    """The checks can fail: a made-up circle is found, and the walk sees an upward import."""
+def test_benchmarks_import_nothing_from_the_tests() -> None:
+    wrong = benchmarks_imports_of_tests(ROOT)
+    assert not wrong, f"benchmarks/ must not import tests/:\n{listed(wrong)}"
+
+
+def test_every_module_api_may_import_exists() -> None:
+    """A stale entry of `API_MAY_IMPORT` would let a future module of that name in unseen."""
+    modules = project_modules(ROOT)
+    assert [name for name in API_MAY_IMPORT if name not in modules] == []
+
+
+# ---------------------------------------------------------------------------- each rule can fail
+def made_up_project(root: Path, files: dict[str, str]) -> Path:
+    """A project of the same packages under `root`, each with an empty `__init__.py` and a
+    module `ok`, plus `files` (path: source)."""
+    for folder in (*FOLDERS, "engine/server", "engine/bench", "tests"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / "__init__.py").write_text("")
+        (root / folder / "ok.py").write_text("")
+    (root / "benchmarks").mkdir(exist_ok=True)
+    for path, source in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(textwrap.dedent(source))
+    return root
+
+
+def test_rule_1_sees_an_upward_import_in_a_statement_and_in_the_walk(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path,
+        {
+            "engine/core.py": "def run():\n    import api.ok\n",  # only when it runs
+            "client/rest.py": "import importlib\nimportlib.import_module('router.ok')\n",
+            "engine/server/app.py": "from engine.bench import ok\n",  # a peer face
+        },
+    )
+    assert {(e.source, e.target) for e in upward_imports(root)} == {
+        ("engine.core", "api.ok"),
+        ("client.rest", "router.ok"),
+        ("engine.server.app", "engine.bench.ok"),
+    }
+    loaded = upward_loads(root, "client")
+    assert {(item.importer, item.name) for item in loaded} == {
+        ("client.rest", "router"),
+        ("client.rest", "router.ok"),
+    }
+    assert upward_loads(root, "engine") == []  # `run` never ran: the statements see it
+
+
+def test_rule_2_sees_a_web_library_in_the_core(tmp_path: Path) -> None:
+    root = made_up_project(tmp_path, {"engine/cache.py": "import httpx\n"})
+    assert [(item.importer, item.name) for item in core_libraries(root)] == [
+        ("engine.cache", "httpx")
+    ]
+
+
+def test_rule_3_sees_a_circle_closed_by_a_type_only_import(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path,
+        {
+            "engine/a.py": "from engine import b\n",
+            "engine/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from engine.a import A\n",
+        },
+    )
+    found = import_circles(root)
+    assert len(found) == 1 and found[0].startswith("engine.a <-> engine.b")
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_rule_4_sees_the_dashboard_reach_past_the_client(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path,
+        {
+            "dashboard/pages/home.py": "from client import ok\nfrom engine.ok import x\n",
+            "dashboard/figure.py": "from dashboard import ok\nimport api.ok\n",
+        },
+    )
+    assert {(e.source, e.target) for e in dashboard_imports_beyond_client(root)} == {
+        ("dashboard.pages.home", "engine.ok"),
+        ("dashboard.figure", "api.ok"),
+    }
+
+
+def test_rule_5_sees_the_api_reach_into_an_engine_internal(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path,
+        {
+            "engine/events.py": "",
+            "engine/scheduler.py": "",
+            "api/ingest.py": "from engine.events import X\nfrom engine.scheduler import S\n",
+        },
+    )
+    assert [(e.source, e.target) for e in api_imports_of_engine_internals(root)] == [
+        ("api.ingest", "engine.scheduler")
+    ]
+
+
+def test_rule_6_sees_a_benchmark_import_a_test_helper(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path, {"benchmarks/speed.py": "from tests.ok import helper\nimport engine.ok\n"}
+    )
+    assert [(e.source, e.target) for e in benchmarks_imports_of_tests(root)] == [
+        ("benchmarks.speed", "tests.ok")
+    ]
+    assert upward_imports(root) == []  # benchmarks sit on top: the engine is theirs to use
+
+
+def test_the_tiers_say_who_is_above_whom() -> None:
     assert "api" in above("engine.server") and "engine.bench" in above("engine.server")
-    assert "engine" not in above("api") and above("cli") == ()
-    tree = ast.parse("if TYPE_CHECKING:\n    import api.store.db\nelse:\n    import jobs\n")
-    assert [name for name, _ in imported_names("engine.x", False, tree.body)] == ["jobs"]
+    assert "engine.server" in above("client") and "dashboard" in above("api")
+    assert "engine" not in above("api") and above("benchmarks") == ()

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple, get_args
 
+from engine.geometry import CacheGeometry
+
 MissReason = Literal["no_state", "in_flight", "held_back", "evicted", "copy_pending"]
 REASONS: tuple[str, ...] = get_args(MissReason)
 
 
-class Geometry(NamedTuple):
-    """What the split needs of an engine's hello geometry."""
+class HitGrid(NamedTuple):
+    """Where an engine's hits may land: what the split needs of its hello's geometry."""
 
     unit: int  # the match unit U (`prefix_match_unit`)
     eagle: bool
@@ -43,17 +45,17 @@ class Geometry(NamedTuple):
     alignment: int  # the hit grid (`hit_alignment`)
 
     @classmethod
-    def of(cls, geometry: dict) -> Geometry | None:
-        """The hello's geometry, or None when it does not say the match unit."""
-        unit = geometry.get("prefix_match_unit")
-        if not isinstance(unit, int) or unit <= 0:
+    def of(cls, geometry: CacheGeometry) -> HitGrid | None:
+        """The engine's hit grid, or None when its hello does not say the match unit (a
+        bridged engine's)."""
+        unit = geometry.prefix_match_unit
+        if unit is None:
             return None
-        alignment = geometry.get("hit_alignment")
         return cls(
             unit,
-            bool(geometry.get("eagle", False)),
-            bool(geometry.get("partial_hits", True)),
-            alignment if isinstance(alignment, int) and alignment > 0 else unit,
+            bool(geometry.eagle),
+            geometry.partial_hits is not False,  # not reported: partial, the engine's default
+            geometry.hit_alignment or unit,
         )
 
 
@@ -73,7 +75,7 @@ def split_misses(
     stop: MatchStop,
     shared: int,
     finished: int,
-    geometry: Geometry,
+    grid: HitGrid,
 ) -> dict[str, int]:
     """The tokens of [hit, max(shared, hit)) by reason (every reason a key); `attention` is A,
     `shared` L and `finished` E of the module's table. Reads only its arguments."""
@@ -81,8 +83,8 @@ def split_misses(
     if shared <= hit:
         return missed
     reach = shared
-    if not geometry.partial_hits:
-        reach = shared // geometry.alignment * geometry.alignment
+    if not grid.partial_hits:
+        reach = shared // grid.alignment * grid.alignment
 
     def add(reason: str, start: int, end: int) -> None:
         missed[reason] += max(0, min(end, reach) - max(start, hit))

@@ -30,11 +30,12 @@ from sqlalchemy.orm import Session
 
 from api.attribution import shared_units, unit_salt
 from api.attribution.hit_rate import ATTRIBUTION_COUNTERS, add_buckets, bucket_row
-from api.attribution.misses import Geometry, MatchStop, split_misses
+from api.attribution.misses import HitGrid, MatchStop, split_misses
 from api.settings import Settings
 from api.store import bulk
 from api.store.models import Attribution, PendingAttribution
 from engine.events import PinUpdated, RequestFinished
+from engine.geometry import CacheGeometry
 from engine.workloads.oracle import capped_hit
 
 PENDING: Table = PendingAttribution.__table__
@@ -86,7 +87,7 @@ def record_frames(
     session: Session,
     engine_id: str,
     epoch: int,
-    geometry_dict: dict,
+    geometry: CacheGeometry,
     finished: Sequence[RequestFinished],
     pins: Iterable[tuple[PinUpdated, float]],
     now_ts: float,
@@ -100,15 +101,15 @@ def record_frames(
     finished and keep the others pending; with `check_cap` (every `CAP_CHECK_EVERY`th seq, and
     snapshots), prune the units past the window and the cap. The attributed requests' totals
     are added to `buckets` (`bucket_row`'s), which the caller writes with its own."""
-    geometry = Geometry.of(geometry_dict)
+    grid = HitGrid.of(geometry)
     reported = [event for event in finished if event.match_stop is not None]
     pins = [
         (pin, ts)
         for pin, ts in pins
         if pin.state == "materialized" and pin.arrival_index is not None and pin.unit_hashes
     ]
-    if geometry is not None and (reported or pins):
-        _record(session, engine_id, epoch, geometry, reported, pins, config, bucket_s, buckets)
+    if grid is not None and (reported or pins):
+        _record(session, engine_id, epoch, grid, reported, pins, config, bucket_s, buckets)
     if check_cap:
         shared_units.prune(session, engine_id, now_ts, config.window_s, config.max_units, True)
 
@@ -117,7 +118,7 @@ def _record(
     session: Session,
     engine_id: str,
     epoch: int,
-    geometry: Geometry,
+    grid: HitGrid,
     reported: list[RequestFinished],
     pins: list[tuple[PinUpdated, float]],
     config: AttributionConfig,
@@ -125,7 +126,7 @@ def _record(
     buckets: dict[int, dict],
 ) -> None:
     """`record_frames` for the requests that reported their match stop and the materialized
-    pins, with the engine's geometry."""
+    pins, on the engine's hit grid."""
     salt = config.salt or unit_salt.store_salt(session)
     units: dict[int, list] = {}
     subjects = []
@@ -133,7 +134,7 @@ def _record(
     for event in reported:
         chain = unit_salt.salted_chain(event.unit_hashes, salt, seen)
         shared_units.merge(units, chain, epoch, event.arrival_index, event.finished_ts)
-        subjects.append(_subject(event, epoch, chain[: event.num_prompt_tokens // geometry.unit]))
+        subjects.append(_subject(event, epoch, chain[: event.num_prompt_tokens // grid.unit]))
     for pin, ts in pins:
         shared_units.merge(
             units, unit_salt.salted_chain(pin.unit_hashes, salt, seen), epoch, pin.arrival_index, ts
@@ -143,20 +144,20 @@ def _record(
     due = [s for s in subjects if s.arrival_index < oldest]
     waiting = [s for s in subjects if s.arrival_index >= oldest]
     due += _take_pending(session, engine_id, PendingAttribution.epoch == epoch, oldest)
-    _attribute(session, engine_id, due, geometry, bucket_s, buckets, written)
+    _attribute(session, engine_id, due, grid, bucket_s, buckets, written)
     bulk.insert_missing(session, PENDING, [_pending_row(engine_id, s) for s in waiting])
 
 
 def flush_epoch(
-    session: Session, engine_id: str, new_epoch: int, geometry_dict: dict, bucket_s: int
+    session: Session, engine_id: str, new_epoch: int, geometry: CacheGeometry, bucket_s: int
 ) -> None:
     """A newer epoch started: the requests of older ones still pending will see no more
-    arrivals finish, so attribute them now (with their epoch's `geometry_dict`)."""
+    arrivals finish, so attribute them now (with their epoch's `geometry`)."""
     due = _take_pending(session, engine_id, PendingAttribution.epoch != new_epoch, None)
-    geometry = Geometry.of(geometry_dict)
-    if geometry is not None:
+    grid = HitGrid.of(geometry)
+    if grid is not None:
         buckets: dict[int, dict] = {}
-        _attribute(session, engine_id, due, geometry, bucket_s, buckets)
+        _attribute(session, engine_id, due, grid, bucket_s, buckets)
         add_buckets(session, buckets)
 
 
@@ -196,7 +197,7 @@ def _attribute(
     session: Session,
     engine_id: str,
     subjects: list[Subject],
-    geometry: Geometry,
+    grid: HitGrid,
     bucket_s: int,
     buckets: dict[int, dict],
     written: dict[int, shared_units.Record] | None = None,
@@ -211,7 +212,7 @@ def _attribute(
     records = written | shared_units.records(session, engine_id, wanted - written.keys())
     rows = []
     for subject in sorted(subjects, key=lambda s: (s.epoch, s.arrival_index)):
-        row = attribute(subject, records, geometry)
+        row = attribute(subject, records, grid)
         rows.append({"engine_id": engine_id, "epoch": subject.epoch} | row)
         bucket = bucket_row(buckets, engine_id, subject.finished_ts, bucket_s)
         bucket["attributed_requests"] += 1
@@ -222,9 +223,7 @@ def _attribute(
     bulk.insert_missing(session, ATTRIBUTIONS, rows)
 
 
-def attribute(
-    subject: Subject, records: dict[int, shared_units.Record], geometry: Geometry
-) -> dict:
+def attribute(subject: Subject, records: dict[int, shared_units.Record], grid: HitGrid) -> dict:
     """The attribution row of one request (without its engine and epoch). Reads only."""
     arrival = (subject.epoch, subject.arrival_index)
     num_shared = num_finished = 0
@@ -236,21 +235,19 @@ def attribute(
         if num_finished == num_shared and record.first_finished_ts < subject.arrival_ts:
             num_finished += 1
         num_shared += 1
-    shared = num_shared * geometry.unit
+    shared = num_shared * grid.unit
     stop = MatchStop(**subject.match_stop)
     missed = split_misses(
         subject.num_cached_tokens,
         subject.attention_hit_tokens,
         stop,
         shared,
-        num_finished * geometry.unit,
-        geometry,
+        num_finished * grid.unit,
+        grid,
     )
     return {
         "arrival_index": subject.arrival_index,
         "shared_tokens": shared,
-        "oracle_tokens": capped_hit(
-            shared, subject.num_prompt_tokens, geometry.unit, geometry.eagle
-        ),
+        "oracle_tokens": capped_hit(shared, subject.num_prompt_tokens, grid.unit, grid.eagle),
         **{f"missed_{reason}": n for reason, n in missed.items()},
     }

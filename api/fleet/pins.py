@@ -33,7 +33,6 @@ from typing import NamedTuple
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
-from api.peers.blocks import is_peer
 from api.store import bulk
 from api.store.models import Engine, Pin, PinTarget, utcnow
 from engine.wire import Command, PinUpdated, RequestFinished
@@ -62,16 +61,16 @@ class Fit(NamedTuple):
 
 def fit(engine: Engine, num_tokens: int) -> Fit:
     """`num_tokens` floored to the engine's hit grid (`hit_alignment`, else its match unit)."""
-    geometry = engine.geometry or {}
-    max_len = geometry.get("max_model_len")
-    if isinstance(max_len, int) and num_tokens > max_len:
+    geometry = engine.geometry
+    max_len = geometry.max_model_len
+    if max_len is not None and num_tokens > max_len:
         return Fit(
             None,
             f"the prefix's {num_tokens} tokens exceed engine {engine.engine_id!r}'s "
             f"max_model_len of {max_len}",
         )
-    alignment = geometry.get("hit_alignment") or geometry.get("prefix_match_unit")
-    if not isinstance(alignment, int) or alignment <= 0:
+    alignment = geometry.hit_alignment or geometry.prefix_match_unit
+    if alignment is None:
         return Fit(None, None)
     boundary = num_tokens // alignment * alignment
     if boundary == 0:
@@ -125,14 +124,14 @@ def create_pin(
             noun = "engine" if len(missing) == 1 else "engines"
             raise UnknownEngine(f"{noun} {names} not found")
         engines = [found[engine_id] for engine_id in wanted]
-        peers = [engine.engine_id for engine in engines if is_peer(engine.geometry)]
+        peers = [engine.engine_id for engine in engines if engine.geometry.is_peer]
         if peers:
             raise PinRejected(
                 f"{', '.join(repr(e) for e in peers)}: an engine bridged by `junction attach` "
                 "(vLLM, SGLang) takes no pins; pin on a Junction engine"
             )
     # an "all" pin goes to every engine that can hold one: bridged engines take no commands
-    engines = [engine for engine in engines if not is_peer(engine.geometry)]
+    engines = [engine for engine in engines if not engine.geometry.is_peer]
     fits = {engine.engine_id: fit(engine, len(token_ids)) for engine in engines}
     problems = [f.problem for f in fits.values() if f.problem is not None]
     if problems:
@@ -201,7 +200,7 @@ def on_hello(session: Session, engine: Engine, restarted: bool) -> None:
                 target.state, target.reason, target.updated_at = "released", reason, now
         _follow_engine(session, {pin.pin_id for _, pin in rows if pin.origin == "engine"}, now)
     targeted = {target.pin_id for target, _ in rows}
-    if is_peer(engine.geometry):  # a bridged engine takes no pins
+    if engine.geometry.is_peer:  # a bridged engine takes no pins
         session.flush()
         return
     for pin in session.scalars(

@@ -25,8 +25,8 @@ miss attribution) and `PinUpdated` (pin targets, pinned prefixes for attribution
 tables besides `event_batches`; the other events are kept in their batch for readers of
 `/events`, without the prompt-derived fields (`unit_hashes`, `junction_token_ids`) that only
 `api.attribution.record` and the requests table use. An engine without physical block ids (its
-hello's
-geometry says `physical_block_ids: false`) sends the peer events instead, which
+hello's geometry says `physical_block_ids: false`, `CacheGeometry.is_peer`) sends the peer
+events instead, which
 `api.peers.blocks` applies in the same transaction (and its stored batches keep no token ids);
 for any other engine they are not looked for. Rows go in with one statement per table
 (`api.store.bulk`). What the pins' reports call for (an unpin of a released pin the engine still
@@ -147,7 +147,7 @@ def apply_hello(session: Session, hello: Hello, bucket_s: int = 60) -> Welcome:
             engine.next_seq = 0
             engine.num_batches_dropped = engine.num_requests_dropped = 0  # counts are per epoch
             engine.last_drop = None
-        engine.geometry = dict(hello.geometry)
+        engine.geometry = hello.geometry
         engine.model = dict(hello.model)
         engine.connected = True
         engine.last_seen = now
@@ -194,7 +194,7 @@ def apply_batches(
         commands = {}
         if new:
             commands = _store_batches(session, hello, new, bucket_s, config or AttributionConfig())
-            if peer_blocks.is_peer(hello.geometry):
+            if hello.geometry.is_peer:
                 engine = session.get(Engine, hello.engine_id)  # locked above
                 peer_blocks.apply(session, engine, new, bucket_s, peer or PeerConfig())
             if not claimed:
@@ -216,7 +216,7 @@ def _store_batches(
 ) -> dict[int, tuple[Command, ...]]:
     """Store new batches, in seq order; returns the commands each calls for, by seq."""
     engine_id, epoch = hello.engine_id, hello.epoch  # the batches' own (`_check_frame`)
-    kept = _peer_without_prompt if peer_blocks.is_peer(hello.geometry) else _without_prompt
+    kept = _peer_without_prompt if hello.geometry.is_peer else _without_prompt
     received_at = utcnow()
     session.execute(
         insert(BATCHES).values(events=_raw_json(session, "events_json")),

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from api.peers.remedies import VLLM_BLOCK_ALIGNMENT, PeerRemedy, peer_remedies
+from engine.geometry import CacheGeometry
 
 ATTENTION = "attention"
 STATE_GROUP = "mamba"
@@ -292,7 +293,7 @@ class PeerJunction(NamedTuple):
 
 def suggested_junctions(
     rows: list[dict],
-    geometry: dict | None = None,
+    geometry: CacheGeometry | None = None,
     kind: str = "vllm",
     limit: int = 20,
     near_tokens: int = NEAR_TOKENS,
@@ -310,7 +311,7 @@ def suggested_junctions(
         parent = forest.blocks[hash_].parent
         nearest[hash_] = held.get(hash_, nearest.get(parent, 0) if parent else 0)
     below = _prefixes_below(forest)
-    sizes = _block_sizes(rows, geometry or {}, state_group)
+    sizes = _block_sizes(rows, geometry or CacheGeometry(), state_group)
     found = []
     for hash_, kids in forest.children.items():
         position, state = forest.ends[hash_], nearest[hash_]
@@ -339,15 +340,14 @@ def _prefixes_below(forest: _Forest) -> dict[str, int]:
     return below
 
 
-def _block_sizes(rows: list[dict], geometry: dict, state_group: str) -> tuple[int, int, int | None]:
+def _block_sizes(
+    rows: list[dict], geometry: CacheGeometry, state_group: str
+) -> tuple[int, int, int | None]:
     """The attention block, the state block and the match unit: the hello's, else what the
     blocks' lengths say (the state block then defaults to the attention one, as vLLM's)."""
-    groups = geometry.get("groups") or {}
 
     def size(group: str) -> int | None:
-        said = (groups.get(group) or {}).get("block_size") or geometry.get(f"{group}_block_size")
-        return int(said) if said else block_size(group_blocks(rows, group))
+        return geometry.group_block_size(group) or block_size(group_blocks(rows, group))
 
     attention = size(ATTENTION) or VLLM_BLOCK_ALIGNMENT
-    unit = geometry.get("prefix_match_unit") or geometry.get("hash_block_size")
-    return attention, size(state_group) or attention, int(unit) if unit else None
+    return attention, size(state_group) or attention, geometry.prefix_match_unit

@@ -3,7 +3,8 @@
 vLLM and SGLang publish their KV-cache events keyed by block hash alone; `junction attach`
 bridges them in as the peer events of `engine.events` (`PEER_EVENTS`), over the same socket
 and protocol engines use, with a hello whose geometry says `"physical_block_ids": false`
-(`is_peer`). Only such an engine's batches are looked at here: any other engine pays nothing.
+(`CacheGeometry.is_peer`). Only such an engine's batches are looked at here: any other engine
+pays nothing.
 
 `apply` runs inside the batches' own transaction (`api.ingest.frames.apply_batches`), so a batch is
 applied exactly once, acked after its commit. The events are folded in order into one delete
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 from sqlalchemy import String, Table, bindparam, delete, func, select, text, tuple_
@@ -78,16 +78,11 @@ class PeerConfig:
         )
 
 
-def is_peer(geometry: Any) -> bool:
-    """Whether a hello's geometry is an engine's without physical block ids."""
-    return isinstance(geometry, dict) and geometry.get("physical_block_ids") is False
-
-
 def kind(engine: Engine) -> str:
     """The peer's kind ("vllm", "sglang", ...), or "junction" for an engine with block ids."""
-    if not is_peer(engine.geometry):
+    if not engine.geometry.is_peer:
         return KIND_JUNCTION
-    return str(engine.geometry.get("kind") or "peer")
+    return engine.geometry.kind or "peer"
 
 
 def without_tokens(event):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.peers.blocks import is_peer, kind
+from api.peers.blocks import kind
 from api.store.models import Engine, PeerBlock, PeerChurnBucket, PeerMetricSample, PeerResyncRecord
 from api.store.paging import fetch_page
 
@@ -73,7 +73,7 @@ def latest_usage(session: Session, engine_id: str) -> float | None:
 
 def summary(session: Session, engine: Engine, since: float) -> dict:
     """The body of `api.schemas.PeerSummary` for the engine, its series from `since` on."""
-    if not is_peer(engine.geometry):
+    if not engine.geometry.is_peer:
         return {
             "kind": kind(engine),
             "groups": {},
@@ -83,13 +83,43 @@ def summary(session: Session, engine: Engine, since: float) -> dict:
             "hit_rate": None,
             "resyncs": [],
         }
-    engine_id = engine.engine_id
+    groups, ranks = _layout(session, engine)
+    metrics = _metric_samples(session, engine.engine_id, since)
+    return {
+        "kind": kind(engine),
+        "groups": groups,
+        "ranks": ranks,
+        "churn": _churn(session, engine.engine_id, since),
+        "metrics": [
+            {
+                "ts": row.ts,
+                "rank": row.rank,
+                "queries_tokens": row.queries_tokens,
+                "hits_tokens": row.hits_tokens,
+                "usage": row.usage,
+            }
+            for row in metrics
+        ],
+        "hit_rate": hit_rate(metrics),
+        "resyncs": _resyncs(session, engine.engine_id, since),
+    }
+
+
+def _layout(session: Session, engine: Engine) -> tuple[dict[str, dict[str, int]], list[int]]:
+    """(the engine's blocks counted by group then medium, its ranks: those its hello named and
+    those holding blocks), each sorted."""
     groups: dict[str, dict[str, int]] = defaultdict(dict)
-    ranks = {rank for rank in engine.geometry.get("ranks") or () if isinstance(rank, int)}
-    for (rank, group, medium), count in block_counts(session, engine_id).items():
+    ranks = set(engine.geometry.ranks or ())
+    for (rank, group, medium), count in block_counts(session, engine.engine_id).items():
         groups[group][medium] = groups[group].get(medium, 0) + count
         ranks.add(rank)
-    metrics = _newest(
+    layout = {group: dict(sorted(media.items())) for group, media in sorted(groups.items())}
+    return layout, sorted(ranks)
+
+
+def _metric_samples(session: Session, engine_id: str, since: float) -> list[PeerMetricSample]:
+    """The engine's newest metric samples from `since` on, oldest first."""
+    return _newest(
         session,
         engine_id,
         PeerMetricSample,
@@ -97,7 +127,11 @@ def summary(session: Session, engine: Engine, since: float) -> dict:
         (PeerMetricSample.ts, PeerMetricSample.id),
         MAX_SERIES_ROWS,
     )
-    churn = _newest(
+
+
+def _churn(session: Session, engine_id: str, since: float) -> list[dict]:
+    """The engine's newest churn buckets ending after `since`, oldest first."""
+    buckets = _newest(
         session,
         engine_id,
         PeerChurnBucket,
@@ -110,7 +144,22 @@ def summary(session: Session, engine: Engine, since: float) -> dict:
         ),
         MAX_SERIES_ROWS,
     )
-    resyncs = _newest(
+    return [
+        {
+            "ts": float(row.bucket_start),
+            "rank": row.rank,
+            "group": row.group,
+            "medium": row.medium,
+            "stored": row.num_stored,
+            "removed": row.num_removed,
+        }
+        for row in buckets
+    ]
+
+
+def _resyncs(session: Session, engine_id: str, since: float) -> list[dict]:
+    """The engine's newest resyncs from `since` on, oldest first."""
+    records = _newest(
         session,
         engine_id,
         PeerResyncRecord,
@@ -118,43 +167,16 @@ def summary(session: Session, engine: Engine, since: float) -> dict:
         (PeerResyncRecord.ts, PeerResyncRecord.id),
         MAX_RESYNCS,
     )
-    return {
-        "kind": kind(engine),
-        "groups": {group: dict(sorted(media.items())) for group, media in sorted(groups.items())},
-        "ranks": sorted(ranks),
-        "churn": [
-            {
-                "ts": float(row.bucket_start),
-                "rank": row.rank,
-                "group": row.group,
-                "medium": row.medium,
-                "stored": row.num_stored,
-                "removed": row.num_removed,
-            }
-            for row in churn
-        ],
-        "metrics": [
-            {
-                "ts": row.ts,
-                "rank": row.rank,
-                "queries_tokens": row.queries_tokens,
-                "hits_tokens": row.hits_tokens,
-                "usage": row.usage,
-            }
-            for row in metrics
-        ],
-        "hit_rate": hit_rate(metrics),
-        "resyncs": [
-            {
-                "ts": row.ts,
-                "rank": row.rank,
-                "first_missing_seq": row.first_missing_seq,
-                "resumed_seq": row.resumed_seq,
-                "reason": row.reason,
-            }
-            for row in resyncs
-        ],
-    }
+    return [
+        {
+            "ts": row.ts,
+            "rank": row.rank,
+            "first_missing_seq": row.first_missing_seq,
+            "resumed_seq": row.resumed_seq,
+            "reason": row.reason,
+        }
+        for row in records
+    ]
 
 
 def hit_rate(samples: Sequence[PeerMetricSample]) -> float | None:

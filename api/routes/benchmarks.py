@@ -1,4 +1,5 @@
-"""Benchmark runs: queue one for the Celery workers (`jobs`), list them, show one.
+"""Benchmark runs: queue one for the Celery workers (`jobs`), list them, show one; and the
+standard suite's specs, the presets a client offers.
 
 A run is a row of the store (`api.runs.benchmarks`) that a worker takes, reports progress on, and
 ends finished (with its results) or failed (with the reason)."""
@@ -15,7 +16,7 @@ from api.deps import MAX_INT64, READ, Offset, RequireWrite, SessionDep, StateDep
 from api.guards import json_body
 from api.runs import benchmarks
 from api.runs.broker import BrokerUnavailable, send_run
-from api.runs.specs import validate_spec
+from api.runs.specs import standard_suite, validate_spec
 from api.schemas import BenchmarkRunOut, BenchmarkRunPage, RunStatus
 from api.store.models import BenchmarkRun
 
@@ -87,6 +88,14 @@ def list_benchmarks(
         limit=limit,
         runs=[BenchmarkRunOut.model_validate(row) for row in rows],
     )
+
+
+@router.get("/suite", response_model=list[dict[str, Any]])
+def get_suite() -> list[dict[str, Any]]:
+    """The standard suite's specs (`engine.bench.STANDARD_SUITE`, defaults filled in, as a run
+    stores its spec): what the beat queues on its schedule, and the presets of a client's form.
+    """
+    return standard_suite()
 
 
 @router.get(

@@ -15,7 +15,6 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
 from api.deps import MAX_INT64, READ, EngineDep, SessionDep
-from api.peers.blocks import is_peer
 from api.routes.blocks import no_block_ids_note
 from api.store import block_grid as grid
 from engine.wire import BLOCK_STATES, REASONS, Group
@@ -103,7 +102,7 @@ def block_grid(
 ) -> Response:
     """The grid's columns, serialized without a model per row (the response is `BlockGrid`).
     An engine without physical block ids has no grid: an empty one with a `note`."""
-    if is_peer(engine.geometry):
+    if engine.geometry.is_peer:
         body = _empty_grid(engine.engine_id, group, start)
     else:
         body = grid.block_grid(session, engine, group, start, stop, keys, max_cells, link_batches)

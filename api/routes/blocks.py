@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
-from api.peers.blocks import is_peer
 from api.schemas import BlockOut, BlockPage
 from api.store import blocks
 from api.store.models import Block
@@ -28,7 +27,7 @@ def list_blocks(
 ) -> BlockPage:
     """Rows ordered by group, then block id; `group` and `state` filter them. An engine without
     physical block ids has none (its cache is `/peer-blocks`): an empty page with a `note`."""
-    if is_peer(engine.geometry):
+    if engine.geometry.is_peer:
         return BlockPage(
             engine_id=engine.engine_id,
             total=0,

@@ -7,7 +7,6 @@ from sqlalchemy.orm import Session
 
 from api.deps import READ, EngineDep, RequireWrite, SessionDep, StateDep
 from api.peers import reads as peer_reads
-from api.peers.blocks import is_peer
 from api.schemas import EngineDetail, EngineOut, GroupUsage
 from api.store import engines
 from api.store.models import Engine
@@ -25,12 +24,11 @@ def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
     """The engine, its cache by group, and how many requests the store holds. An engine
     without physical block ids counts its `peer-blocks` per group (all cached, none free; the
     usage is the mean of its ranks' last reported one, 0 when none was)."""
-    if is_peer(engine.geometry):
+    if engine.geometry.is_peer:
         cache = _peer_usage(session, engine.engine_id)
     else:
-        groups = engine.geometry.get("groups", {})
         cache = {
-            group: _usage(states, groups.get(group, {}).get("num_blocks"))
+            group: _usage(states, engine.geometry.group_num_blocks(group))
             for group, states in engines.block_counts(session, engine.engine_id).items()
         }
     return EngineDetail(
@@ -69,7 +67,7 @@ def _peer_usage(session: Session, engine_id: str) -> dict[str, GroupUsage]:
 
 def _usage(states: dict[str, int], num_blocks: int | None) -> GroupUsage:
     num_held = states["cached"] + states["in_use"] + states["pinned"]
-    if not isinstance(num_blocks, int) or num_blocks < num_held + states["free"]:
+    if num_blocks is None or num_blocks < num_held + states["free"]:
         num_blocks = num_held + states["free"]
     return GroupUsage(
         num_blocks=num_blocks,

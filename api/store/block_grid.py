@@ -44,15 +44,13 @@ def block_grid(
 ) -> dict:
     """The grid of blocks `[start, stop)` (`stop` None: the pool's size) as the JSON body of
     `api.routes.block_grid.BlockGrid`."""
-    geometry = (engine.geometry or {}).get("groups", {}).get(group, {})
+    pool = engine.geometry.group(group)  # None: the hello does not describe the group
     where = [Block.engine_id == engine.engine_id, Block.group == group, Block.block_id >= start]
     if stop is not None:
         where.append(Block.block_id < stop)
     highest = session.scalar(select(func.max(Block.block_id)).where(*where[:2]))
-    num_blocks = geometry.get("num_blocks")
-    num_blocks = max(
-        num_blocks if isinstance(num_blocks, int) else 0, -1 if highest is None else highest + 1
-    )
+    said = pool.num_blocks if pool is not None else None
+    num_blocks = max(said or 0, -1 if highest is None else highest + 1)
     stop = num_blocks if stop is None else stop
     per_cell = 1
     if max_cells is not None and stop - start > max_cells:
@@ -60,7 +58,7 @@ def block_grid(
     body = {
         "engine_id": engine.engine_id,
         "group": group,
-        "block_size": geometry.get("block_size"),
+        "block_size": pool.block_size if pool is not None else None,
         "num_blocks": num_blocks,
         "start": start,
         "stop": stop,

@@ -35,7 +35,9 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
+
+from engine.geometry import CacheGeometry
 
 #: An autoincrementing 64-bit key; SQLite only autoincrements `INTEGER PRIMARY KEY`.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -63,6 +65,21 @@ class UTCDateTime(TypeDecorator):
         return value
 
 
+class GeometryJSON(TypeDecorator):
+    """An engine's hello geometry (`engine.geometry.CacheGeometry`) in a JSON column: written
+    as its plain JSON, read back with `CacheGeometry.from_json`, so a row an older engine wrote
+    still loads (keys the struct does not know are ignored). A plain dict is written as is."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: CacheGeometry | dict | None, dialect) -> dict | None:
+        return value.to_json() if isinstance(value, CacheGeometry) else value
+
+    def process_result_value(self, value: object, dialect) -> CacheGeometry:
+        return CacheGeometry.from_json(value)
+
+
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: UTCDateTime}
 
@@ -75,7 +92,7 @@ class Engine(Base):
     engine_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     epoch: Mapped[int] = mapped_column(BigInteger)
     next_seq: Mapped[int] = mapped_column(BigInteger, default=0)
-    geometry: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    geometry: Mapped[CacheGeometry] = mapped_column(GeometryJSON, default=CacheGeometry)
     model: Mapped[dict[str, Any]] = mapped_column(default=dict)
     connected: Mapped[bool] = mapped_column(Boolean, default=False)
     first_seen: Mapped[datetime] = mapped_column(default=utcnow)
@@ -90,6 +107,11 @@ class Engine(Base):
     # the replica that holds its socket (`api.fleet.replicas`), and that socket, while connected
     replica_id: Mapped[str | None] = mapped_column(String(64), default=None)
     connection_id: Mapped[str | None] = mapped_column(String(64), default=None)
+
+    @validates("geometry")
+    def _typed_geometry(self, _key: str, value: CacheGeometry | dict) -> CacheGeometry:
+        """A plain dict given for the geometry is read as the store reads its rows."""
+        return CacheGeometry.from_json(value)
 
 
 class Replica(Base):

@@ -218,27 +218,24 @@ class Peer:
 
 def build_peer(geometry: Geometry) -> Peer:
     """A fresh vLLM `Scheduler` over an empty cache. Raises `GeometryError` if vLLM refuses."""
-    import torch
-    from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core import kv_cache_manager as kv_cache_manager_module
-    from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
-    from vllm.v1.core.kv_cache_utils import (
-        get_request_block_hasher,
-        init_none_hash,
-        resolve_cache_hit_alignment_tokens,
-        resolve_kv_cache_block_sizes,
+    cache_config, vllm_config = _vllm_config(geometry)
+    kv_cache_config = _kv_cache_config(geometry)
+    cache_config.num_gpu_blocks = geometry.num_pool_blocks
+    scheduler_block_size, hash_block_size = _resolve_block_sizes(
+        kv_cache_config, vllm_config, geometry
     )
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import (
-        FullAttentionSpec,
-        KVCacheConfig,
-        KVCacheGroupSpec,
-        MambaSpec,
+    scheduler = _scheduler(
+        vllm_config, kv_cache_config, scheduler_block_size, hash_block_size, geometry
     )
-    from vllm.v1.structured_output import StructuredOutputManager
+    hasher = _request_hasher(cache_config, vllm_config, hash_block_size)
+    return Peer(geometry, scheduler, hasher, hash_block_size, scheduler_block_size)
 
-    g = geometry
+
+def _vllm_config(g: Geometry):
+    """vLLM's cache and scheduler configs for `g` and the `VllmConfig` over them, the model and
+    speculative configs stubbed; returns (cache config, vLLM config)."""
+    from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
+
     try:
         cache_config = CacheConfig(
             block_size=g.mamba_block_size,
@@ -262,6 +259,19 @@ def build_peer(geometry: Geometry) -> Peer:
     # VllmConfig validates assignments; the stubs stand where a checkpoint's configs would.
     object.__setattr__(vllm_config, "model_config", _ModelStub(g.max_model_len))
     object.__setattr__(vllm_config, "speculative_config", _EagleStub() if g.eagle else None)
+    return cache_config, vllm_config
+
+
+def _kv_cache_config(g: Geometry):
+    """Two groups in one pool: full attention (block `Ba`, the EAGLE group with `--eagle`) and
+    Mamba (block `Bm`, align mode)."""
+    import torch
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        MambaSpec,
+    )
 
     attention = FullAttentionSpec(
         block_size=g.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
@@ -272,7 +282,7 @@ def build_peer(geometry: Geometry) -> Peer:
         dtypes=(torch.float32,),
         mamba_cache_mode="align",
     )
-    kv_cache_config = KVCacheConfig(
+    return KVCacheConfig(
         num_blocks=g.num_pool_blocks,
         kv_cache_tensors=[],
         kv_cache_groups=[
@@ -281,7 +291,16 @@ def build_peer(geometry: Geometry) -> Peer:
         ],
         prefix_cache_retention_interval=g.retention_interval,
     )
-    cache_config.num_gpu_blocks = g.num_pool_blocks
+
+
+def _resolve_block_sizes(kv_cache_config, vllm_config, g: Geometry) -> tuple[int, int]:
+    """vLLM's scheduler block `S` and hash block `U`, set on `kv_cache_config` with the hit
+    alignment; returns (S, U)."""
+    from vllm.v1.core.kv_cache_utils import (
+        resolve_cache_hit_alignment_tokens,
+        resolve_kv_cache_block_sizes,
+    )
+
     try:
         scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(
             kv_cache_config, vllm_config
@@ -292,6 +311,15 @@ def build_peer(geometry: Geometry) -> Peer:
         )
     except ValueError as exc:
         raise GeometryError(_name_options(str(exc), g)) from exc
+    return scheduler_block_size, hash_block_size
+
+
+def _scheduler(vllm_config, kv_cache_config, scheduler_block_size, hash_block_size, g: Geometry):
+    """vLLM's v1 `Scheduler`, its coordinator built with `g.partial_hits`."""
+    from vllm.v1.core import kv_cache_manager as kv_cache_manager_module
+    from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.structured_output import StructuredOutputManager
 
     # `KVCacheManager` builds its coordinator through this module-level name; binding
     # vLLM's own switch is how partial hits are turned off (no config option reaches it).
@@ -299,7 +327,7 @@ def build_peer(geometry: Geometry) -> Peer:
     saved = kv_cache_manager_module.get_kv_cache_coordinator
     kv_cache_manager_module.get_kv_cache_coordinator = factory
     try:
-        scheduler = Scheduler(
+        return Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
@@ -311,12 +339,15 @@ def build_peer(geometry: Geometry) -> Peer:
     finally:
         kv_cache_manager_module.get_kv_cache_coordinator = saved
 
+
+def _request_hasher(cache_config, vllm_config, hash_block_size: int):
+    """vLLM's request block hasher: its configured hash, chained every `hash_block_size`."""
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
     hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(
-        hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens
-    )
-    return Peer(g, scheduler, hasher, hash_block_size, scheduler_block_size)
+    return get_request_block_hasher(hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens)
 
 
 def _name_options(message: str, g: Geometry) -> str:

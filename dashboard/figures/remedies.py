@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dashboard.figures.attribution import REASONS
+from client.schema import CacheGeometry
+from dashboard.figures.reasons import REASONS
 
 CHECKPOINTS_PAGE = "pages/checkpoints.py"
 CHECKPOINTS_LINK = "Checkpoints: suggested junctions and the pin form"
@@ -33,7 +34,7 @@ class Remedy(NamedTuple):
 def remedies(
     missed: dict[str, int],
     num_prompt_tokens: int,
-    geometry: dict,
+    geometry: CacheGeometry,
     cache: dict | None = None,
     boundary: int | None = None,
     junction: dict | None = None,
@@ -51,9 +52,9 @@ def remedies(
 
 
 def _actions(
-    reason: str, geometry: dict, cache: dict, boundary: int | None, junction: dict | None
+    reason: str, geometry: CacheGeometry, cache: dict, boundary: int | None, junction: dict | None
 ) -> tuple[Action, ...]:
-    junctions_off = geometry.get("junction_checkpoints") is False
+    junctions_off = geometry.junction_checkpoints is False
     where = f"this boundary (token {boundary:,})" if boundary is not None else "these boundaries"
     listed = "lists each suggested junction"
     if junction is not None:
@@ -84,7 +85,7 @@ def _actions(
                     "computing its prefix instead of computing it again"
                 ),
             )
-        wait = geometry.get("max_prefix_wait_steps")
+        wait = geometry.max_prefix_wait_steps
         if wait is not None:
             return (
                 Action(
@@ -97,9 +98,9 @@ def _actions(
         return (_pin_prefix("so a burst finds it cached"),)
     if reason == "held_back":
         eagle = " and, with EAGLE on here, every hit drops one unit for the drafts" * bool(
-            geometry.get("eagle")
+            geometry.eagle
         )
-        unit = geometry.get("prefix_match_unit")
+        unit = geometry.prefix_match_unit
         return (
             Action(
                 f"**By design**: an exact resend recomputes its last match unit"
@@ -122,9 +123,9 @@ def _pin_prefix(why: str) -> Action:
     return Action(f"**Pin the shared prefix** ({why}).", CHECKPOINTS_PAGE, CHECKPOINTS_LINK)
 
 
-def _pool_actions(geometry: dict, cache: dict) -> list[Action]:
+def _pool_actions(geometry: CacheGeometry, cache: dict) -> list[Action]:
     """Enlarge a pool: the fullest first (least free, from `cache`), each with its size."""
-    groups = geometry.get("groups", {})
+    groups = geometry.groups or {}
 
     def free_share(group: str) -> float:
         usage = cache.get(group, {})
@@ -138,8 +139,8 @@ def _pool_actions(geometry: dict, cache: dict) -> list[Action]:
         free = f", {usage['num_free']:,} free now" if usage else ""
         actions.append(
             Action(
-                f"**Enlarge the {group} pool** (`{flag}`): {pool.get('num_blocks', 0):,} blocks "
-                f"of {pool.get('block_size', '?')} tokens{free}."
+                f"**Enlarge the {group} pool** (`{flag}`): {pool.num_blocks or 0:,} blocks "
+                f"of {pool.block_size} tokens{free}."
             )
         )
     return actions

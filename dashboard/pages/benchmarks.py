@@ -4,10 +4,11 @@ operator entered in the sidebar (disabled until they do)."""
 
 import json
 
-import pandas as pd
 import streamlit as st
 
-from client.rest import ApiError
+from client.schema import MODES
+from client.transport import ApiError
+from dashboard.benchmark_form import CUSTOM, RUNNERS, presets, runs_frame
 from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
 from dashboard.figures.benchmarks import (
     hit_rate_by_mode_figure,
@@ -17,24 +18,6 @@ from dashboard.figures.benchmarks import (
 )
 from dashboard.live import live
 
-try:  # the form's defaults; the data always comes from the REST API
-    from engine.bench import MODES, STANDARD_SUITE
-
-    PRESETS = {
-        spec.name: spec.model_dump(mode="json", exclude_none=True) for spec in STANDARD_SUITE
-    }
-except ImportError:  # pragma: no cover - a checkout without the benchmark package
-    MODES = ("off", "aligned", "partial", "junction", "junction_inline", "pins")
-    PRESETS = {}
-CUSTOM = {
-    "name": "shared-prefix",
-    "workload": {"kind": "generated_shared_prefix", "seed": 0},
-    "runner": "ledger",
-    "modes": list(MODES),
-    "geometry": {"block_size": 16, "mamba_block_size": 512},
-    "concurrency": 8,
-}
-RUNNERS = ["ledger", "null", "torch"]
 NOTICE = "benchmarks_notice"
 
 st.title("Benchmarks")
@@ -42,29 +25,14 @@ api = api_client()
 writer = write_client()  # None: the operator has not entered the write token
 
 
-def runs_frame(runs: list[dict]) -> pd.DataFrame:
-    rows = [
-        {
-            "id": run["id"],
-            "name": run["name"],
-            "status": run["status"],
-            "progress": run.get("progress") or 0.0,
-            "message": run.get("progress_message") or run.get("error") or "",
-            "modes": ", ".join((run.get("spec") or {}).get("modes", [])),
-            "created": run["created_at"],
-            "finished": run.get("finished_at"),
-        }
-        for run in runs
-    ]
-    return pd.DataFrame(
-        rows,
-        columns=["id", "name", "status", "progress", "message", "modes", "created", "finished"],
-    )
-
-
 with st.expander("Start a benchmark run", expanded=False):
-    preset_name = st.selectbox("Preset", ["custom", *PRESETS], key="bench_preset")
-    preset = PRESETS.get(preset_name, CUSTOM)
+    try:
+        suite = presets(api)
+    except ApiError as exc:  # the form still takes a custom spec; the runs below say why
+        suite = {}
+        st.caption(f"The standard suite's presets could not be read: {exc}")
+    preset_name = st.selectbox("Preset", ["custom", *suite], key="bench_preset")
+    preset = suite.get(preset_name, CUSTOM)
     with st.form("bench_form"):
         name = st.text_input("Name", value=preset["name"])
         workload = st.text_area("Workload (JSON)", value=json.dumps(preset["workload"], indent=1))

@@ -7,18 +7,12 @@ import streamlit as st
 from client.rest import ApiClient, ApiError
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
 from dashboard.figures.block_grid import block_grid_figure
-from dashboard.grid import (
-    MAX_ARROWS,
-    MAX_CELLS,
-    Arrows,
-    arrows,
-    grid_cells,
-    link_frame,
-    request_outline,
-)
+from dashboard.grid.arrows import MAX_ARROWS, Arrows, arrows, link_frame
+from dashboard.grid.cells import MAX_CELLS, grid_cells
+from dashboard.grid.outline import request_outline
 from dashboard.groups import group_label
 from dashboard.live import live
-from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, geometry_of, is_peer, why_empty
 
 GROUPS = ("attention", "mamba")
 
@@ -27,11 +21,7 @@ api = api_client()
 
 
 def block_size(engine: dict, group: str) -> int:
-    geometry = engine["geometry"]
-    size = geometry.get("groups", {}).get(group, {}).get("block_size")
-    if size is None:
-        size = geometry.get(f"{group}_block_size")
-    return int(size or 1)
+    return geometry_of(engine).group_block_size(group) or 1
 
 
 def find_request(engine_id: str, request_id: str) -> dict | None:
@@ -108,7 +98,7 @@ def fetch_grid(
 
 
 def pool_size(engine: dict, group: str) -> int:
-    return int(engine["geometry"].get("groups", {}).get(group, {}).get("num_blocks") or 0)
+    return geometry_of(engine).group_num_blocks(group) or 0
 
 
 def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) -> None:
@@ -118,9 +108,7 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
         return
     stop = None if zoom_start is None else zoom_start + MAX_CELLS
     version = (engine["epoch"], engine["next_seq"])
-    grid = fetch_grid(
-        api.base_url, api.guards.token, engine_id, group, zoom_start or 0, stop, version
-    )
+    grid = fetch_grid(api.base_url, api.token, engine_id, group, zoom_start or 0, stop, version)
     num_blocks = grid["num_blocks"]
     if not num_blocks:
         st.info(f"Engine {engine_id} has reported no {group} blocks yet.")

@@ -3,32 +3,15 @@ hit it predicted was the hit the engine gave; each engine's state, share of the 
 requests, hit rate, load and cached keys; and for one request (`?request=ID`, the router's id
 or the engine's completion id) why it went where it went: each engine's score and its parts."""
 
-import pandas as pd
 import streamlit as st
 
-from dashboard.figures.fleet import (
-    engine_label,
-    engines_frame,
-    scores_figure,
-    scores_frame,
-    share_figure,
-)
+from client.transport import ApiError
+from dashboard.decisions import SCORES, decision_text, decisions_frame
+from dashboard.figures.decision_scores import scores_figure, scores_frame
+from dashboard.figures.fleet import engine_label, engines_frame, share_figure
 from dashboard.live import live
-from dashboard.router_client import RouterError, router_client, router_errors
+from dashboard.router_connection import router_client, router_errors
 
-#: Why the policy chose the engine it chose, by the decision's `reason`.
-REASONS = {
-    "hit": "its cache gave the largest usable hybrid hit, less its load",
-    "in_flight": "a request of the same family being prefilled there leaves the largest hit",
-    "least_loaded": "no engine had a hit worth its load, so the least loaded one",
-    "round_robin": "its turn in the round robin (the scores are not used)",
-    "random": "a random choice (the scores are not used)",
-}
-#: What each policy ranks the engines by.
-SCORES = {
-    "hybrid": "score = max(usable hybrid hit, hit in flight) − load",
-    "attention": "score = attention match − load (matches no recurrent state backs count too)",
-}
 NO_DECISIONS = (
     "The router at {url} has routed no request yet: send one to its OpenAI endpoint "
     "(`{url}/v1/chat/completions`) and it shows here why it went where it went."
@@ -65,23 +48,6 @@ def fleet_section(fleet: dict) -> None:
     st.plotly_chart(share_figure(frame), key="fleet_share")
 
 
-def decisions_frame(decisions: list[dict]) -> pd.DataFrame:
-    rows = [
-        {
-            "request": d["request_id"],
-            "engine request": d["engine_request_id"],
-            "engine": engine_label(d["engine_id"], d["url"]),
-            "reason": d["reason"],
-            "prompt tokens": d["num_prompt_tokens"],
-            "predicted hit": d["predicted_hit"],
-            "realised hit": d["realised_hit"],
-            "status": d["status"],
-        }
-        for d in decisions
-    ]
-    return pd.DataFrame(rows).astype({"realised hit": "Int64"})
-
-
 def wanted_decision(decisions: list[dict]) -> dict | None:
     """The decision `?request=` names, among those listed or asked of the router by id."""
     wanted = st.query_params.get("request")
@@ -92,31 +58,11 @@ def wanted_decision(decisions: list[dict]) -> dict | None:
             return d
     try:
         return router.decision(wanted)
-    except RouterError as exc:
+    except ApiError as exc:
         if exc.status != 404:
             raise
         st.warning(f"`?request={wanted}`: {exc.reason} at the router; the newest is shown.")
         return None
-
-
-def decision_text(d: dict) -> str:
-    base, _, failure = d["reason"].partition("; failed: ")
-    why = REASONS.get(base, base)
-    realised = "not yet known" if d["realised_hit"] is None else f"{d['realised_hit']:,}"
-    text = (
-        f"**{d['request_id']}** ({d['num_prompt_tokens']:,} prompt tokens of `{d['model']}`) "
-        f"went to **{engine_label(d['engine_id'], d['url'])}** ({d['url']}) under the "
-        f"`{d['policy']}` policy, reason **{base}**: {why}. Predicted hit "
-        f"{d['predicted_hit']:,}, realised {realised} ({d['status']}); routed in "
-        f"{d['route_s'] * 1000:.2f} ms."
-    )
-    if d["engine_request_id"]:
-        text += f" The engine's id: `{d['engine_request_id']}`."
-    if d["failed_over_from"]:
-        text += f" Refused first by {', '.join(d['failed_over_from'])}."
-    if failure:
-        text += f" It then failed: {failure}."
-    return text
 
 
 def decision_section(decisions: list[dict]) -> None:

@@ -8,22 +8,19 @@ import pandas as pd
 import streamlit as st
 
 from client.rest import ApiError
+from client.schema import CacheGeometry
 from dashboard.connection import START_ENGINE, api_client, api_errors, connection_state
-from dashboard.figures.attribution import (
-    HIT,
-    REASONS,
-    SHARED,
-    attribution_figure,
-    attribution_frame,
-)
+from dashboard.figures.attribution import attribution_figure, attribution_frame
 from dashboard.figures.cache_usage import cache_usage_figure, cache_usage_frame, usage_text
 from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame, requests_rate_figure
+from dashboard.figures.reasons import HIT, REASONS, SHARED
 from dashboard.figures.remedies import remedies
 from dashboard.groups import STATE_LAYERS, group_label, state_kind
 from dashboard.live import live
-from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, geometry_of, is_peer, why_empty
 from dashboard.remedy_view import remedy_cards
 
+#: The hello geometry's fields the table shows (`CacheGeometry`), each with its label.
 GEOMETRY = {
     "attention_block_size": "attention block (tokens)",
     "mamba_block_size": "Mamba block (tokens)",
@@ -53,10 +50,15 @@ api = api_client()
 window = st.sidebar.selectbox("Window", list(WINDOWS), key="overview_window")
 
 
-def geometry_frame(geometry: dict, engine: dict | None = None) -> pd.DataFrame:
-    rows = [(label, str(geometry[key])) for key, label in GEOMETRY.items() if key in geometry]
-    for group, pool in sorted(geometry.get("groups", {}).items()):
-        rows.append((f"{group_label(engine, group)} pool (blocks)", str(pool.get("num_blocks"))))
+def geometry_frame(geometry: CacheGeometry, engine: dict | None = None) -> pd.DataFrame:
+    """The settings the engine reported (what it did not report has no row)."""
+    rows = [
+        (label, str(value))
+        for key, label in GEOMETRY.items()
+        if (value := getattr(geometry, key)) is not None
+    ]
+    for group, pool in sorted((geometry.groups or {}).items()):
+        rows.append((f"{group_label(engine, group)} pool (blocks)", str(pool.num_blocks)))
     if state_kind(engine) != "mamba":
         rows.append(("state layers", STATE_LAYERS[state_kind(engine)]))
     return pd.DataFrame(rows, columns=["setting", "value"])
@@ -143,7 +145,7 @@ def attribution_section(engine: dict, since: float | None) -> None:
     with st.expander("What each reason means"):
         st.table(reasons_frame())
     st.markdown("**Remedies**, with what each would have saved in this window")
-    found = remedies(missed, prompt, engine["geometry"], engine.get("cache"))
+    found = remedies(missed, prompt, geometry_of(engine), engine.get("cache"))
     remedy_cards(found, "the window")
 
 
@@ -192,7 +194,7 @@ def engine_section(summary: dict) -> None:
         st.plotly_chart(cache_usage_figure(cache_usage_frame(engine)), key=f"usage_{engine_id}")
         st.caption(usage_text(engine))
         st.markdown("**Geometry**")
-        st.table(geometry_frame(engine["geometry"], engine).set_index("setting"))
+        st.table(geometry_frame(geometry_of(engine), engine).set_index("setting"))
     attribution_section(engine, since)
 
 

@@ -7,19 +7,13 @@ with no Mamba state at or near below, and what would keep one there."""
 import streamlit as st
 
 from dashboard.connection import api_client, api_errors, connection_state, pick_engine
-from dashboard.figures.peer_cache import (
-    churn_figure,
-    churn_frame,
-    peer_hit_rate_figure,
-    peer_hit_rate_frame,
-    prefix_tree_figure,
-    resync_text,
-    tiers_figure,
-    tiers_frame,
-    tree_frame,
-)
+from dashboard.figures.peer.churn import churn_figure, churn_frame, resync_text
+from dashboard.figures.peer.hit_rate import peer_hit_rate_figure, peer_hit_rate_frame
+from dashboard.figures.peer.prefix_tree import prefix_tree_figure
+from dashboard.figures.peer.tiers import tiers_figure, tiers_frame
+from dashboard.figures.peer.tree import tree_frame
 from dashboard.live import live
-from dashboard.peers import is_peer, kind_name
+from dashboard.peers import geometry_of, is_peer, kind_name
 from dashboard.remedy_view import peer_junction_cards
 
 WINDOWS = {
@@ -146,7 +140,7 @@ with api_errors(api):
     if engine is None:
         st.info(NO_PEER.format(url=api.base_url))
     else:
-        ranks = [r for r in engine["geometry"].get("ranks") or [] if isinstance(r, int)]
+        ranks = geometry_of(engine).ranks or []
         rank = None
         if len(ranks) > 1:
             rank = st.sidebar.selectbox(

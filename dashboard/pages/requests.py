@@ -6,17 +6,17 @@ import pandas as pd
 import streamlit as st
 
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
-from dashboard.figures.attribution import (
+from dashboard.figures.attribution_bars import requests_attribution_figure
+from dashboard.figures.chunks import chunk_frame, chunk_timeline_figure
+from dashboard.figures.remedies import remedies
+from dashboard.figures.request_attribution import (
     attribution_sentence,
     is_attributed,
     request_columns,
-    requests_attribution_figure,
 )
-from dashboard.figures.chunks import chunk_frame, chunk_timeline_figure
-from dashboard.figures.remedies import remedies
 from dashboard.groups import group_label
 from dashboard.live import live
-from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, geometry_of, is_peer, why_empty
 from dashboard.remedy_view import remedy_cards
 
 #: How many of the most useful suggested junctions a request's own is looked for among.
@@ -81,7 +81,7 @@ def one_request_remedies(request: dict) -> None:
     found = remedies(
         request["attribution"]["missed_tokens"],
         request["num_prompt_tokens"],
-        engine["geometry"],
+        geometry_of(engine),
         boundary=request["hit_tokens_by_group"].get("attention") or None,
         junction=suggested_junction(request),
     )

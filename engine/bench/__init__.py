@@ -1,4 +1,4 @@
-"""Benchmark runs: a workload, an engine geometry, a runner and a list of modes.
+"""Benchmark runs: a workload, the engine's settings, a runner and a list of modes.
 
 from engine.bench import BenchmarkSpec, run_benchmark, STANDARD_SUITE, MODES
 spec = BenchmarkSpec.model_validate(obj)   # bad input: pydantic ValidationError
@@ -8,7 +8,7 @@ results = run_benchmark(spec, progress=None)  # progress(fraction 0..1, message)
 from __future__ import annotations
 
 from engine.bench.run import BenchmarkError, run_benchmark
-from engine.bench.spec import MODES, BenchmarkSpec, Geometry, ModelOptions
+from engine.bench.spec import MODES, BenchmarkSpec, EngineSettings, ModelOptions
 from engine.bench.suite import STANDARD_SUITE
 
 __all__ = [
@@ -16,7 +16,7 @@ __all__ = [
     "STANDARD_SUITE",
     "BenchmarkError",
     "BenchmarkSpec",
-    "Geometry",
+    "EngineSettings",
     "ModelOptions",
     "run_benchmark",
 ]

@@ -1,4 +1,4 @@
-"""A benchmark run's spec: a workload, an engine geometry, a runner and the modes to replay.
+"""A benchmark run's spec: a workload, the engine's settings, a runner and the modes to replay.
 
     {"name": "gsp-small",
      "workload": {"kind": "generated_shared_prefix", "seed": 0, "num_groups": 8},
@@ -7,8 +7,10 @@
      "geometry": {"block_size": 16, "mamba_block_size": 512, "num_blocks": 4096},
      "concurrency": 8}
 
-A spec that omits `geometry` or `concurrency` takes the workload's suggestion (the seed cases
-carry the geometry of their seed). Bad input raises pydantic's `ValidationError`, naming the
+`geometry` holds the engine's cache and step settings (`EngineSettings`); the key keeps its
+name because specs are stored with runs and posted to `POST /api/v1/benchmarks`. A spec that
+omits `geometry` or `concurrency` takes the workload's suggestion (the seed cases carry the
+settings of their seed). Bad input raises pydantic's `ValidationError`, naming the
 field.
 """
 
@@ -26,8 +28,9 @@ from engine.workloads import WorkloadParams, WorkloadSpec, parse_workload
 Runner = RunnerName
 
 
-class Geometry(BaseModel):
-    """The engine's cache and scheduler geometry, as `junction replay`'s options set it."""
+class EngineSettings(BaseModel):
+    """The engine's cache and scheduler settings, as `junction replay`'s options set them (a
+    spec's `geometry`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -43,7 +46,7 @@ class Geometry(BaseModel):
     pin_max_share: float = 0.25
 
     @model_validator(mode="after")
-    def _valid(self) -> Geometry:
+    def _valid(self) -> EngineSettings:
         self.cache_config()  # raises ValueError naming the numbers
         self.scheduler_config()
         return self
@@ -107,7 +110,8 @@ class BenchmarkSpec(BaseModel):
     workload: WorkloadSpec
     runner: Runner = "ledger"
     modes: Annotated[list[Mode], Field(min_length=1)] = list(MODES)
-    geometry: Geometry = Geometry()
+    # the engine's settings: the JSON key stays `geometry` (stored runs, the REST API's bodies)
+    geometry: EngineSettings = EngineSettings()
     concurrency: Annotated[int, Field(ge=1, le=4096)] = 8
     model: ModelOptions = ModelOptions()
 

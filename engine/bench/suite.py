@@ -7,8 +7,13 @@ the geometry of its seed.
 from __future__ import annotations
 
 from engine.bench.spec import BenchmarkSpec
+from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 
-_FINE = {"block_size": 16, "mamba_block_size": 512, "num_blocks": 8192}
+_FINE = {
+    "block_size": DEFAULT_BLOCK_SIZE,
+    "mamba_block_size": DEFAULT_MAMBA_BLOCK_SIZE,
+    "num_blocks": 8192,
+}
 
 STANDARD_SUITE: list[BenchmarkSpec] = [
     BenchmarkSpec.model_validate(spec)

@@ -21,7 +21,14 @@ BAD_REASONS = (
 class BridgeStats:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
+        self._add_peer_metrics(self.registry)
+        self._add_store_metrics(self.registry)
+        self._add_feed_metrics(self.registry)
+        for reason in BAD_REASONS:
+            self.bad_frames.labels(reason)
+
+    def _add_peer_metrics(self, r: CollectorRegistry) -> None:
+        """The peer's event stream, per rank: batches, losses, bad input, scrapes."""
         self.batches = Counter(
             "junction_bridge_batches", "peer batches applied", ["rank"], registry=r
         )
@@ -55,27 +62,8 @@ class BridgeStats:
         self.bad_frames = Counter(
             "junction_bridge_bad_frames", "bad input, by reason", ["reason"], registry=r
         )
-        self.forwarded = Counter(
-            "junction_bridge_forwarded_events",
-            "Junction events handed to the control plane's outbox",
-            registry=r,
-        )
-        self.table_resends = Counter(
-            "junction_bridge_table_resends",
-            "times the whole table was sent again (the outbox overflowed or the store lost it)",
-            registry=r,
-        )
         self.next_seq = Gauge(
             "junction_bridge_next_seq", "the seq wanted next, per rank", ["rank"], registry=r
-        )
-        self.table_hashes = Gauge(
-            "junction_bridge_table_hashes", "hashes in the bridge's table", registry=r
-        )
-        self.outbox_frames = Gauge(
-            "junction_bridge_outbox_frames", "frames the store has not acknowledged", registry=r
-        )
-        self.connected = Gauge(
-            "junction_bridge_connected", "1 while connected to the control plane", registry=r
         )
         self.live_connections = Counter(
             "junction_bridge_live_connections",
@@ -87,6 +75,31 @@ class BridgeStats:
         self.scrapes = Counter(
             "junction_bridge_scrapes", "peer metric scrapes, by outcome", ["outcome"], registry=r
         )
+
+    def _add_store_metrics(self, r: CollectorRegistry) -> None:
+        """What the bridge hands the control plane: its table and its outbox."""
+        self.forwarded = Counter(
+            "junction_bridge_forwarded_events",
+            "Junction events handed to the control plane's outbox",
+            registry=r,
+        )
+        self.table_resends = Counter(
+            "junction_bridge_table_resends",
+            "times the whole table was sent again (the outbox overflowed or the store lost it)",
+            registry=r,
+        )
+        self.table_hashes = Gauge(
+            "junction_bridge_table_hashes", "hashes in the bridge's table", registry=r
+        )
+        self.outbox_frames = Gauge(
+            "junction_bridge_outbox_frames", "frames the store has not acknowledged", registry=r
+        )
+        self.connected = Gauge(
+            "junction_bridge_connected", "1 while connected to the control plane", registry=r
+        )
+
+    def _add_feed_metrics(self, r: CollectorRegistry) -> None:
+        """The cache feed the bridge serves to routers."""
         self.feed_unkeyed = Counter(
             "junction_bridge_feed_unkeyed_blocks",
             "blocks the cache feed could not key (their parent unknown: stored before the "
@@ -99,8 +112,6 @@ class BridgeStats:
         self.feed_subscribers = Gauge(
             "junction_bridge_feed_subscribers", "routers following the cache feed", registry=r
         )
-        for reason in BAD_REASONS:
-            self.bad_frames.labels(reason)
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's value (0 when absent): what tests and the benchmark read."""

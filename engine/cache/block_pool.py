@@ -1,54 +1,21 @@
-"""One group's physical blocks: reference counts, entries, pins and the LRU free queue.
+"""One group's physical blocks: reference counts, entries and pins, over an eviction policy.
 
-A block is exactly one of free (in the free queue; `cached` when it still holds entries), in use
-(referenced by a request table or held by a step's copy), or pinned (held by an operator's pin;
-it may also be in use). Free blocks sit in one LRU queue per retention level; allocation takes
-the least recently freed block of the lowest level first, evicting its entries.
+A block is exactly one of free (in the policy's free queues; `cached` when it still holds
+entries), in use (referenced by a request table or held by a step's copy), or pinned (held by an
+operator's pin; it may also be in use). Which free block an allocation takes, evicting its
+entries, is the eviction policy's choice (`engine.cache.eviction`; by default the least recently
+freed block of the lowest retention level).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-from engine.cache.entry import (
-    NUM_FREE_LEVELS,
-    REASON_VALUE,
-    RETENTION,
-    CheckpointReason,
-    Entry,
-)
+from engine.cache.block import Block, InvariantError, NoFreeBlocksError
+from engine.cache.entry import REASON_VALUE, RETENTION, CheckpointReason, Entry
+from engine.cache.eviction import DEFAULT_EVICTION, make_policy
 from engine.events import BlockHashesMoved, BlockRemoved, BlockStored, EventSink, NullSink
 from engine.hashing import BlockHash
-
-
-class NoFreeBlocksError(RuntimeError):
-    """Raised when an allocation asks for more blocks than the free queue holds."""
-
-
-class InvariantError(AssertionError):
-    """A pool or manager found its own state inconsistent."""
-
-
-@dataclass(slots=True)
-class Block:
-    block_id: int
-    ref_cnt: int = 0
-    pin_cnt: int = 0
-    keys: list[BlockHash] = field(default_factory=list)
-    token_start: int | None = None
-    free_level: int | None = None
-    pending_step: int | None = None
-    last_change: int = 0
-
-    @property
-    def state(self) -> str:
-        if self.pin_cnt:
-            return "pinned"
-        if self.ref_cnt:
-            return "in_use"
-        return "cached" if self.keys else "free"
 
 
 class BlockPool:
@@ -62,6 +29,7 @@ class BlockPool:
         group_idx: int,
         sink: EventSink | None = None,
         medium: str = "GPU",
+        eviction: str = DEFAULT_EVICTION,
     ) -> None:
         self.block_size = block_size
         self.group = group
@@ -72,11 +40,9 @@ class BlockPool:
         self.is_recording = self.sink.is_recording
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.entries: dict[BlockHash, Entry] = {}
-        self._free: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(NUM_FREE_LEVELS)]
-        self._free[0].update((i, None) for i in range(num_blocks))
+        self.eviction = make_policy(eviction, self.blocks, self.entries)
         for block in self.blocks:
-            block.free_level = 0
-        self._num_free = num_blocks
+            self.eviction.add(block)
         self._num_pinned = 0
         self.dirty: set[int] = set()
         self.step = 0
@@ -89,11 +55,11 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks an allocation may take, cached ones included."""
-        return self._num_free
+        return self.eviction.num_free
 
-    def num_free_up_to(self, level: int) -> int:
-        """Free blocks that hold nothing retained above `level`: what taking one gives up."""
-        return sum(len(queue) for queue in self._free[: level + 1])
+    def num_free_up_to(self, retention: int) -> int:
+        """Blocks allocations take before one holding an entry retained above `retention`."""
+        return self.eviction.num_free_up_to(retention)
 
     @property
     def num_pinned(self) -> int:
@@ -103,35 +69,9 @@ class BlockPool:
         return self.entries.get(key)
 
     def is_free(self, block_id: int) -> bool:
-        return self.blocks[block_id].free_level is not None
+        return self.blocks[block_id].free_queue is not None
 
-    # ------------------------------------------------------------------ free queue
-    def _level(self, block: Block) -> int:
-        level = 0
-        entries = self.entries
-        for key in block.keys:
-            retention = RETENTION[entries[key].reason]
-            if retention > level:
-                level = retention
-        return min(level, NUM_FREE_LEVELS - 1)
-
-    def _enqueue(self, block: Block) -> None:
-        level = self._level(block) if block.keys else 0
-        block.free_level = level
-        self._free[level][block.block_id] = None
-        self._num_free += 1
-
-    def _dequeue(self, block: Block) -> None:
-        del self._free[block.free_level][block.block_id]
-        block.free_level = None
-        self._num_free -= 1
-
-    def _requeue(self, block: Block) -> None:
-        """Move a free block to the level its entries now call for, keeping it last."""
-        if block.free_level is not None and block.free_level != self._level(block):
-            self._dequeue(block)
-            self._enqueue(block)
-
+    # ------------------------------------------------------------------ bookkeeping
     def _touch_changed(self, block: Block) -> None:
         block.last_change = self.step
         if self.is_recording:
@@ -140,27 +80,22 @@ class BlockPool:
     # ------------------------------------------------------------------ actions
     def allocate(self, num: int) -> list[Block]:
         """Take `num` blocks for exclusive use (ref 1), evicting what they cached."""
-        if num > self._num_free:
+        num_free = self.eviction.num_free
+        if num > num_free:
             raise NoFreeBlocksError(
-                f"{self.group}: asked for {num} blocks, {self._num_free} free of {self.num_blocks}"
+                f"{self.group}: asked for {num} blocks, {num_free} free of {self.num_blocks}"
             )
-        taken: list[Block] = []
-        blocks, step = self.blocks, self.step
+        taken = self.eviction.take(num)
+        step = self.step
         dirty = self.dirty if self.is_recording else None
-        for queue in self._free:
-            while queue and len(taken) < num:
-                block_id, _ = queue.popitem(last=False)
-                block = blocks[block_id]
-                block.free_level = None
-                if block.keys:
-                    self.evict(block)
-                block.ref_cnt = 1
-                block.token_start = None
-                block.last_change = step
-                if dirty is not None:
-                    dirty.add(block_id)
-                taken.append(block)
-        self._num_free -= num
+        for block in taken:
+            if block.keys:
+                self.evict(block)
+            block.ref_cnt = 1
+            block.token_start = None
+            block.last_change = step
+            if dirty is not None:
+                dirty.add(block.block_id)
         return taken
 
     def evict(self, block: Block) -> None:
@@ -184,8 +119,8 @@ class BlockPool:
     def touch(self, block_id: int) -> None:
         """Add a reference: a request table or a step's copy now holds the block."""
         block = self.blocks[block_id]
-        if block.free_level is not None:
-            self._dequeue(block)
+        if block.free_queue is not None:
+            self.eviction.remove(block)
         block.ref_cnt += 1
         self._touch_changed(block)
 
@@ -202,12 +137,12 @@ class BlockPool:
             if dirty is not None:
                 dirty.add(block_id)
             if block.ref_cnt == 0 and block.pin_cnt == 0:
-                self._enqueue(block)
+                self.eviction.add(block)
 
     def pin(self, block_id: int) -> None:
         block = self.blocks[block_id]
-        if block.free_level is not None:
-            self._dequeue(block)
+        if block.free_queue is not None:
+            self.eviction.remove(block)
         if block.pin_cnt == 0:
             self._num_pinned += 1
         block.pin_cnt += 1
@@ -227,7 +162,7 @@ class BlockPool:
                 if entry.reason is CheckpointReason.PIN:
                     entry.reason = CheckpointReason.BLOCK
             if block.ref_cnt == 0:
-                self._enqueue(block)
+                self.eviction.add(block)
 
     def cache(
         self,
@@ -248,7 +183,7 @@ class BlockPool:
             if entry is not None:
                 if why.retention > entry.reason.retention:
                     entry.reason = why
-                    self._requeue(self.blocks[entry.block_id])
+                    self.eviction.update(self.blocks[entry.block_id])
                     self._touch_changed(self.blocks[entry.block_id])
                 continue
             entry = Entry(key, block_id, position, why)
@@ -262,7 +197,7 @@ class BlockPool:
             return []
         start = (max_position - 1) // self.block_size * self.block_size
         block.token_start = start
-        self._requeue(block)
+        self.eviction.update(block)
         self._touch_changed(block)
         if self.is_recording:
             self._emit_stored(block_id, added, parent, start, max_position, reason)
@@ -303,8 +238,8 @@ class BlockPool:
             self.entries[key].block_id = dst_id
         dst.keys.extend(moved)
         dst.token_start = src.token_start
-        self._requeue(src)
-        self._requeue(dst)
+        self.eviction.update(src)
+        self.eviction.update(dst)
         self._touch_changed(src)
         self._touch_changed(dst)
         if not self.is_recording:
@@ -353,34 +288,21 @@ class BlockPool:
 
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:
-        """Raise `InvariantError` naming the first block whose bookkeeping is inconsistent."""
-        num_free = 0
-        for level, queue in enumerate(self._free):
-            for block_id in queue:
-                block = self.blocks[block_id]
-                if block.free_level != level:
-                    raise InvariantError(
-                        f"{self.group} block {block_id}: in free level {level} "
-                        f"but records level {block.free_level}"
-                    )
-                num_free += 1
-        if num_free != self._num_free:
-            raise InvariantError(f"{self.group}: free count {self._num_free} != queued {num_free}")
+        """Raise `InvariantError` naming the first block whose bookkeeping is inconsistent:
+        counts and entries here, then the eviction policy's queues."""
         for block in self.blocks:
             name = f"{self.group} block {block.block_id}"
             if block.ref_cnt < 0 or block.pin_cnt < 0:
                 raise InvariantError(
                     f"{name}: negative count ref={block.ref_cnt} pins={block.pin_cnt}"
                 )
-            is_queued = block.free_level is not None
+            is_queued = block.free_queue is not None
             should_be_free = block.ref_cnt == 0 and block.pin_cnt == 0
             if is_queued != should_be_free:
                 raise InvariantError(
                     f"{name}: state {block.state} but free-queued={is_queued} "
                     f"(ref={block.ref_cnt}, pins={block.pin_cnt})"
                 )
-            if is_queued and block.free_level != self._level(block):
-                raise InvariantError(f"{name}: free level {block.free_level} is stale")
             for key in block.keys:
                 entry = self.entries.get(key)
                 if entry is None or entry.block_id != block.block_id:
@@ -401,3 +323,7 @@ class BlockPool:
         num_pinned = sum(1 for b in self.blocks if b.pin_cnt)
         if num_pinned != self._num_pinned:
             raise InvariantError(f"{self.group}: pinned count {self._num_pinned} != {num_pinned}")
+        try:
+            self.eviction.check_invariants()
+        except InvariantError as error:
+            raise InvariantError(f"{self.group} {error}") from None

@@ -64,10 +64,22 @@ class HybridCoordinator:
         self.unit = config.match_unit
         self.geometry = HitGeometry.of(config)
         attention_pool = BlockPool(
-            config.num_blocks, config.attention_block_size, ATTENTION, 0, sink, medium
+            config.num_blocks,
+            config.attention_block_size,
+            ATTENTION,
+            0,
+            sink,
+            medium,
+            config.eviction,
         )
         mamba_pool = BlockPool(
-            config.mamba_num_blocks, config.mamba_block_size, MAMBA, 1, sink, medium
+            config.mamba_num_blocks,
+            config.mamba_block_size,
+            MAMBA,
+            1,
+            sink,
+            medium,
+            config.eviction,
         )
         self.attention = AttentionManager(attention_pool)
         self.mamba = MambaManager(mamba_pool)

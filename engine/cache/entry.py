@@ -21,7 +21,8 @@ class CheckpointReason(StrEnum):
 
     @property
     def retention(self) -> int:
-        """Free-queue level: blocks of a lower level are evicted first; pins never are."""
+        """How long a free block holding it is kept: the default eviction policy gives up
+        blocks of a lower retention first; pins never are."""
         return RETENTION[self]
 
 
@@ -38,9 +39,6 @@ RETENTION = {
 
 #: Each reason's string, for rows and events (an enum's `.value` is slow on hot paths).
 REASON_VALUE = {reason: reason.value for reason in CheckpointReason}
-
-#: Free-queue levels: 0 holds blocks with no entry, then one per retention value below pins.
-NUM_FREE_LEVELS = 5
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import NamedTuple
 
-from engine.cache.block_pool import InvariantError
+from engine.cache.block import InvariantError
 from engine.cache.entry import RETENTION, CheckpointReason
 from engine.cache.manager import BlockCopy, GroupManager
 from engine.hashing import BlockHash

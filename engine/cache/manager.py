@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from engine.cache.block_pool import Block, BlockPool, InvariantError
+from engine.cache.block import Block, InvariantError
+from engine.cache.block_pool import BlockPool
 
 
 class BlockCopy(NamedTuple):

@@ -1,6 +1,6 @@
 """`junction attach`'s way to the control plane: the bridge's events as batches through the
-engine's own publisher machinery (`Outbox`, `PublisherLink`): hello (geometry `{"kind",
-"physical_block_ids": false, "ranks", "events", "replay", "metrics"}`), batches with seq, acks,
+engine's own publisher machinery (`Outbox`, `PublisherLink`): hello (a `CacheGeometry` of
+`kind`, `physical_block_ids` false, `ranks`, `events`, `replay`, `metrics`), batches with seq, acks,
 resend after a reconnect, the bounded outbox. When the outbox overflows, or the store lost
 batches it no longer holds, the bridge sends an empty snapshot and then its whole table again
 (`PeerTable.events`), so the store's guarantees hold end to end. A bridge start is a new
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from engine.bridge.bridge import Bridge
     from engine.events import CacheEvent
     from engine.server.publisher_link import PublisherLink
+    from engine.wire import CacheGeometry
 
 log = logging.getLogger("engine.bridge")
 
@@ -68,20 +69,12 @@ class Forwarder:
             )
 
     def resend_table(self) -> None:
-        from engine.wire import Batch, Snapshot
+        from engine.server.publisher import put_snapshot
+        from engine.wire import Batch
 
+        # an empty table: the peer's blocks have no ids, its table follows as events
+        put_snapshot(self.outbox, self.engine_id, self.epoch, [])
         ts, ranks = time.time(), self.bridge.ranks
-        self.outbox.put_snapshot(
-            lambda seq, requests: Snapshot(
-                engine_id=self.engine_id,
-                epoch=self.epoch,
-                seq=seq,
-                ts=ts,
-                blocks=[],
-                requests=requests,
-                num_batches_dropped=self.outbox.num_dropped,
-            )
-        )
         events = self.bridge.table.events(ranks)
         self.bridge.stats.table_resends.inc()
         log.warning("sending the whole table again: %d hashes", len(events) - len(ranks))
@@ -97,6 +90,20 @@ class Forwarder:
                 return
 
 
+def peer_geometry(args: argparse.Namespace) -> CacheGeometry:
+    """The bridge's hello geometry: the peer's kind and sockets, no physical block ids."""
+    from engine.wire import CacheGeometry
+
+    return CacheGeometry(
+        kind=args.flavor,
+        physical_block_ids=False,
+        ranks=list(range(args.ranks)),
+        events=args.events,
+        replay=args.replay,
+        metrics=args.metrics,
+    )
+
+
 def control_plane_link(
     args: argparse.Namespace, bridge: Bridge, epoch: int
 ) -> tuple[Forwarder, PublisherLink]:
@@ -110,14 +117,7 @@ def control_plane_link(
         version=SCHEMA_VERSION,
         engine_id=args.engine_id,
         epoch=epoch,
-        geometry={
-            "kind": args.flavor,
-            "physical_block_ids": False,
-            "ranks": list(range(args.ranks)),
-            "events": args.events,
-            "replay": args.replay,
-            "metrics": args.metrics,
-        },
+        geometry=peer_geometry(args),
         model={"name": args.model_name or args.engine_id, "source": args.flavor},
     )
     link = PublisherLink(

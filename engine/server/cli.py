@@ -11,6 +11,7 @@ import socket
 import sys
 from urllib.parse import urlsplit
 
+from engine.config import DEFAULT_SERVE_NUM_MAMBA_BLOCKS
 from engine.options import (
     EXIT_BAD_INPUT,
     add_cache_options,
@@ -47,8 +48,8 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
-    # a server runs the model; 512 Mamba slots keep the built-in's state pool near 200 MB
-    add_cache_options(serve, num_mamba_blocks=512)
+    # a server runs the model: fewer Mamba slots keep the built-in's state pool small
+    add_cache_options(serve, num_mamba_blocks=DEFAULT_SERVE_NUM_MAMBA_BLOCKS)
     add_model_options(serve)
     serve.set_defaults(func=cmd_serve, runner="torch")
 

@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from engine.server.outbox import DEFAULT_MAX_BATCHES, DEFAULT_MAX_BYTES, Outbox
 from engine.server.publisher_link import Backoff, PublisherLink, ingest_url
-from engine.wire import MAX_FRAME_BYTES, SCHEMA_VERSION, Batch, Command, Hello, Snapshot
+from engine.wire import (
+    MAX_FRAME_BYTES,
+    SCHEMA_VERSION,
+    Batch,
+    BlockRow,
+    Command,
+    Hello,
+    PinUpdated,
+    Snapshot,
+)
 
 if TYPE_CHECKING:
     import threading
@@ -50,6 +59,35 @@ class PublisherStats:
     num_connections: int  # connections that got as far as a welcome
     is_connected: bool
     last_error: str | None
+
+
+def put_snapshot(
+    outbox: Outbox,
+    engine_id: str,
+    epoch: int,
+    blocks: list[BlockRow | dict],
+    pins: list[PinUpdated] | None = None,
+) -> None:
+    """Replace every unacknowledged frame in `outbox` with one snapshot of `blocks` and `pins`
+    (the whole table), the finished requests of the frames it replaces riding along, and what
+    the outbox gave up so far in this epoch. The one builder of snapshot frames: an engine's
+    publisher and a `junction attach` bridge (its table travels as batches after an empty one)
+    both call it."""
+    ts = time.time()
+    outbox.put_snapshot(
+        lambda seq, requests: Snapshot(
+            engine_id=engine_id,
+            epoch=epoch,
+            seq=seq,
+            ts=ts,
+            blocks=blocks,
+            pins=pins or [],
+            requests=requests,
+            num_batches_dropped=outbox.num_dropped,
+            num_requests_dropped=outbox.num_requests_dropped,
+            last_drop=outbox.last_drop,
+        )
+    )
 
 
 class EventPublisher:
@@ -121,7 +159,6 @@ class EventPublisher:
             raise RuntimeError("this publisher is already attached to an engine")
         if not callable(getattr(engine.sink, "drain", None)):
             raise TypeError(f"the engine's sink must be a ListSink, got {type(engine.sink)!r}")
-        table = engine.snapshot()
         self.engine = engine
         self.engine_id, self.epoch = engine.engine_id, engine.epoch
         hello = Hello(
@@ -129,7 +166,7 @@ class EventPublisher:
             engine_id=self.engine_id,
             epoch=self.epoch,
             # the block counts per group let a store lay out a new epoch's table before rows come
-            geometry={**table["geometry"], "groups": table["groups"]},
+            geometry=engine.cache_geometry(),
             model=self.model if self.model is not None else {"name": engine.model_config.name},
         )
         if engine.num_steps or engine.pins:
@@ -184,22 +221,8 @@ class EventPublisher:
     def enqueue_snapshot(self, engine: Engine) -> None:
         """Replace every unacknowledged frame with the block table (on the engine thread); the
         finished requests of the frames it replaces ride along."""
-        ts, blocks = time.time(), engine.snapshot()["blocks"]
         pins = [pin.event() for pin in engine.pins.values()]
-        self.outbox.put_snapshot(
-            lambda seq, requests: Snapshot(
-                engine_id=self.engine_id,
-                epoch=self.epoch,
-                seq=seq,
-                ts=ts,
-                blocks=blocks,
-                pins=pins,
-                requests=requests,
-                num_batches_dropped=self.outbox.num_dropped,
-                num_requests_dropped=self.outbox.num_requests_dropped,
-                last_drop=self.outbox.last_drop,
-            )
-        )
+        put_snapshot(self.outbox, self.engine_id, self.epoch, engine.snapshot()["blocks"], pins)
 
     def _command(self, command: Command) -> None:
         if self.on_command is None:

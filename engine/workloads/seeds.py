@@ -17,6 +17,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 from engine.workloads.base import (
     Length,
     SegmentSource,
@@ -26,7 +27,12 @@ from engine.workloads.base import (
     request_line,
 )
 
-_FINE_16 = {"block_size": 16, "mamba_block_size": 512, "prefix_match_unit": 16}
+#: the default blocks (Ba 16, Bm 512) with a match unit of 16
+_FINE_16 = {
+    "block_size": DEFAULT_BLOCK_SIZE,
+    "mamba_block_size": DEFAULT_MAMBA_BLOCK_SIZE,
+    "prefix_match_unit": 16,
+}
 
 
 class SeedMultiTurn(WorkloadParams):

@@ -82,7 +82,7 @@ def hello(engine: Engine, epoch: int | None = None) -> dict:
         "type": "hello",
         "engine_id": engine.engine_id,
         "epoch": engine.epoch if epoch is None else epoch,
-        "geometry": engine.snapshot()["geometry"] | {"groups": engine.snapshot()["groups"]},
+        "geometry": engine.cache_geometry().to_json(),
         "model": {"name": "ledger"},
     }
 

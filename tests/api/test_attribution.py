@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.attribution import unit_salt
-from api.attribution.misses import REASONS, Geometry, MatchStop, split_misses
+from api.attribution.misses import REASONS, HitGrid, MatchStop, split_misses
 from api.attribution.record import AttributionConfig
 from api.attribution.shared_units import prune
 from api.attribution.unit_salt import salted_chain
@@ -24,7 +24,7 @@ from engine.engine import Engine
 from engine.request import SamplingParams
 from tests.api import factories
 
-FINE = Geometry(unit=16, eagle=False, partial_hits=True, alignment=16)
+FINE = HitGrid(unit=16, eagle=False, partial_hits=True, alignment=16)
 
 
 # ---------------------------------------------------------------------------- the split

@@ -76,7 +76,7 @@ def test_a_stale_epoch_hello_is_refused_and_changes_nothing(
     assert len(before["requests"]) == 8 and before["blocks"]
     stale = factories.hello(engine_run, epoch=engine_run.epoch - 1)
     with connect(client) as ws:
-        ws.send_text(encode(stale | {"geometry": {"rewritten": True}}))
+        ws.send_text(encode(stale | {"geometry": {"kind": "rewritten"}}))
         code, reason = close_of(ws)
     assert code == 4409
     assert f"epoch {engine_run.epoch - 1}" in reason and f"epoch {engine_run.epoch}" in reason
@@ -201,11 +201,22 @@ def test_a_bad_value_closes_4400_naming_the_field_and_seq(
     ("hello", "named"),
     [
         ({"engine_id": "engine\x00"}, "invalid frame at engine_id"),
-        ({"geometry": {"deep": json.loads("[" * 40 + "]" * 40)}}, "geometry.deep"),
-        ({"geometry": {"name": "a\x00"}}, "geometry.name: a string with NUL"),
+        ({"geometry": {"groups": {"mamba": json.loads("[" * 40 + "]" * 40)}}}, "geometry.groups"),
+        ({"geometry": {"events": "a\x00"}}, "geometry.events: Expected `str` without NUL"),
+        ({"geometry": {"deep": {}}}, "at geometry: Object contains unknown field `deep`"),
+        ({"geometry": {"prefix_match_unit": 0}}, "geometry.prefix_match_unit: Expected `int` >= 1"),
+        ({"model": {"deep": json.loads("[" * 40 + "]" * 40)}}, "model.deep"),
         ({"model": {"big": 2**70}}, "model.big: an integer over 64 bits"),
     ],
-    ids=["NUL in engine_id", "geometry too deep", "NUL in geometry", "big int in model"],
+    ids=[
+        "NUL in engine_id",
+        "geometry not its shape",
+        "NUL in geometry",
+        "unknown geometry field",
+        "zero match unit",
+        "model too deep",
+        "big int in model",
+    ],
 )
 def test_a_bad_hello_closes_4400(client, session, engine_run, hello: dict, named: str) -> None:
     with connect(client) as ws:

@@ -17,6 +17,7 @@ from api.attribution import shared_units
 from api.ingest.frames import apply_batches, apply_hello
 from api.store import bulk
 from api.store.models import AttributionSalt, Engine
+from engine.geometry import CacheGeometry
 from engine.wire import CLOSE_FUTURE_SEQ, WireError
 from tests.api import factories
 from tests.api.factories import assert_same_table, parse, store_rows
@@ -48,14 +49,16 @@ def test_bytes_and_datetimes_survive_the_json_rows(session: Session) -> None:
     bulk.insert_missing(session, AttributionSalt.__table__, [{"id": 1, "salt": salt}])
     assert session.scalar(select(AttributionSalt.salt)) == salt
     seen = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
-    row = {"engine_id": "e2", "epoch": 3, "next_seq": 0, "geometry": {"unit": 16}, "model": {}}
+    geometry = {"prefix_match_unit": 16, "unit": 16}  # a key the struct does not know: ignored
+    row = {"engine_id": "e2", "epoch": 3, "next_seq": 0, "geometry": geometry, "model": {}}
     row |= {"connected": False, "first_seen": seen, "last_seen": seen, "last_drop": None}
     row |= {"num_batches_dropped": 0, "num_requests_dropped": 0, "num_peer_blocks": 0}
     row |= {"replica_id": None, "connection_id": None}
     bulk.insert_missing(session, Engine.__table__, [row])
     stored = session.get(Engine, "e2")
     assert stored is not None
-    assert (stored.first_seen, stored.last_seen, stored.geometry) == (seen, seen, {"unit": 16})
+    expected = CacheGeometry(prefix_match_unit=16)
+    assert (stored.first_seen, stored.last_seen, stored.geometry) == (seen, seen, expected)
 
 
 def _engine_statements(session: Session) -> list[str]:

@@ -23,6 +23,7 @@ from api.peers.analysis import (
     suggested_junctions,
 )
 from api.peers.remedies import peer_remedies, vllm_block_size
+from engine.geometry import CacheGeometry, GroupShape
 
 
 def all_tokens(name: str, size: int = 16) -> list[int]:
@@ -130,8 +131,12 @@ def test_a_state_of_another_block_size_is_placed_by_position_and_first_tokens():
     assert not [m for m in marks if m.hash == "m0"]  # its first tokens match no block at 0
 
 
+# the hello of an engine whose Mamba group has blocks of 528 tokens
+STATE_BLOCKS_528 = CacheGeometry(groups={"mamba": GroupShape(block_size=528)})
+
+
 def test_suggested_junctions_are_the_branch_points_without_a_state_near_below():
-    found = suggested_junctions(forest(), {"groups": {"mamba": {"block_size": 528}}})
+    found = suggested_junctions(forest(), STATE_BLOCKS_528)
     assert [(j.position, j.num_branches, j.num_prefixes) for j in found] == [
         (720, 2, 2),
         (560, 3, 4),
@@ -146,7 +151,7 @@ def test_suggested_junctions_are_the_branch_points_without_a_state_near_below():
 
 
 def test_each_suggestion_says_what_would_keep_a_state_there():
-    (_, system) = suggested_junctions(forest(), {"groups": {"mamba": {"block_size": 528}}})
+    (_, system) = suggested_junctions(forest(), STATE_BLOCKS_528)
     by_flags = {r.flags: r for r in system.remedies}
     junction = by_flags["junction serve --model MODEL"]
     assert (junction.state_at, junction.tokens_saved) == (560, 32)

@@ -253,6 +253,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/api/v1/pins/{pin_id}",
         "/api/v1/junctions/suggested",
         "/api/v1/benchmarks",
+        "/api/v1/benchmarks/suite",
         "/api/v1/benchmarks/{run_id}",
         "/api/v1/replicas",
         "/healthz",

@@ -7,17 +7,12 @@ import colorsys
 import pandas as pd
 import pytest
 
-from dashboard.figures.attribution import (
-    HIT,
-    REASONS,
-    SHARED,
-    attribution_figure,
-    attribution_frame,
-    attribution_sentence,
-    request_columns,
-    requests_attribution_figure,
-)
+from client.schema import CacheGeometry
+from dashboard.figures.attribution import attribution_figure, attribution_frame
+from dashboard.figures.attribution_bars import requests_attribution_figure
+from dashboard.figures.reasons import HIT, REASONS, SHARED
 from dashboard.figures.remedies import CHECKPOINTS_PAGE, remedies
+from dashboard.figures.request_attribution import attribution_sentence, request_columns
 
 
 def missed(**tokens: int) -> dict[str, int]:
@@ -156,7 +151,7 @@ def test_the_requests_figure_stacks_each_attributed_request_to_its_shared_tokens
     assert tops == list(shared.x) == [356, 288]
 
 
-GEOMETRY = {
+GEOMETRY_JSON = {  # an engine's geometry as `GET /engines/{id}` answers it
     "prefix_match_unit": 16,
     "junction_checkpoints": True,
     "eagle": False,
@@ -165,6 +160,12 @@ GEOMETRY = {
         "mamba": {"block_size": 64, "num_blocks": 160},
     },
 }
+GEOMETRY = CacheGeometry.from_json(GEOMETRY_JSON)
+
+
+def geometry(**fields) -> CacheGeometry:
+    """`GEOMETRY` with `fields` changed."""
+    return CacheGeometry.from_json(GEOMETRY_JSON | fields)
 
 
 def test_remedies_come_most_tokens_first_with_what_they_would_have_saved():
@@ -187,7 +188,7 @@ def test_no_state_pins_the_boundary_and_turns_junctions_on_when_off():
     assert "suggests this one (3 requests matched it; a pin would have saved them 96 tokens)" in (
         suggested.actions[0].text
     )
-    (off,) = remedies(missed(no_state=32), 400, GEOMETRY | {"junction_checkpoints": False})
+    (off,) = remedies(missed(no_state=32), 400, geometry(junction_checkpoints=False))
     assert "Pin these boundaries" in off.actions[0].text
     assert "--junction-checkpoints" in off.actions[1].text
 
@@ -206,15 +207,15 @@ def test_evicted_enlarges_the_fullest_pool_first_with_its_size():
 
 
 @pytest.mark.parametrize(
-    ("geometry", "says"),
+    ("changed", "says"),
     [
         ({"junction_checkpoints": False}, "--junction-checkpoints"),
         ({"max_prefix_wait_steps": 32}, "Raise `--max-prefix-wait-steps`** (now 32)"),
         ({}, "Pin the shared prefix"),
     ],
 )
-def test_in_flight_names_the_policy_that_fixes_it(geometry: dict, says: str):
-    (remedy,) = remedies(missed(in_flight=64), 400, GEOMETRY | geometry)
+def test_in_flight_names_the_policy_that_fixes_it(changed: dict, says: str):
+    (remedy,) = remedies(missed(in_flight=64), 400, geometry(**changed))
     assert says in remedy.actions[0].text
 
 
@@ -223,5 +224,5 @@ def test_held_back_is_explained_with_eagle_when_on():
     assert "exact resend" in plain.actions[0].text and "(16 tokens)" in plain.actions[0].text
     assert "EAGLE" not in plain.actions[0].text
     assert plain.actions[1].page == CHECKPOINTS_PAGE
-    (eagle,) = remedies(missed(held_back=16), 400, GEOMETRY | {"eagle": True})
+    (eagle,) = remedies(missed(held_back=16), 400, geometry(eagle=True))
     assert "EAGLE" in eagle.actions[0].text

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from websockets.sync.client import connect
 
-from dashboard.figures.attribution import REASONS, missed_text
+from dashboard.figures.reasons import REASONS
 from dashboard.figures.remedies import CHECKPOINTS_LINK
+from dashboard.figures.request_attribution import missed_text
 from engine.config import CacheConfig
 from engine.engine import Engine
 from engine.request import SamplingParams

@@ -10,15 +10,11 @@ from dashboard.figures.block_grid import CATEGORY_COLORS, block_grid_figure, dis
 from dashboard.figures.cache_usage import STATE_COLORS, cache_usage_figure, cache_usage_frame
 from dashboard.figures.chunks import REASON_COLORS, chunk_frame, chunk_timeline_figure
 from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame, requests_rate_figure
-from dashboard.grid import (
-    CATEGORIES,
-    COW_TARGET,
-    PINNED,
-    block_frame,
-    grid_cells,
-    link_frame,
-    request_outline,
-)
+from dashboard.grid.arrows import link_frame
+from dashboard.grid.blocks import block_frame
+from dashboard.grid.categories import CATEGORIES, COW_TARGET, PINNED
+from dashboard.grid.cells import grid_cells
+from dashboard.grid.outline import request_outline
 
 
 def grid_columns(rows: list[tuple], stop: int, links: list[dict] = (), keys: bool = True) -> dict:

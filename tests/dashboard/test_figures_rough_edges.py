@@ -10,7 +10,8 @@ from dashboard.figures.benchmarks import modes_frame, modes_table
 from dashboard.figures.block_grid import CATEGORY_COLORS, block_grid_figure
 from dashboard.figures.cache_usage import usage_text
 from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame
-from dashboard.grid import MAX_ARROWS, arrows, grid_cells, link_frame
+from dashboard.grid.arrows import MAX_ARROWS, arrows, link_frame
+from dashboard.grid.cells import grid_cells
 from tests.dashboard.test_figures import COPY, HIT_RATE, ROWS, grid_columns
 
 

@@ -3,14 +3,13 @@ router writes them."""
 
 from __future__ import annotations
 
-from dashboard.figures.fleet import (
+from dashboard.figures.decision_scores import (
     CHOSEN_COLOR,
     OTHER_COLOR,
-    engines_frame,
     scores_figure,
     scores_frame,
-    share_figure,
 )
+from dashboard.figures.fleet import engines_frame, share_figure
 
 
 def engine(url: str, engine_id: str | None, **changes) -> dict:

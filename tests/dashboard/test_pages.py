@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest, AppTestError
 from websockets.sync.client import connect
 
 from dashboard.connection import WRITE_TOKEN
-from dashboard.grid import MAX_ARROWS
+from dashboard.grid.arrows import MAX_ARROWS
 from engine.config import CacheConfig
 from engine.engine import Engine
 from engine.model.tokenizer import ByteTokenizer
@@ -484,15 +484,27 @@ def test_benchmarks_table_reads_in_percent_with_human_headers(dashboard_env: Sta
         assert row["throughput (tokens/s)"] == round(mode["throughput_tok_s"])
 
 
+def test_the_benchmark_presets_are_the_apis_suite(dashboard_env: Stack):
+    suite = dashboard_env.get("/benchmarks/suite")
+    at = open_page("benchmarks", write_token=TOKEN)
+    assert at.selectbox(key="bench_preset").options == ["custom", *(s["name"] for s in suite)]
+    at.selectbox(key="bench_preset").select(suite[0]["name"]).run()
+    workload = json.loads(at.text_area[0].value)
+    assert workload == {k: v for k, v in suite[0]["workload"].items() if v is not None}
+
+
 def test_the_benchmark_form_takes_the_presets_runner(
     dashboard_env: Stack, monkeypatch: pytest.MonkeyPatch
 ):
-    import engine.bench
+    from client.rest import ApiClient
 
-    spec = engine.bench.STANDARD_SUITE[0].model_copy(
-        update={"name": "null-preset", "runner": "null"}
-    )
-    monkeypatch.setattr(engine.bench, "STANDARD_SUITE", [*engine.bench.STANDARD_SUITE, spec])
+    suite = ApiClient.benchmark_suite  # the API's suite, and one more preset on another runner
+
+    def with_a_null_preset(api: ApiClient) -> list[dict]:
+        specs = suite(api)
+        return [*specs, {**specs[0], "name": "null-preset", "runner": "null"}]
+
+    monkeypatch.setattr(ApiClient, "benchmark_suite", with_a_null_preset)
     at = open_page("benchmarks", write_token=TOKEN)
     assert at.selectbox(key="bench_runner_custom").value == "ledger"
     at.selectbox(key="bench_preset").select("null-preset").run()

@@ -7,17 +7,11 @@ import pandas as pd
 import pytest
 
 from api.peers.analysis import prefix_tree, suggested_junctions
-from dashboard.figures.peer_cache import (
-    churn_figure,
-    churn_frame,
-    peer_hit_rate_figure,
-    peer_hit_rate_frame,
-    prefix_tree_figure,
-    resync_text,
-    tiers_figure,
-    tiers_frame,
-    tree_frame,
-)
+from dashboard.figures.peer.churn import churn_figure, churn_frame, resync_text
+from dashboard.figures.peer.hit_rate import peer_hit_rate_figure, peer_hit_rate_frame
+from dashboard.figures.peer.prefix_tree import prefix_tree_figure
+from dashboard.figures.peer.tiers import tiers_figure, tiers_frame
+from dashboard.figures.peer.tree import tree_frame
 from tests.api.test_peer_analysis import chain, forest
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stack.cli import check_serve_args
 from stack.parts import Ports, plan
+from stack.preflight import check_serve_args
 
 
 def engine_argv(serve_args: tuple[str, ...]) -> list[str]:

@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from stack.cli import check_serve_args, serve_model
 from stack.parts import Ports, plan
+from stack.preflight import check_serve_args, serve_model
 from tests.api.processes import free_port
 from tests.polling import wait_for
 from tests.stack.test_up import Up, is_alive

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.peers import reads as peer_reads
-from api.peers.blocks import is_peer
 from api.schemas import PeerBlockOut, PeerBlockPage, PeerSummary
 from api.store.models import PeerBlock
 from engine.events import INT32_MAX
@@ -32,7 +31,7 @@ def list_peer_blocks(
 ) -> PeerBlockPage:
     """Blocks ordered by rank, group, medium, then hash; `rank`, `group` and `medium` filter
     them. An engine with physical block ids has none (its table is `/blocks`)."""
-    if not is_peer(engine.geometry):
+    if not engine.geometry.is_peer:
         return PeerBlockPage(total=0, blocks=[])
     total, rows = peer_reads.block_page(
         session, engine.engine_id, rank, group, medium, offset, limit

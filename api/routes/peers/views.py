@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from api.deps import READ, EngineDep, SessionDep
 from api.peers import analysis as peer_analysis
 from api.peers import reads as peer_reads
-from api.peers.blocks import is_peer, kind
+from api.peers.blocks import kind
 from api.store.models import Engine
 from engine.events import INT32_MAX
 
@@ -141,7 +141,7 @@ def _junction_out(junction: peer_analysis.PeerJunction) -> PeerJunctionOut:
 def _rows(session: SessionDep, engine: Engine, rank: int | None) -> tuple[int, list[dict]]:
     """(the blocks stored for the rank, up to `MAX_READ_BLOCKS` of them as the analysis reads
     them); none for an engine with physical block ids (its table is `/blocks`)."""
-    if not is_peer(engine.geometry):
+    if not engine.geometry.is_peer:
         return 0, []
     total, rows = peer_reads.block_page(
         session, engine.engine_id, rank, None, None, 0, MAX_READ_BLOCKS

@@ -4,7 +4,17 @@
 builds the model and reads the weights, every check before it returns.
 """
 
-from engine.model.hf.config import SUPPORTED, HFModelSpec, MambaGeometry, load_spec
-from engine.model.hf.families import load_hf_model
+from engine.model.hf.architectures import ARCHITECTURES, SUPPORTED
+from engine.model.hf.config import load_spec
+from engine.model.hf.geometry import MambaGeometry
+from engine.model.hf.loader import load_hf_model
+from engine.model.hf.spec import HFModelSpec
 
-__all__ = ["SUPPORTED", "HFModelSpec", "MambaGeometry", "load_hf_model", "load_spec"]
+__all__ = [
+    "ARCHITECTURES",
+    "SUPPORTED",
+    "HFModelSpec",
+    "MambaGeometry",
+    "load_hf_model",
+    "load_spec",
+]

@@ -12,7 +12,8 @@ from torch import nn
 
 from engine.model.attention import Attention
 from engine.model.gdn import GDNShape
-from engine.model.hf.config import GDNGeometry, HFModelSpec
+from engine.model.hf.geometry import GDNGeometry
+from engine.model.hf.spec import HFModelSpec
 from engine.model.hf.weights import Source
 from engine.model.hybrid import Block, HybridStack
 from engine.model.mamba2 import Mamba2Mixer, MambaShape

@@ -23,10 +23,25 @@ from engine.model.hf.builders import (
     mamba_shape,
     require,
 )
-from engine.model.hf.config import HFModelSpec
+from engine.model.hf.geometry import GDNGeometry, StateFields
+from engine.model.hf.spec import HFModelSpec
 from engine.model.hf.weights import Source
 from engine.model.mlp import MLP
 from engine.model.moe import MoE
+
+QWEN_STATE = StateFields(
+    "linear",
+    GDNGeometry,
+    (
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_conv_kernel_dim",
+    ),
+    ("linear_num_value_heads", "linear_num_key_heads"),
+    "Gated DeltaNet key heads shared by value heads",
+)
 
 
 def qwen(spec: HFModelSpec) -> Built:

@@ -1,8 +1,9 @@
-"""Small random Hugging Face checkpoints, built and saved by transformers itself.
+"""Small random Hugging Face checkpoints of each architecture the engine loads, for the tests.
 
-`build_checkpoint(arch, path)` writes config.json, model.safetensors, generation_config.json
-and a byte-level BPE tokenizer (tokenizer.json, tokenizer_config.json with a chat template) to
-`path`. The weights are random (seeded), large enough that greedy text is not degenerate.
+`build_checkpoint(arch, path)` builds the model with transformers at the smallest shapes that
+still take every loader path (groups, experts, tied heads) and writes it with its tokenizer
+(`engine.model.hf.synthetic`). The weights are random (seeded), large enough that greedy text
+is not degenerate.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     BambaConfig,
     BambaForCausalLM,
@@ -21,7 +21,6 @@ from transformers import (
     NemotronHConfig,
     NemotronHForCausalLM,
     PreTrainedModel,
-    PreTrainedTokenizerFast,
     Qwen3_5Config,
     Qwen3_5ForCausalLM,
     Qwen3_5ForConditionalGeneration,
@@ -32,6 +31,8 @@ from transformers import (
     Qwen3NextForCausalLM,
 )
 
+from engine.model.hf.synthetic import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, write_checkpoint
+
 ARCHITECTURES = (
     "BambaForCausalLM",
     "GraniteMoeHybridForCausalLM",
@@ -41,21 +42,6 @@ ARCHITECTURES = (
     "Qwen3NextForCausalLM",
     "Qwen3_5ForConditionalGeneration",
 )
-VOCAB_SIZE = 384  # the config's; the tokenizer fills the first ids, as real checkpoints pad
-SPECIAL_TOKENS = ["<|pad|>", "<|begin|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Junction caches prefixes of hybrid attention and Mamba models.",
-    "Hello, world! How are you today? I am fine, thank you.",
-    "A state space model carries a recurrent state from token to token.",
-    "def main():\n    print('hello')\n",
-] * 4
-
 # hidden 32; 2 attention and 2 Mamba layers at least; Mamba: 8 heads of 8, 2 groups, state 8
 COMMON = {
     "vocab_size": VOCAB_SIZE,
@@ -67,39 +53,6 @@ COMMON = {
     "eos_token_id": EOS_ID,
     "initializer_range": 0.2,
 }
-BENCH = {  # about 100M parameters, Bamba-shaped
-    "vocab_size": VOCAB_SIZE,
-    "hidden_size": 768,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 4,
-    "intermediate_size": 2048,
-    "num_hidden_layers": 12,
-    "attn_layer_indices": [3, 7, 11],
-    "mamba_n_heads": 24,
-    "mamba_d_state": 128,
-    "pad_token_id": PAD_ID,
-    "bos_token_id": BOS_ID,
-    "eos_token_id": EOS_ID,
-}
-
-
-BENCH_QWEN = {  # about 100M parameters, Qwen3.5-shaped: 3 Gated DeltaNet layers to 1 attention
-    "vocab_size": VOCAB_SIZE,
-    "hidden_size": 768,
-    "intermediate_size": 2048,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "head_dim": 128,
-    "linear_num_key_heads": 8,
-    "linear_num_value_heads": 16,
-    "linear_key_head_dim": 64,
-    "linear_value_head_dim": 64,
-    "pad_token_id": PAD_ID,
-    "bos_token_id": BOS_ID,
-    "eos_token_id": EOS_ID,
-}
-
 # Qwen: 3 Gated DeltaNet and 2 attention layers; DeltaNet 2 key heads shared by 4 value heads.
 # Weights at std 0.1, not COMMON's 0.2: at 0.2 the random delta rule amplifies float32 rounding
 # until two exact orders of the same sums (transformers' chunked rule and a token-by-token
@@ -238,51 +191,11 @@ BUILDERS = {
 }
 
 
-def build_tokenizer(path: Path) -> PreTrainedTokenizerFast:
-    """A byte-level BPE trained on a few sentences, with the chat template, saved to `path`."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE - 16,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        pad_token="<|pad|>",
-        bos_token="<|begin|>",
-        eos_token="<|end|>",
-        chat_template=CHAT_TEMPLATE,
-    )
-    fast.save_pretrained(path)
-    return fast
-
-
-def build_checkpoint(
-    arch: str, path: Path, *, moe: bool = False, size: str = "tiny", seed: int = 0
-) -> Path:
+def build_checkpoint(arch: str, path: Path, *, moe: bool = False, seed: int = 0) -> Path:
     """A random `arch` checkpoint with a tokenizer in `path`; `moe` gives Granite experts
-    (Nemotron-H always has its E layers); `size` "tiny" for tests, "100m" (Bamba or Qwen3.5)
-    for benches."""
-    path = Path(path)
+    (Nemotron-H always has its E layers)."""
     torch.manual_seed(seed)
-    if size == "100m":
-        if arch == "BambaForCausalLM":
-            model = BambaForCausalLM(BambaConfig(**BENCH))
-        elif arch == "Qwen3_5ForCausalLM":
-            model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**BENCH_QWEN))
-        else:
-            raise ValueError(f"size '100m' is Bamba- or Qwen3.5-shaped, got {arch}")
-    elif size == "tiny":
-        model = BUILDERS[arch](moe)
-    else:
-        raise ValueError(f"unknown size {size!r}: choose tiny or 100m")
-    model.save_pretrained(path)
-    build_tokenizer(path)
-    return path
+    return write_checkpoint(BUILDERS[arch](moe), path)
 
 
 #: the variants the tests run on, by id: (architecture, moe)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from engine.model.hf.synthetic import CHAT_TEMPLATE, EOS_ID, build_tokenizer
 from engine.model.hf.tokenizer import HFTokenizer
-from tests.engine.model.hf_checkpoints import CHAT_TEMPLATE, EOS_ID, build_tokenizer
 
 SYSTEM = {"role": "system", "content": "You are a fox. Jump over the lazy dog."}
 CHAT = [

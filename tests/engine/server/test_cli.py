@@ -9,7 +9,6 @@ import sys
 from engine.engine import Engine
 from engine.options import EXIT_BAD_INPUT, configs_from_args
 from engine.server.cli import add_serve_parser, cmd_serve
-from engine.snapshot import geometry
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -43,7 +42,7 @@ def test_the_prefix_wait_is_an_option_and_the_hello_geometry_reports_it():
     _, scheduler, _ = configs_from_args(parse(["serve", "--max-prefix-wait-steps", "0"]))
     assert scheduler.max_prefix_wait_steps == 0
     engine = Engine(runner="null", scheduler_config=scheduler)
-    assert geometry(engine)["max_prefix_wait_steps"] == 0
+    assert engine.cache_geometry().max_prefix_wait_steps == 0
 
 
 def test_bad_geometry_is_refused_before_serving(capsys):

@@ -140,8 +140,8 @@ class ControlPlane:
                 store = self.stores.get((hello.engine_id, hello.epoch))
                 if store is None:  # a new epoch: the table laid out from the geometry
                     store = self.stores[hello.engine_id, hello.epoch] = Store()
-                    for group, shape in hello.geometry["groups"].items():
-                        for block_id in range(shape["num_blocks"]):
+                    for group, shape in hello.geometry.groups.items():
+                        for block_id in range(shape.num_blocks):
                             store.blocks[group, block_id] = free_row(group, block_id)
                 welcome = Welcome(epoch=hello.epoch, next_seq=store.next_seq)
             ws.send(encode(welcome))

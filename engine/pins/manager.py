@@ -1,134 +1,18 @@
-"""Operator pins: a prefix whose Mamba checkpoint and attention blocks are never evicted.
-
-A pin is materialized by a prefill of its prefix up to the boundary (the length floored to the
-hit grid); the entries that lookups would follow to that boundary are then pinned, within a cap
-on the share of each group's blocks that pins may hold. `PinManager` keeps an engine's pins
-through that lifecycle: pending (its prefill queued) -> materialized or failed -> released.
-"""
+"""`PinManager`: an engine's pins through their lifecycle."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import NamedTuple
 
-from engine.cache.block_pool import InvariantError
-from engine.cache.coordinator import ATTENTION, MAMBA, HybridCoordinator
-from engine.cache.entry import CheckpointReason
+from engine.cache.block import InvariantError
+from engine.cache.coordinator import HybridCoordinator
 from engine.config import CacheConfig
-from engine.events import EventSink, PinUpdated
-from engine.hashing import BlockHash, hash_prefix, short_hashes
+from engine.events import EventSink
+from engine.hashing import hash_prefix, short_hashes
+from engine.pins.blocks import materialize, release
+from engine.pins.pin import Pin, PinState
 from engine.request import Request, SamplingParams
-
-
-class PinState(StrEnum):
-    PENDING = "pending"
-    MATERIALIZED = "materialized"
-    FAILED = "failed"
-    RELEASED = "released"
-
-
-@dataclass
-class Pin:
-    pin_id: str
-    num_tokens: int
-    boundary: int
-    key: BlockHash | None
-    state: PinState = PinState.PENDING
-    reason: str | None = None
-    block_ids: dict[str, list[int]] = field(default_factory=dict)
-    unit_hashes: str = ""  # the prefix's chain as `RequestFinished.unit_hashes` carries it
-    arrival_index: int | None = None  # its prefill's arrival index, once queued
-
-    @property
-    def is_active(self) -> bool:
-        return self.state in (PinState.PENDING, PinState.MATERIALIZED)
-
-    @property
-    def request_id(self) -> str:
-        """The id of the prefill request that materializes the pin."""
-        return f"pin:{self.pin_id}"
-
-    def event(self) -> PinUpdated:
-        """The pin as the `PinUpdated` event the scheduler emits and a snapshot carries."""
-        return PinUpdated(
-            pin_id=self.pin_id,
-            state=self.state.value,
-            num_tokens=self.num_tokens,
-            boundary=self.boundary,
-            keys={group: self.key.hex() for group in (ATTENTION, MAMBA)} if self.key else {},
-            block_ids={g: list(ids) for g, ids in self.block_ids.items()},
-            reason=self.reason,
-            arrival_index=self.arrival_index,
-            unit_hashes=self.unit_hashes,
-        )
-
-
-def pin_blocks(
-    coordinator: HybridCoordinator, hashes: list[BlockHash], boundary: int
-) -> dict[str, list[int]] | str:
-    """The blocks holding the entries a lookup follows to `boundary`, or why there are none."""
-    unit = coordinator.unit
-    attention = coordinator.attention
-    size = attention.block_size
-    entries = attention.pool.entries
-    attention_ids: list[int] = []
-    positions = list(range(size, boundary + 1, size))
-    if boundary % size:
-        positions.append(boundary)
-    for position in positions:
-        entry = entries.get(hashes[position // unit - 1])
-        if entry is None:
-            return f"attention entry at position {position} is missing"
-        attention_ids.append(entry.block_id)
-    checkpoint = coordinator.mamba.pool.entries.get(hashes[boundary // unit - 1])
-    if checkpoint is None:
-        return f"mamba checkpoint at position {boundary} is missing"
-    return {ATTENTION: attention_ids, MAMBA: [checkpoint.block_id]}
-
-
-def materialize(
-    coordinator: HybridCoordinator, pin: Pin, hashes: list[BlockHash], max_share: float
-) -> None:
-    """Pin the prefix's blocks and raise its entries to `pin`, or mark the pin failed."""
-    found = pin_blocks(coordinator, hashes, pin.boundary)
-    if isinstance(found, str):
-        pin.state, pin.reason = PinState.FAILED, found
-        return
-    pools = coordinator.pools
-    for group, block_ids in found.items():
-        pool = pools[group]
-        added = sum(1 for b in set(block_ids) if not pool.blocks[b].pin_cnt)
-        cap = int(pool.num_blocks * max_share)
-        if pool.num_pinned + added > cap:
-            pin.state = PinState.FAILED
-            pin.reason = (
-                f"pin would hold {pool.num_pinned + added} of {pool.num_blocks} {group} blocks; "
-                f"the cap is {cap} ({max_share:.0%})"
-            )
-            return
-    for group, block_ids in found.items():
-        pool = pools[group]
-        for block_id in block_ids:
-            pool.pin(block_id)
-        boundary_key = hashes[pin.boundary // coordinator.unit - 1]
-        pool.cache(
-            pool.entries[boundary_key].block_id,
-            [(boundary_key, pin.boundary, CheckpointReason.PIN)],
-            None,
-        )
-    pin.block_ids = found
-    pin.state = PinState.MATERIALIZED
-
-
-def release(coordinator: HybridCoordinator, pin: Pin) -> None:
-    pools = coordinator.pools
-    if pin.state is PinState.MATERIALIZED:
-        for group, block_ids in pin.block_ids.items():
-            for block_id in block_ids:
-                pools[group].unpin(block_id)
-    pin.state = PinState.RELEASED
-    pin.block_ids = {}
 
 
 class PinPrefill(NamedTuple):

@@ -1,0 +1,69 @@
+"""Pins and suggested junctions in words, for the Checkpoints page: the released pins as a
+table, a pin as one line, the last characters of a prefix's tokens, and the `prefix` a pasted
+text becomes in `POST /pins`."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from client.schema import ByteTokenizer
+
+PREVIEW_CHARS = 80
+FELL_SHORT = (
+    "Fell short: of the requests whose attention match reached the boundary, those whose "
+    "Mamba hit fell short of it (no Mamba checkpoint there), so each recomputed the tokens "
+    "from its hit up to the boundary. A pin there would have saved them those tokens."
+)
+AS_TEXT, AS_SYSTEM = "pasted text", "system prompt (chat)"
+PIN_COLUMNS = ["label", "pin", "state", "tokens", "engines", "hits", "tokens saved", "origin"]
+
+
+def pins_frame(pins: list[dict]) -> pd.DataFrame:
+    """One row per pin: its state on each engine, its hits and the tokens it saved."""
+    rows = []
+    for pin in pins:
+        engines = "; ".join(
+            f"{t['engine_id']}: {t['state']}"
+            + (f" at {t['boundary']}" if t["boundary"] is not None else "")
+            + (f" ({t['reason']})" if t["reason"] else "")
+            for t in pin["engines"]
+        )
+        rows.append(
+            {
+                "label": pin["label"],
+                "pin": pin["pin_id"],
+                "state": pin["state"],
+                "tokens": pin["num_tokens"],
+                "engines": engines or "none yet",
+                "hits": pin["num_hits"],
+                "tokens saved": pin["tokens_saved"],
+                "origin": pin["origin"],
+            }
+        )
+    return pd.DataFrame(rows, columns=PIN_COLUMNS)
+
+
+def pin_line(pin: dict | None) -> str:
+    """A pin as a write's outcome names it: its id, label, tokens, state, priority, targets."""
+    if not pin:
+        return ""
+    targets = pin.get("targets")
+    where = f" · on {', '.join(targets)}" if isinstance(targets, list) else ""
+    return (
+        f"pin id `{pin['pin_id']}` · {pin['label']} · {pin['num_tokens']:,} tokens · "
+        f"{pin['state']} · priority {pin.get('priority', 0)}{where}"
+    )
+
+
+def token_preview(token_ids: list[int], num_chars: int = PREVIEW_CHARS) -> str:
+    """The last `num_chars` characters of a prefix's tokens as text (byte tokens)."""
+    text = ByteTokenizer().decode(token_ids)
+    return ("…" if len(text) > num_chars else "") + text[-num_chars:]
+
+
+def prefix_body(text: str, kind: str) -> dict:
+    """The `prefix` of `POST /pins`: the text's bytes, or a chat system message that each engine
+    renders with its chat template (so chat requests with that system prompt hit it)."""
+    if kind == AS_SYSTEM:
+        return {"messages": [{"role": "system", "content": text}]}
+    return {"text": text}

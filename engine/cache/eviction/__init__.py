@@ -1,0 +1,33 @@
+"""Eviction policies: which free block of a pool an allocation gives up next.
+
+A policy is one class behind `EvictionPolicy` (`base.py`, whose docstrings say what each method
+may change), listed by name in `EVICTION_POLICIES` below; a pool builds the one its
+`eviction` name chooses. A new policy is a module beside `retention.py` and one line here.
+"""
+
+from __future__ import annotations
+
+from engine.cache.block import Block
+from engine.cache.entry import Entry
+from engine.cache.eviction.base import EvictionPolicy
+from engine.cache.eviction.retention import RetentionLRU
+from engine.hashing import BlockHash
+
+#: every policy by name; the first is the default
+EVICTION_POLICIES: dict[str, type[EvictionPolicy]] = {
+    RetentionLRU.name: RetentionLRU,
+}
+DEFAULT_EVICTION = RetentionLRU.name
+
+
+def make_policy(name: str, blocks: list[Block], entries: dict[BlockHash, Entry]) -> EvictionPolicy:
+    """The policy `name` over a pool's blocks and entries; a ValueError naming the known ones."""
+    policy = EVICTION_POLICIES.get(name)
+    if policy is None:
+        raise ValueError(
+            f"unknown eviction policy {name!r}: choose one of {', '.join(EVICTION_POLICIES)}"
+        )
+    return policy(blocks, entries)
+
+
+__all__ = ["DEFAULT_EVICTION", "EVICTION_POLICIES", "EvictionPolicy", "make_policy"]

@@ -1,0 +1,67 @@
+"""The interface every eviction policy implements: which free block an allocation gives up.
+
+The pool (`engine.cache.block_pool`) owns the blocks, their reference and pin counts and the
+entries; it tells the policy when a block becomes free, is held again, or changes its entries.
+The policy owns only the free blocks' order: its queues, `Block.free_queue`, and its count of
+free blocks. No method may change a block's counts, keys or entries: evicting the entries of a
+block the policy gives up is the pool's job.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from engine.cache.block import Block
+from engine.cache.entry import Entry
+from engine.hashing import BlockHash
+
+
+class EvictionPolicy(ABC):
+    """The free blocks of one pool, in the order allocations take them."""
+
+    #: the name `EVICTION_POLICIES` lists the policy under
+    name: ClassVar[str]
+
+    def __init__(self, blocks: list[Block], entries: dict[BlockHash, Entry]) -> None:
+        """`blocks` and `entries` are the pool's own, read but never changed here. No block is
+        free until the pool `add`s it."""
+        self.blocks = blocks
+        self.entries = entries
+
+    @property
+    @abstractmethod
+    def num_free(self) -> int:
+        """Blocks an allocation may take, cached ones included. Changes nothing."""
+
+    @abstractmethod
+    def num_free_up_to(self, retention: int) -> int:
+        """How many blocks allocations would take, from the next on, before the first whose
+        entries include one retained above `retention` (`CheckpointReason.retention`): what
+        allocating gives up. Changes nothing."""
+
+    @abstractmethod
+    def add(self, block: Block) -> None:
+        """A block no request and no pin holds joins the free blocks (it may hold entries).
+        Sets `block.free_queue`."""
+
+    @abstractmethod
+    def remove(self, block: Block) -> None:
+        """A free block is held again (a reference or a pin): it leaves the free blocks.
+        Sets `block.free_queue` to None."""
+
+    @abstractmethod
+    def update(self, block: Block) -> None:
+        """The block's entries changed (added, moved away, a reason raised): a free block may
+        move in the order. Nothing for a held block."""
+
+    @abstractmethod
+    def take(self, num: int) -> list[Block]:
+        """Remove the next `num` free blocks and return them in the order given up; the pool
+        has checked that `num <= num_free`. Their entries are still on them."""
+
+    @abstractmethod
+    def check_invariants(self) -> None:
+        """Raise `InvariantError` naming the first block whose place in the policy's queues
+        disagrees with `Block.free_queue` or its entries, or a count that disagrees with the
+        queues. Runs after the pool has checked counts and entries. Changes nothing."""

@@ -1,0 +1,100 @@
+"""The default policy: an LRU queue per retention level, the lowest level given up first.
+
+A free block's level is the highest retention among its entries (0 for none), capped below
+pins (docs/rules.md section 12). Within a level the least recently freed block goes first, so
+a request's table, freed tail first, loses its tail before its head.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from engine.cache.block import Block, InvariantError
+from engine.cache.entry import RETENTION, Entry
+from engine.cache.eviction.base import EvictionPolicy
+from engine.hashing import BlockHash
+
+#: Free-queue levels: 0 holds blocks with no entry, then one per retention value below pins.
+NUM_FREE_LEVELS = 5
+
+
+class RetentionLRU(EvictionPolicy):
+    """One LRU queue per retention level: interval < block < resend = extension < junction =
+    message; a block at a lower level is always given up before any at a higher one."""
+
+    name = "retention"
+
+    def __init__(self, blocks: list[Block], entries: dict[BlockHash, Entry]) -> None:
+        super().__init__(blocks, entries)
+        # level -> block ids, least recently freed first (an OrderedDict as an ordered set)
+        self._queues: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(NUM_FREE_LEVELS)]
+        self._num_free = 0
+
+    @property
+    def num_free(self) -> int:
+        return self._num_free
+
+    def num_free_up_to(self, retention: int) -> int:
+        return sum(len(queue) for queue in self._queues[: retention + 1])
+
+    def level(self, block: Block) -> int:
+        """The queue the block's entries call for."""
+        level = 0
+        entries = self.entries
+        for key in block.keys:
+            retention = RETENTION[entries[key].reason]
+            if retention > level:
+                level = retention
+        return min(level, NUM_FREE_LEVELS - 1)
+
+    def add(self, block: Block) -> None:
+        level = self.level(block) if block.keys else 0
+        block.free_queue = level
+        self._queues[level][block.block_id] = None
+        self._num_free += 1
+
+    def remove(self, block: Block) -> None:
+        del self._queues[block.free_queue][block.block_id]
+        block.free_queue = None
+        self._num_free -= 1
+
+    def update(self, block: Block) -> None:
+        """Move a free block to the level its entries now call for, keeping it last."""
+        if block.free_queue is not None and block.free_queue != self.level(block):
+            self.remove(block)
+            self.add(block)
+
+    def take(self, num: int) -> list[Block]:
+        taken: list[Block] = []
+        blocks = self.blocks
+        for queue in self._queues:
+            while queue and len(taken) < num:
+                block_id, _ = queue.popitem(last=False)
+                block = blocks[block_id]
+                block.free_queue = None
+                taken.append(block)
+        self._num_free -= len(taken)
+        return taken
+
+    def check_invariants(self) -> None:
+        num_free = 0
+        for level, queue in enumerate(self._queues):
+            for block_id in queue:
+                block = self.blocks[block_id]
+                if block.free_queue != level:
+                    raise InvariantError(
+                        f"block {block_id}: in free level {level} "
+                        f"but records level {block.free_queue}"
+                    )
+                if level != self.level(block):
+                    raise InvariantError(f"block {block_id}: free level {level} is stale")
+                num_free += 1
+        if num_free != self._num_free:
+            raise InvariantError(f"free count {self._num_free} != queued {num_free}")
+        for block in self.blocks:
+            level = block.free_queue
+            if level is not None and block.block_id not in self._queues[level]:
+                raise InvariantError(
+                    f"block {block.block_id}: records free level {block.free_queue} "
+                    "but is not queued there"
+                )
