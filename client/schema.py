@@ -1,11 +1,13 @@
-"""What a client may know of the engine: the schema that crosses the wire, named here in one
-list. The dashboard imports these from here, never from `engine` itself (the layering test
-holds it to that)."""
+"""What a client may know of the engine, named here in one list: the hello's geometry, the
+cache modes and runners a benchmark run names, the byte tokenizer (the ids a pin's text
+becomes) and the layers behind each kind of state group. The dashboard imports these from
+here, never from `engine` itself (the layering test holds it to that)."""
 
 from __future__ import annotations
 
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
+from engine.model_card import STATE_LAYERS
 from engine.modes import MODES, RUNNER_NAMES
 
-__all__ = ["MODES", "RUNNER_NAMES", "ByteTokenizer", "CacheGeometry"]
+__all__ = ["MODES", "RUNNER_NAMES", "STATE_LAYERS", "ByteTokenizer", "CacheGeometry"]

@@ -8,7 +8,9 @@ stored name beside it so that it can be found in the REST API.
 
 from __future__ import annotations
 
-STATE_LAYERS = {"mamba": "Mamba-2", "linear": "Gated DeltaNet"}
+from client.schema import STATE_LAYERS
+
+__all__ = ["STATE_LAYERS", "group_label", "state_kind"]
 
 
 def state_kind(engine: dict | None) -> str:

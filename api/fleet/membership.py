@@ -73,18 +73,30 @@ async def stop(state: AppState) -> None:
 def queue_command(
     session: Session, state: AppState, engine_ids: Iterable[str], command: Command
 ) -> list[str]:
-    """Queue `command` for `engine_ids` in the caller's transaction; returns the engines to
-    send it to directly (`send_local`) after the caller's commit.
+    """Queue `command` for `engine_ids` in the caller's transaction; returns the engines held
+    here, to send it to directly (`send_local`) after the caller's commit, so the command is
+    on their sockets before the route answers.
 
-    On PostgreSQL every engine gets a NOTIFY, delivered at the commit to every replica, and
-    the one holding the engine's socket at that moment sends it (this one included): an
-    engine that moves between replicas meanwhile is covered either by that or, if it said
-    hello after the commit, by its hello's commands. On SQLite (one process) the engines held
-    here are returned."""
+    On PostgreSQL every engine also gets a NOTIFY, delivered at the commit to every replica,
+    and the one holding the engine's socket at that moment sends it: an engine that moves
+    between replicas meanwhile is covered either by that or, if it said hello after the
+    commit, by its hello's commands. The NOTIFY names the socket this replica sends to itself,
+    so that socket is not sent the command twice."""
     engine_ids = list(engine_ids)
-    if replicas.notify_commands(session, engine_ids, command.payload["pin_id"], command.command):
-        return []
-    return [engine_id for engine_id in engine_ids if engine_id in state.registry]
+    local = {
+        engine_id: connection.connection_id
+        for engine_id in engine_ids
+        if (connection := state.registry.get(engine_id)) is not None
+    }
+    replicas.notify_commands(
+        session,
+        engine_ids,
+        command.payload["pin_id"],
+        command.command,
+        sent_by=state.replica_id,
+        sent_to=local,
+    )
+    return list(local)
 
 
 def send_local(state: AppState, engine_ids: Iterable[str], command: Command) -> None:
@@ -112,6 +124,10 @@ async def on_notify(state: AppState, channel: str, payload: dict) -> None:
             )
             await connection.close(CLOSE_SUPERSEDED, "a newer connection of this engine took over")
     elif channel == replicas.COMMANDS:
+        if payload.get("sent_by") == state.replica_id and (
+            payload.get("connection_id") == connection.connection_id
+        ):
+            return  # `send_local` sent it down this very socket
         command = await anyio.to_thread.run_sync(_command, state, payload)
         if command is not None:
             await connection.send(command)

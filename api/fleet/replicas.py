@@ -43,7 +43,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -255,14 +255,24 @@ def release_engine(session: Session, engine_id: str, connection_id: str) -> bool
         )
 
 
-def notify_commands(session: Session, engine_ids: Iterable[str], pin_id: str, command: str) -> int:
+def notify_commands(
+    session: Session,
+    engine_ids: Iterable[str],
+    pin_id: str,
+    command: str,
+    sent_by: str | None = None,
+    sent_to: Mapping[str, str] | None = None,
+) -> int:
     """Queue a `NOTIFY` per engine for the replica that holds it, in the caller's transaction
-    (delivered at its commit, dropped at a rollback); returns how many. No-op on SQLite."""
+    (delivered at its commit, dropped at a rollback); returns how many. No-op on SQLite.
+    `sent_to` names the socket (`connection_id`) replica `sent_by` sends the command to itself,
+    for the engines it holds."""
     num = 0
     for engine_id in engine_ids:
-        num += notify(
-            session, COMMANDS, {"engine_id": engine_id, "pin_id": pin_id, "command": command}
-        )
+        payload = {"engine_id": engine_id, "pin_id": pin_id, "command": command}
+        if sent_to and engine_id in sent_to:
+            payload |= {"sent_by": sent_by, "connection_id": sent_to[engine_id]}
+        num += notify(session, COMMANDS, payload)
     return num
 
 

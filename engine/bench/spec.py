@@ -129,7 +129,7 @@ class BenchmarkSpec(BaseModel):
             return data  # the field's own validation reports it
         data = dict(data)
         if "geometry" not in data:
-            data["geometry"] = dict(params.suggested_geometry)
+            data["geometry"] = dict(params.suggested_settings)
         if "concurrency" not in data:
             data["concurrency"] = params.suggested_concurrency
         return data

@@ -43,7 +43,7 @@ class WorkloadParams(BaseModel):
     ] = None
 
     #: geometry a spec uses when it gives none (the seed cases carry the geometry of their seed)
-    suggested_geometry: ClassVar[dict] = {}
+    suggested_settings: ClassVar[dict] = {}
     #: requests in flight a spec uses when it gives none
     suggested_concurrency: ClassVar[int] = 8
 

@@ -41,7 +41,7 @@ class SeedMultiTurn(WorkloadParams):
     extension_len: Length = 200
     output_len: Length = 1
 
-    suggested_geometry: ClassVar[dict] = _FINE_16
+    suggested_settings: ClassVar[dict] = _FINE_16
     suggested_concurrency: ClassVar[int] = 1
 
     def max_sequence_len(self) -> int:
@@ -64,7 +64,7 @@ class SeedSharedPrefix(WorkloadParams):
     shared_len: Length = 560
     output_len: Length = 1
 
-    suggested_geometry: ClassVar[dict] = _FINE_16
+    suggested_settings: ClassVar[dict] = _FINE_16
     suggested_concurrency: ClassVar[int] = 1
 
     @model_validator(mode="after")
@@ -97,7 +97,7 @@ class SeedDcp(WorkloadParams):
     consumer_len: Length = 44609
     output_len: Length = 1
 
-    suggested_geometry: ClassVar[dict] = {
+    suggested_settings: ClassVar[dict] = {
         "block_size": 1536,
         "mamba_block_size": 1536,
         "dcp_size": 8,
@@ -136,7 +136,7 @@ class SeedEagleResend(WorkloadParams):
     num_sends: Annotated[int, Field(ge=2, le=1000)] = 2
     output_len: Length = 1
 
-    suggested_geometry: ClassVar[dict] = {
+    suggested_settings: ClassVar[dict] = {
         "block_size": 896,
         "mamba_block_size": 896,
         "prefix_match_unit": 128,

@@ -267,6 +267,23 @@ def test_one_engine_fails_while_another_materializes(client: TestClient, wire) -
 
 
 # ---------------------------------------------------------------------------- delivery
+def test_a_command_is_on_the_socket_before_the_route_answers_and_sent_once(
+    client: TestClient, wire
+) -> None:
+    """The replica holding the engine sends the command itself before answering, and on
+    PostgreSQL skips its own NOTIFY of the same command to the same socket."""
+    engine = wire(ledger("once"))
+    pin = post_pin(client, {"prefix": {"text": SYSTEM}, "label": "system"})
+    assert pin_commands(engine.sync()) == [("pin", pin["pin_id"])]  # before the first ack
+    time.sleep(1.0)  # a NOTIFY is delivered within milliseconds; a second copy would be here
+    assert engine.sync() == []
+    released = client.delete(f"{V1}/pins/{pin['pin_id']}", headers=AUTH)
+    assert released.status_code == 200, released.text
+    assert pin_commands(engine.sync()) == [("unpin", pin["pin_id"])]
+    time.sleep(1.0)
+    assert engine.sync() == []
+
+
 def test_commands_again_after_a_reconnect_and_a_restart(client: TestClient, wire) -> None:
     engine = wire(ledger("e1"))
     first = post_pin(client, {"prefix": {"text": SYSTEM}, "label": "first"})

@@ -19,7 +19,21 @@ from api.store.models import Block, Engine, EventBatch, utcnow
 
 def seed_big_engine(database_url: str, engine_id: str, num_blocks: int, seed: int = 0) -> dict:
     """Rows for every block of `engine_id`'s attention pool; returns the counts by state."""
-    rng = random.Random(seed)
+    rows, counts = block_rows(engine_id, num_blocks, random.Random(seed))
+    db = make_engine(database_url)
+    try:
+        with make_sessionmaker(db)() as session, session.begin():
+            session.execute(insert(Engine).values(**engine_row(engine_id, num_blocks)))
+            session.execute(insert(EventBatch).values(**copies_batch(engine_id)))
+            for i in range(0, len(rows), 20_000):
+                insert_rows(session, Block.__table__, rows[i : i + 20_000])
+    finally:
+        db.dispose()
+    return counts
+
+
+def block_rows(engine_id: str, num_blocks: int, rng: random.Random) -> tuple[list, dict]:
+    """A block row of every state, in the proportions of a busy engine, and their counts."""
     rows, counts = [], {"free": 0, "cached": 0, "in_use": 0, "pinned": 0}
     for block_id in range(num_blocks):
         roll = rng.random()
@@ -52,6 +66,30 @@ def seed_big_engine(database_url: str, engine_id: str, num_blocks: int, seed: in
                 "last_change": rng.randrange(1000),
             }
         )
+    return rows, counts
+
+
+def engine_row(engine_id: str, num_blocks: int) -> dict:
+    return {
+        "engine_id": engine_id,
+        "epoch": 1,
+        "next_seq": 1,
+        "geometry": {
+            "attention_block_size": 16,
+            "mamba_block_size": 512,
+            "prefix_match_unit": 16,
+            "groups": {
+                "attention": {"block_size": 16, "num_blocks": num_blocks},
+                "mamba": {"block_size": 512, "num_blocks": 0},
+            },
+        },
+        "model": {},
+        "connected": False,
+    }
+
+
+def copies_batch(engine_id: str) -> dict:
+    """One stored batch of three copies, far apart in the table."""
     copies = [
         {
             "type": "BlockCopied",
@@ -66,40 +104,12 @@ def seed_big_engine(database_url: str, engine_id: str, num_blocks: int, seed: in
         }
         for src in (2500, 40_000, 77_000)
     ]
-    db = make_engine(database_url)
-    try:
-        with make_sessionmaker(db)() as session, session.begin():
-            session.execute(
-                insert(Engine).values(
-                    engine_id=engine_id,
-                    epoch=1,
-                    next_seq=1,
-                    geometry={
-                        "attention_block_size": 16,
-                        "mamba_block_size": 512,
-                        "prefix_match_unit": 16,
-                        "groups": {
-                            "attention": {"block_size": 16, "num_blocks": num_blocks},
-                            "mamba": {"block_size": 512, "num_blocks": 0},
-                        },
-                    },
-                    model={},
-                    connected=False,
-                )
-            )
-            session.execute(
-                insert(EventBatch).values(
-                    engine_id=engine_id,
-                    epoch=1,
-                    seq=0,
-                    ts=time.time(),
-                    received_at=utcnow(),
-                    num_events=len(copies),
-                    events=copies,
-                )
-            )
-            for i in range(0, len(rows), 20_000):
-                insert_rows(session, Block.__table__, rows[i : i + 20_000])
-    finally:
-        db.dispose()
-    return counts
+    return {
+        "engine_id": engine_id,
+        "epoch": 1,
+        "seq": 0,
+        "ts": time.time(),
+        "received_at": utcnow(),
+        "num_events": len(copies),
+        "events": copies,
+    }

@@ -11,18 +11,18 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from engine.model.hf.builders import Built
-from engine.model.hf.geometry import StateFields
 from engine.model.hf.ibm import IBM_STATE, bamba, granite
 from engine.model.hf.nemotron_h import NEMOTRON_H_STATE, nemotron_h
 from engine.model.hf.qwen import QWEN_STATE, qwen
 from engine.model.hf.spec import HFModelSpec
+from engine.model.hf.state_shapes import StateFields
 
 
 class Architecture(NamedTuple):
     """How Junction reads and builds one architecture."""
 
     build: Callable[[HFModelSpec], Built]  # the Junction stack and the name map of its weights
-    state: StateFields  # where config.json keeps the state layers' geometry
+    state: StateFields  # where config.json keeps the state layers' shape
     # each layer's feed-forward: "mlp"; "mlp_or_moe" (MoE when the config has experts); None
     # when feed-forwards are layers of their own
     ffn: str | None

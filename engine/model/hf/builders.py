@@ -12,8 +12,8 @@ from torch import nn
 
 from engine.model.attention import Attention
 from engine.model.gdn import GDNShape
-from engine.model.hf.geometry import GDNGeometry
 from engine.model.hf.spec import HFModelSpec
+from engine.model.hf.state_shapes import GDNStateShape
 from engine.model.hf.weights import Source
 from engine.model.hybrid import Block, HybridStack
 from engine.model.mamba2 import Mamba2Mixer, MambaShape
@@ -86,7 +86,7 @@ def attention(
 def mamba_shape(spec: HFModelSpec) -> MambaShape | GDNShape:
     """The state layers' shape, whichever kind they are."""
     g = spec.mamba
-    if isinstance(g, GDNGeometry):
+    if isinstance(g, GDNStateShape):
         return GDNShape(
             spec.hidden_size,
             g.num_k_heads,

@@ -1,6 +1,6 @@
 """A Hugging Face checkpoint's config.json, read into the spec Junction sizes its caches by.
 
-What differs between architectures (where the state geometry is kept, the feed-forwards, a
+What differs between architectures (where the state's shape is kept, the feed-forwards, a
 multimodal wrapper) is their entry in `engine.model.hf.architectures.ARCHITECTURES`.
 """
 
@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 from engine.model.hf.architectures import ARCHITECTURES, SUPPORTED, Architecture
-from engine.model.hf.geometry import GDNGeometry, MambaGeometry
 from engine.model.hf.spec import HFModelSpec
+from engine.model.hf.state_shapes import GDNStateShape, MambaStateShape
 
 #: transformers' layer type names -> Junction's; "mamba" and "linear" layers hold a state slot.
 #: Nemotron-H names its Mamba-2 layers linear_attention too; in Qwen they are Gated DeltaNet.
@@ -69,7 +69,7 @@ def load_spec(model_dir: Path) -> HFModelSpec:
         config = config.text_config
         prefix, ignored = "model.language_model", (r"^model\.visual\.",)
     head_dim = _head_dim(path, config)
-    mamba = _state_geometry(path, entry, config)
+    mamba = _state_shape(path, entry, config)
     unknown = sorted(set(config.layer_types) - LAYER_KINDS.keys())
     if unknown:
         raise ValueError(f"{path}: unknown layer types {unknown}")
@@ -111,15 +111,15 @@ def _head_dim(path: Path, config) -> int:
     return head_dim
 
 
-def _state_geometry(path: Path, entry: Architecture, config) -> MambaGeometry | GDNGeometry:
+def _state_shape(path: Path, entry: Architecture, config) -> MambaStateShape | GDNStateShape:
     # transformers has checked that the Mamba heads tile the inner width; not the groups
     fields = entry.state
-    geometry = fields.geometry(*(getattr(config, name) for name in fields.fields))
+    shape = fields.shape(*(getattr(config, name) for name in fields.fields))
     (dividend, divisor), what = fields.divides, fields.what
     _require_divisible(
         path, what, (dividend, getattr(config, dividend)), (divisor, getattr(config, divisor))
     )
-    return geometry
+    return shape
 
 
 def _ffn_kind(entry: Architecture, config) -> str | None:

@@ -13,8 +13,8 @@ of the reference) is not used; the Mamba layers keep Junction's own.
 from __future__ import annotations
 
 from engine.model.hf.builders import Built, NameMap, attention, finish, ibm_mamba
-from engine.model.hf.geometry import MambaGeometry, StateFields
 from engine.model.hf.spec import HFModelSpec
+from engine.model.hf.state_shapes import MambaStateShape, StateFields
 from engine.model.hf.weights import Source
 from engine.model.mlp import MLP
 from engine.model.moe import MoE
@@ -22,7 +22,7 @@ from engine.model.moe import MoE
 #: Bamba's Mamba layer, which Granite shares
 IBM_STATE = StateFields(
     "mamba",
-    MambaGeometry,
+    MambaStateShape,
     ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv"),
     ("mamba_n_heads", "mamba_n_groups"),
     "Mamba B/C groups",

@@ -10,15 +10,15 @@ from __future__ import annotations
 from torch import nn
 
 from engine.model.hf.builders import Built, NameMap, attention, finish, mamba, require
-from engine.model.hf.geometry import MambaGeometry, StateFields
 from engine.model.hf.spec import HFModelSpec
+from engine.model.hf.state_shapes import MambaStateShape, StateFields
 from engine.model.hf.weights import Source
 from engine.model.mlp import MLP
 from engine.model.moe import MoE
 
 NEMOTRON_H_STATE = StateFields(
     "mamba",
-    MambaGeometry,
+    MambaStateShape,
     ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"),
     ("mamba_num_heads", "n_groups"),
     "Mamba B/C groups",

@@ -23,15 +23,15 @@ from engine.model.hf.builders import (
     mamba_shape,
     require,
 )
-from engine.model.hf.geometry import GDNGeometry, StateFields
 from engine.model.hf.spec import HFModelSpec
+from engine.model.hf.state_shapes import GDNStateShape, StateFields
 from engine.model.hf.weights import Source
 from engine.model.mlp import MLP
 from engine.model.moe import MoE
 
 QWEN_STATE = StateFields(
     "linear",
-    GDNGeometry,
+    GDNStateShape,
     (
         "linear_num_key_heads",
         "linear_num_value_heads",

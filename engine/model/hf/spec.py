@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from engine.model.hf.geometry import STATE_LAYER_KINDS, GDNGeometry, MambaGeometry
+from engine.model.hf.state_shapes import STATE_LAYER_KINDS, GDNStateShape, MambaStateShape
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -33,7 +33,7 @@ class HFModelSpec:
     num_attention_heads: int
     num_kv_heads: int
     head_dim: int
-    mamba: MambaGeometry | GDNGeometry  # the state layers' geometry, whichever kind they are
+    mamba: MambaStateShape | GDNStateShape  # the state layers' shape, whichever kind they are
     dtype: str  # the checkpoint's own dtype, e.g. "bfloat16"
     hf_config: Any  # the transformers PretrainedConfig (a multimodal one's text_config)
     # where the language model's weights are stored, and stored tensors it does not read (a
@@ -54,7 +54,7 @@ class HFModelSpec:
     @property
     def state_kind(self) -> str:
         """What the state group holds: "mamba" (Mamba-2) or "linear" (Gated DeltaNet)."""
-        return "linear" if isinstance(self.mamba, GDNGeometry) else "mamba"
+        return "linear" if isinstance(self.mamba, GDNStateShape) else "mamba"
 
     @property
     def num_attention_layers(self) -> int:

@@ -6,7 +6,7 @@ import pytest
 
 from engine.model.hf import ARCHITECTURES, SUPPORTED, load_hf_model, load_spec
 from engine.model.hf.architectures import Architecture
-from engine.model.hf.geometry import GDNGeometry, MambaGeometry
+from engine.model.hf.state_shapes import GDNStateShape, MambaStateShape
 from tests.engine.model.hf_checkpoints import CheckpointCache
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -22,8 +22,8 @@ def test_every_entry_is_complete_and_consistent(name: str) -> None:
     entry = ARCHITECTURES[name]
     assert callable(entry.build)
     assert entry.ffn in ("mlp", "mlp_or_moe", None)
-    kind, geometry = entry.state.kind, entry.state.geometry
-    assert (kind, geometry) in (("mamba", MambaGeometry), ("linear", GDNGeometry))
+    kind, shape = entry.state.kind, entry.state.shape
+    assert (kind, shape) in (("mamba", MambaStateShape), ("linear", GDNStateShape))
     assert len(entry.state.fields) == 5
     assert set(entry.state.divides) <= set(entry.state.fields)
     assert entry.multimodal == name.endswith("ForConditionalGeneration")

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 
 @dataclass(frozen=True)
-class MambaGeometry:
+class MambaStateShape:
     """The state of one Mamba layer (every Mamba layer of a model has the same one)."""
 
     num_heads: int  # h
@@ -48,7 +48,7 @@ class MambaGeometry:
 
 
 @dataclass(frozen=True)
-class GDNGeometry:
+class GDNStateShape:
     """The state of one Gated DeltaNet layer: conv [m, k - 1] and recurrent [Hv, dk, dv]."""
 
     num_k_heads: int  # Hk
@@ -74,10 +74,10 @@ STATE_LAYER_KINDS = ("mamba", "linear")
 
 
 class StateFields(NamedTuple):
-    """Where a family's config.json keeps its state layers' geometry."""
+    """Where a family's config.json keeps its state layers' shape."""
 
     kind: str  # what its state layers are: "mamba" (Mamba-2) or "linear" (Gated DeltaNet)
-    geometry: type  # MambaGeometry or GDNGeometry
+    shape: type  # MambaStateShape or GDNStateShape
     fields: tuple[str, ...]  # the geometry's fields, in order
     divides: tuple[str, str]  # (dividend, divisor): the first must be a multiple of the second
     what: str  # what the division is, for the error
