@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +16,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -30,6 +27,7 @@ from engine.engine import Engine
 from tests.api import factories
 from tests.api.processes import ApiProcess, free_port
 from tests.api.tcp_proxy import TcpProxy
+from tests.uvicorn_thread import uvicorn_thread
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -146,24 +144,10 @@ def anonymous(client: TestClient) -> TestClient:
 @pytest.fixture
 def server(settings: Settings) -> Iterator[str]:
     """`http://127.0.0.1:<port>` of a uvicorn serving the app in a thread."""
-    config = uvicorn.Config(
-        create_app(settings),
-        host="127.0.0.1",
-        port=0,
-        log_level="warning",
-        ws_max_size=settings.max_frame_bytes + 1024 * 1024,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with uvicorn_thread(
+        create_app(settings), ws_max_size=settings.max_frame_bytes + 1024 * 1024
+    ) as url:
+        yield url
 
 
 @pytest.fixture

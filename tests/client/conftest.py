@@ -4,15 +4,15 @@ router's OpenAI-style error, plain text, too slowly)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
+
+from tests.uvicorn_thread import uvicorn_thread
 
 TOKEN = "client-token-0123456789"
 
@@ -65,15 +65,5 @@ def service_app() -> FastAPI:
 @pytest.fixture(scope="module")
 def service() -> Iterator[str]:
     """`http://127.0.0.1:<port>` of `service_app` under uvicorn."""
-    config = uvicorn.Config(service_app(), host="127.0.0.1", port=0, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with uvicorn_thread(service_app()) as url:
+        yield url

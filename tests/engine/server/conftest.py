@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import string
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,7 +12,6 @@ from dataclasses import dataclass
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.engine import Engine
@@ -23,6 +21,7 @@ from engine.runners.base import Runner
 from engine.runners.null import NullRunner
 from engine.server.app import create_app
 from engine.server.async_engine import AsyncEngine
+from tests.uvicorn_thread import uvicorn_thread
 
 MODEL = "junction-test"
 MAX_MODEL_LEN = 4096
@@ -73,21 +72,8 @@ class LiveServer:
 def serve(engine: Engine) -> Iterator[LiveServer]:
     async_engine = AsyncEngine(engine)
     app = create_app(async_engine, MODEL)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield LiveServer(f"http://127.0.0.1:{port}", async_engine)
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with uvicorn_thread(app, lifespan="on") as url:
+        yield LiveServer(url, async_engine)
 
 
 @pytest.fixture(scope="module", params=["null", "ledger"])
