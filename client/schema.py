@@ -1,13 +1,23 @@
 """What a client may know of the engine, named here in one list: the hello's geometry, the
-cache modes and runners a benchmark run names, the byte tokenizer (the ids a pin's text
-becomes) and the layers behind each kind of state group. The dashboard imports these from
-here, never from `engine` itself (the layering test holds it to that)."""
+cache modes and runners a benchmark run names, the cache's default block sizes, the byte
+tokenizer (the ids a pin's text becomes) and the layers behind each kind of state group. The
+dashboard imports these from here, never from `engine` itself (the layering test holds it to
+that)."""
 
 from __future__ import annotations
 
+from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
 from engine.model_card import STATE_LAYERS
 from engine.modes import MODES, RUNNER_NAMES
 
-__all__ = ["MODES", "RUNNER_NAMES", "STATE_LAYERS", "ByteTokenizer", "CacheGeometry"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_MAMBA_BLOCK_SIZE",
+    "MODES",
+    "RUNNER_NAMES",
+    "STATE_LAYERS",
+    "ByteTokenizer",
+    "CacheGeometry",
+]

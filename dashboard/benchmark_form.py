@@ -9,14 +9,14 @@ from typing import Any
 import pandas as pd
 
 from client.rest import ApiClient
-from client.schema import MODES, RUNNER_NAMES
+from client.schema import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE, MODES, RUNNER_NAMES
 
 CUSTOM = {
     "name": "shared-prefix",
     "workload": {"kind": "generated_shared_prefix", "seed": 0},
     "runner": "ledger",
     "modes": list(MODES),
-    "geometry": {"block_size": 16, "mamba_block_size": 512},
+    "geometry": {"block_size": DEFAULT_BLOCK_SIZE, "mamba_block_size": DEFAULT_MAMBA_BLOCK_SIZE},
     "concurrency": 8,
 }
 RUNNERS = list(RUNNER_NAMES)

@@ -27,7 +27,6 @@ EXAMPLE_SPEC = {
     "workload": {"kind": "generated_shared_prefix", "seed": 0},
     "runner": "ledger",
     "modes": ["off", "aligned", "partial", "junction"],
-    "geometry": {"block_size": 16, "mamba_block_size": 512},
     "concurrency": 8,
 }
 SpecBody = Annotated[dict[str, Any], Depends(json_body.JsonBody(dict[str, Any]))]

@@ -20,7 +20,16 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.config import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MAMBA_BLOCK_SIZE,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_NUM_BLOCKS,
+    DEFAULT_PIN_MAX_SHARE,
+    CacheConfig,
+    ModelConfig,
+    SchedulerConfig,
+)
 from engine.model_dir import resolve_model_dir
 from engine.modes import MODES, Mode, RunnerName
 from engine.workloads import WorkloadParams, WorkloadSpec, parse_workload
@@ -34,16 +43,16 @@ class EngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    block_size: int = 16
-    mamba_block_size: int = 512
+    block_size: int = DEFAULT_BLOCK_SIZE
+    mamba_block_size: int = DEFAULT_MAMBA_BLOCK_SIZE
     prefix_match_unit: int | None = None
     dcp_size: int = 1
     eagle: bool = False
-    num_blocks: int = 4096
+    num_blocks: int = DEFAULT_NUM_BLOCKS
     num_mamba_blocks: int | None = None
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     long_prefill_threshold: int = 0
-    pin_max_share: float = 0.25
+    pin_max_share: float = DEFAULT_PIN_MAX_SHARE
 
     @model_validator(mode="after")
     def _valid(self) -> EngineSettings:
