@@ -516,3 +516,26 @@ def test_the_tiers_say_who_is_above_whom() -> None:
     assert "api" in above("engine.server") and "engine.bench" in above("engine.server")
     assert "engine.server" in above("client") and "dashboard" in above("api")
     assert "engine" not in above("api") and above("benchmarks") == ()
+
+
+def package_edges(root: Path) -> set[tuple[str, str]]:
+    """Which package imports which, as the import statements say."""
+    return {
+        (package_of(edge.source), package_of(edge.target))
+        for edge in project_imports(root)
+        if package_of(edge.source) != package_of(edge.target)
+        and {package_of(edge.source), package_of(edge.target)} <= set(PACKAGES)
+    }
+
+
+def test_the_architecture_page_draws_the_imports() -> None:
+    """docs/architecture.md's picture of the imports is the tree's own: an arrow more or less
+    there, and the page says something the code does not."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    diagram = page.split("```mermaid\n", 1)[1].split("```", 1)[0]
+    drawn = {
+        (source.split("[")[1].rstrip("]"), target.split("[")[1].rstrip("]"))
+        for source, _, target in (line.split() for line in diagram.splitlines() if "-->" in line)
+    }
+    found = package_edges(ROOT)
+    assert drawn == found, f"drawn, not found: {drawn - found}; found, not drawn: {found - drawn}"
