@@ -22,11 +22,11 @@ import yaml
 from api.guards.token import EXAMPLE_TOKEN, TokenError, resolve_token
 from api.settings import Settings
 from cli.main import build_parser
-from client.settings import ControlPlaneSettings
+from client.settings import ControlPlaneSettings, DashboardSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 # the control plane's own settings and its clients' (where it is, the token they send)
-SETTINGS_CLASSES = (Settings, ControlPlaneSettings)
+SETTINGS_CLASSES = (Settings, ControlPlaneSettings, DashboardSettings)
 SETTINGS = {f"JUNCTION_{name.upper()}" for cls in SETTINGS_CLASSES for name in cls.model_fields}
 PROJECT_SERVICES = {"migrate", "api", "engine", "router", "dashboard", "worker", "beat", "attach"}
 # the subcommand each service runs, where it is not the service's name
