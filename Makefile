@@ -7,11 +7,24 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 
-venv: $(PY)
+# pip runs only when pyproject.toml is newer than the stamp of what it installed: `make run`
+# needs Junction alone, `make test` (and the benchmarks) its test extras too, which cover the
+# runtime's install as well
+RUNTIME_STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+
+$(RUNTIME_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(TEST_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(TEST_STAMP) $(RUNTIME_STAMP)
+
+venv: $(TEST_STAMP)
 
 # engine options after --: make run ARGS="--runner ledger -- --block-size 64"
-run: venv
+run: $(RUNTIME_STAMP)
 	$(VENV)/bin/junction up $(ARGS)
 
 test: venv

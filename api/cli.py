@@ -31,13 +31,44 @@ def add_api_parser(commands: argparse._SubParsersAction) -> None:
     migrate_parser.set_defaults(func=run_migrate)
 
 
-def run_migrate(args: argparse.Namespace) -> int:
-    from api.settings import get_settings
+def shown_url(url: str) -> str:
+    """The database URL with its password hidden."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def upgrade_or_say(command: str, url: str) -> bool:
+    """Migrate the store at `url`; False, having said so in one line on stderr, when the
+    database cannot be reached or opened (a server not listening, a refused login, a missing
+    database or directory) instead of SQLAlchemy's traceback of a hundred lines."""
+    from sqlalchemy.exc import OperationalError
+
     from api.store import migrate
 
+    try:
+        migrate.upgrade(url)
+    except OperationalError as exc:
+        lines = str(exc.orig or exc).splitlines()
+        reason = "; ".join(line.strip() for line in lines if line.strip())  # the driver's words
+        print(
+            f"junction {command}: cannot open the database "
+            f"JUNCTION_DATABASE_URL={shown_url(url)}: {reason} (check that it runs and that "
+            "the URL is right, or set JUNCTION_DATABASE_URL to one that answers)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    return True
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from api.settings import get_settings
+
     url = get_settings().database_url
-    print(f"junction migrate: upgrading {url} to the latest schema", flush=True)
-    migrate.upgrade(url)
+    print(f"junction migrate: upgrading {shown_url(url)} to the latest schema", flush=True)
+    if not upgrade_or_say("migrate", url):
+        return EXIT_BAD_INPUT
     print("junction migrate: done", flush=True)
     return 0
 
@@ -49,7 +80,6 @@ def run_api(args: argparse.Namespace) -> int:
     from api.guards.token import TokenError, resolve_token, where
     from api.main import create_app
     from api.settings import get_settings
-    from api.store import migrate
 
     settings = get_settings()
     try:
@@ -67,7 +97,8 @@ def run_api(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    migrate.upgrade(settings.database_url)
+    if not upgrade_or_say("api", settings.database_url):
+        return EXIT_BAD_INPUT
     app = create_app(settings)
     # what start-up made (modules, the app, SQLAlchemy's caches) lives as long as the process:
     # frozen, the collector's full passes skip it (ingest makes many short-lived containers,

@@ -5,12 +5,13 @@ nowhere else, so no package needs one above it: the engine (`replay`, `serve`, `
 `bench`), the control plane (`api`, `migrate`, `pin`, `unpin`, `pins`), the jobs (`worker`,
 `beat`), the dashboard and the stack (`up`). Each command loads its heavy libraries only when
 it runs. Settings the environment gets wrong are said one line each (`client.settings_errors`),
-exit 2.
+exit 2; so is an option the command does not know, with the command's closest ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
 from api.cli import add_api_parser
@@ -45,6 +46,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the subcommand `args` chose (`junction serve`'s, `junction attach
+    vllm`'s, ...)."""
+    while True:
+        found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not found or getattr(args, found[0].dest, None) not in found[0].choices:
+            return parser
+        parser = found[0].choices[getattr(args, found[0].dest)]
+
+
+def unknown_options(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """What `parser` did not take, each unknown option with its closest known ones: `unknown
+    option --blok-size (did you mean --block-size?)`."""
+    known = [option for action in parser._actions for option in action.option_strings]
+    problems = []
+    for extra in extras:
+        if not extra.startswith("-") or extra == "-":
+            continue  # an unknown option's value, most likely
+        name = extra.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        guess = f" (did you mean {' or '.join(close)}?)" if close else ""
+        problems.append(f"unknown option {name}{guess}")
+    return "; ".join(problems) or f"unrecognized arguments: {' '.join(extras)}"
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but what a subcommand does not know is said by the subcommand
+    in one line, with the options it meant (argparse says the top-level usage), exit 2."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        sub = command_parser(parser, args)
+        sub.exit(2, f"{sub.prog}: {unknown_options(sub, extras)}; see `{sub.prog} --help`\n")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
@@ -52,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = None
     try:  # the parser too: some options take their defaults from the settings
-        args = build_parser().parse_args(argv)
+        args = parse(build_parser(), argv)
         return args.func(args)
     except ValidationError as exc:  # the settings refused the environment: say which, briefly
         if not is_settings_error(exc):

@@ -75,12 +75,31 @@ def default_serve_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+def check_port(host: str, port: int) -> None:
+    """Raises `OSError` naming HOST:PORT when the server could not listen there (taken, not
+    this machine's address), so that `serve` says so before it loads the model, not after."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OSError(
+            f"cannot listen on {host}:{port}: {reason}; stop what holds it, or pick another "
+            "--port (or --host)"
+        ) from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.model.hf.tokenizer import load_tokenizer
     from engine.model_card import describe, model_card
 
     try:
         cache, scheduler, model = configs_from_args(args)
+        check_port(args.host, args.port)  # before the model loads, which can take a while
         tokenizer = load_tokenizer(model.model_dir)
         serve_url = args.serve_url or default_serve_url(args.host, args.port)
         card = {**model_card(model, cache), "serve_url": serve_url}

@@ -27,9 +27,11 @@ DEFAULT_TEMPERATURE = 1.0  # OpenAI's default; pass 0 for greedy
 
 
 def check_model(requested: str, served: str) -> None:
+    """404 `model_not_found` for a model this server does not serve, as OpenAI answers it."""
     if requested != served:
         raise OpenAIError(
             f"model {requested!r} is not served here; this server serves {served!r}",
+            status_code=404,
             param="model",
             code="model_not_found",
         )

@@ -135,3 +135,30 @@ def test_a_token_it_refuses_stops_the_start(tmp_path: Path, token: str, says: st
     (line,) = done.stderr.splitlines()  # one line that says what to do
     assert line.startswith("junction api: ") and says in line, line
     assert list(tmp_path.iterdir()) == []  # nothing migrated, no token file made
+
+
+@pytest.mark.parametrize("command", ["migrate", "api"])
+def test_an_unreachable_database_is_one_line_naming_the_url(tmp_path: Path, command: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUNCTION_")}
+    env |= {
+        "JUNCTION_DATABASE_URL": "postgresql://junction:secret@127.0.0.1:1/nowhere",
+        "JUNCTION_API_TOKEN": "a-token-long-enough-for-the-api",
+        "JUNCTION_LOG_LEVEL": "warning",  # `junction api` logs its start at info
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", command, "--port", str(free_port())]
+        if command == "api"
+        else [sys.executable, "-m", "cli.main", command],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()  # what is wrong, which URL, what to do
+    assert line.startswith(f"junction {command}: cannot open the database "), line
+    assert "JUNCTION_DATABASE_URL=postgresql+psycopg://junction:***@127.0.0.1:1/nowhere" in line
+    assert "Connection refused" in line and "set JUNCTION_DATABASE_URL" in line
+    assert "secret" not in done.stdout + done.stderr

@@ -78,6 +78,30 @@ def config_vocab_size(model_dir: Path) -> int | None:
     return int(size) if size else None
 
 
+#: The files a checkpoint's tokenizer comes from: the fast one's serialization, its settings,
+#: and what a slow one (SentencePiece, BPE) is built from.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+)
+
+
+def no_tokenizer_message(model_dir: Path, exc: Exception) -> str:
+    """Why `model_dir`'s tokenizer did not load, on one line: the files looked for, those
+    found, and transformers' reason whole (its message runs over several lines, and its first
+    ends mid-sentence: "... from one of: ")."""
+    found = [name for name in TOKENIZER_FILES if (model_dir / name).is_file()]
+    reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return (
+        f"{model_dir} has no tokenizer transformers can load: looked for "
+        f"{', '.join(TOKENIZER_FILES)}; found {', '.join(found) or 'none of them'} "
+        f"({reason or type(exc).__name__})"
+    )
+
+
 class HFTokenizer:
     """`tokenizer` as the server's `Tokenizer`; generation stops at any of `stop_token_ids`."""
 
@@ -102,11 +126,7 @@ class HFTokenizer:
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         except (OSError, ValueError, KeyError) as exc:
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ValueError(
-                f"{model_dir} has no tokenizer transformers can load "
-                f"(tokenizer.json / tokenizer_config.json): {reason}"
-            ) from None
+            raise ValueError(no_tokenizer_message(model_dir, exc)) from None
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         return cls(tokenizer, [*eos, *generation_eos_ids(model_dir)], config_vocab_size(model_dir))
 

@@ -111,6 +111,17 @@ def test_a_directory_without_a_tokenizer_is_refused_naming_it(tmp_path):
         HFTokenizer.load(tmp_path)
 
 
+def test_the_missing_tokenizer_message_says_what_was_looked_for(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ValueError) as info:
+        HFTokenizer.load(tmp_path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert not message.rstrip().endswith(":"), message  # not "... from one of: "
+    assert "looked for tokenizer.json, tokenizer_config.json" in message
+    assert "found none of them" in message
+
+
 def pushed(tokenizer: HFTokenizer, token_ids: list[int]) -> list[str]:
     detokenizer = tokenizer.detokenizer()
     return [*(detokenizer.push([t]) for t in token_ids), detokenizer.finish()]

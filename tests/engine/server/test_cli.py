@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import subprocess
 import sys
 
@@ -58,3 +59,15 @@ def test_the_core_and_the_command_line_import_no_web_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_taken_port_is_said_before_the_model_loads(capsys):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert cmd_serve(parse(["serve", "--port", str(port)])) == EXIT_BAD_INPUT
+    # one line, naming the port, and nothing of the model (whose card is said once it loads)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"junction serve: cannot listen on 127.0.0.1:{port}: "), line
+    assert line.endswith("pick another --port (or --host)"), line

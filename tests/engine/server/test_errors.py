@@ -14,7 +14,6 @@ from tests.engine.server.conftest import MAX_MODEL_LEN, MODEL
         ({"prompt": ""}, "prompt is empty", "prompt"),
         ({"prompt": []}, "prompt is empty", "prompt"),
         ({"prompt": "hi", "max_tokens": 0}, "max_tokens must be at least 1", "max_tokens"),
-        ({"prompt": "hi", "model": "gpt-4"}, "'gpt-4' is not served here", "model"),
         ({"prompt": "x" * (MAX_MODEL_LEN + 1)}, "max_model_len", None),
         ({"prompt": [1, 2, 300]}, "token ids must lie in [0, 258)", "prompt"),
         ({"prompt": ["a", "b"]}, "batched prompts are not supported", "prompt"),
@@ -33,6 +32,18 @@ def test_a_bad_completion_is_a_400_with_the_message(client, kwargs, message, par
     assert info.value.param == param
 
 
+def test_a_model_not_served_is_a_404_model_not_found(client):
+    """As OpenAI answers it (docs/api.md): the client raises `NotFoundError`."""
+    with pytest.raises(openai.NotFoundError) as info:
+        client.completions.create(model="gpt-4", prompt="hi")
+    assert info.value.status_code == 404
+    assert "'gpt-4' is not served here" in info.value.message
+    assert info.value.body["code"] == "model_not_found"
+    assert info.value.param == "model"
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+
+
 def test_a_refused_stream_fails_before_it_starts(client):
     with pytest.raises(openai.BadRequestError, match="max_model_len"):
         client.completions.create(model=MODEL, prompt="x" * (MAX_MODEL_LEN + 1), stream=True)
@@ -46,8 +57,6 @@ def test_bad_chat_requests(client):
             model=MODEL,
             messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
         )
-    with pytest.raises(openai.BadRequestError, match="not served here"):
-        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
 
 
 def test_a_validation_error_keeps_422_in_the_openai_shape(client, live_server):
