@@ -39,11 +39,14 @@ def add_up_parser(commands: argparse._SubParsersAction) -> None:
         default=1,
         metavar="N",
         help=f"how many engines (1 to {MAX_ENGINES}, default 1); N >= 2 start engine-0 ... "
-        "engine-<N-1> on the N ports after --engine-port and `junction route` in front of them "
-        "on --engine-port",
+        "engine-<N-1> (with --model, <model>-0 ...) on the N ports after --engine-port and "
+        "`junction route` in front of them on --engine-port",
     )
     parser.add_argument(
-        "--engine-id", default=None, help="the one engine's id (default engine-0; --engines 1)"
+        "--engine-id",
+        default=None,
+        help="the one engine's id (--engines 1; default engine-0, or with --model the "
+        "checkpoint directory's name, e.g. bamba-9b)",
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
     parser.add_argument(

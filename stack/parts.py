@@ -43,7 +43,7 @@ def plan(
     host: str,
     ports: Ports,
     runner: str = "torch",
-    engine_id: str = "engine-0",
+    engine_id: str | None = None,
     device: str | None = None,
     with_jobs: bool = True,
     serve_args: tuple[str, ...] = (),
@@ -54,9 +54,13 @@ def plan(
     it), the engines, the router in front of them when there are several, the dashboard, then
     the worker and beat.
 
-    One engine listens on `ports.engine` itself; N >= 2 listen on the N ports after it, as
-    `engine-0` ... `engine-<N-1>`, and `junction route` takes `ports.engine`: the OpenAI URL
-    is the same either way."""
+    One engine listens on `ports.engine` itself; N >= 2 listen on the N ports after it (the
+    parts `engine-0` ... `engine-<N-1>`), and `junction route` takes `ports.engine`: the
+    OpenAI URL is the same either way. The engines' ids are `stack.engine_ids`' (named from
+    `model` when given; `engine_id` the one engine's own)."""
+    from stack.engine_ids import engine_ids
+
+    ids = engine_ids(num_engines, model, engine_id)
     control_plane = api_url(host, ports)
     dashboard_url = f"http://{host}:{ports.dashboard}"
 
@@ -79,10 +83,10 @@ def plan(
         )
     ]
     if num_engines == 1:
-        parts.append(engine("engine", ports.engine, engine_id))
+        parts.append(engine("engine", ports.engine, ids[0]))
     else:
         engine_ports = [ports.engine + 1 + i for i in range(num_engines)]
-        parts += [engine(f"engine-{i}", port, f"engine-{i}") for i, port in enumerate(engine_ports)]
+        parts += [engine(f"engine-{i}", port, ids[i]) for i, port in enumerate(engine_ports)]
         parts.append(router(host, ports.engine, engine_ports, model))
     dashboard = ["dashboard", "--host", host, "--port", str(ports.dashboard)]
     if num_engines > 1:  # the Fleet page reads the router

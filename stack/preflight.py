@@ -8,6 +8,8 @@ import argparse
 import contextlib
 import io
 
+from stack.engine_ids import engine_ids
+
 MAX_ENGINES = 16
 
 
@@ -16,10 +18,16 @@ def engines_problems(args: argparse.Namespace) -> list[str]:
     if not 1 <= args.engines <= MAX_ENGINES:
         return [f"--engines must be 1 to {MAX_ENGINES}, got {args.engines}"]
     problems = []
+    if args.engine_id is not None:
+        try:
+            engine_ids(1, None, args.engine_id)
+        except ValueError as exc:
+            problems.append(f"--engine-id: {exc}")
     if args.engines > 1 and args.engine_id is not None:
+        ids = engine_ids(args.engines, args.model)
         problems.append(
             f"--engine-id names the one engine; the {args.engines} engines of --engines "
-            f"{args.engines} are engine-0 ... engine-{args.engines - 1}"
+            f"{args.engines} are {ids[0]} ... {ids[-1]}"
         )
     if args.engine_port + args.engines > 65535:
         problems.append(

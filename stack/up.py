@@ -45,7 +45,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.host,
         ports,
         runner=args.runner,
-        engine_id=args.engine_id or "engine-0",
+        engine_id=args.engine_id,
         device=args.device,
         with_jobs=not args.no_jobs,
         serve_args=serve_args,

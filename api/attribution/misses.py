@@ -9,6 +9,8 @@ Symbols (all token positions, multiples of the match unit `U`):
     F      how far a request in flight was computing the prefix (`match_stop.in_flight_tokens`)
     L      the prefix truly shared with an earlier arrival or a pin (the online oracle)
     E      the end of the shared units that some sequence had finished before this request came
+    N      the end of those finished in this request's own epoch (N <= E): the rest finished
+           only before the engine restarted, whose cache a restart empties
     R      the end a hit could reach: L, floored to the hit grid when hits are coarse
 
 The engine guarantees H <= A <= proof <= limit. The tokens of [H, max(L, H)) are each given
@@ -18,7 +20,8 @@ one reason, so the hit plus the missed tokens is max(L, H):
     [A, proof)              held_back   the EAGLE drop (or the grid floor) took them off
     [proof, R)              held_back   when proof >= limit: a hit never covers a whole prompt
     [proof, F)              in_flight   a request in flight was computing them
-    [max(proof, F), E)      evicted     finished (so cached) before it came, gone when it did
+    [max(proof, F), N)      evicted     finished (so cached) before it came, gone when it did
+    [max(proof, F, N), E)   restarted   finished before the engine restarted: its cache was empty
     [max(proof, F, E), R)   in_flight   still being computed by an earlier arrival
     [R, L)                  held_back   coarse hits stop at the grid below L
 
@@ -32,7 +35,7 @@ from typing import Literal, NamedTuple, get_args
 
 from engine.geometry import CacheGeometry
 
-MissReason = Literal["no_state", "in_flight", "held_back", "evicted", "copy_pending"]
+MissReason = Literal["no_state", "in_flight", "held_back", "evicted", "restarted", "copy_pending"]
 REASONS: tuple[str, ...] = get_args(MissReason)
 
 
@@ -76,9 +79,11 @@ def split_misses(
     shared: int,
     finished: int,
     grid: HitGrid,
+    finished_this_epoch: int | None = None,
 ) -> dict[str, int]:
     """The tokens of [hit, max(shared, hit)) by reason (every reason a key); `attention` is A,
-    `shared` L and `finished` E of the module's table. Reads only its arguments."""
+    `shared` L, `finished` E and `finished_this_epoch` N of the module's table (None: E, every
+    finish in this epoch). Reads only its arguments."""
     missed = dict.fromkeys(REASONS, 0)
     if shared <= hit:
         return missed
@@ -97,7 +102,9 @@ def split_misses(
     else:
         add("in_flight", proof, in_flight)
         rest = max(proof, in_flight)
-        add("evicted", rest, finished)
+        now = finished if finished_this_epoch is None else min(finished_this_epoch, finished)
+        add("evicted", rest, now)
+        add("restarted", max(rest, now), finished)
         add("in_flight", max(rest, finished), reach)
     missed["held_back"] += shared - max(reach, hit)
     return missed

@@ -1,12 +1,13 @@
 """Miss attribution at ingest: the online oracle, request by request (docs/api.md).
 
 Each engine's finished sequences (a request's prompt and output, a materialized pin's prefix)
-leave their match-unit hashes in `shared_units`, salted (`api.attribution.unit_salt`: the engine's
-raw
-hashes are never stored), each with the earliest arrival `(epoch, arrival_index)` that held
-it and the earliest finish of one. A request is attributed once every request that arrived
-before it has finished: when some event's `oldest_unfinished_index` passes its arrival index
-(or a newer epoch starts). Until then it waits in `pending_attributions`. Its shared length L
+leave their match-unit hashes in `shared_units`, salted (`api.attribution.unit_salt`: the
+engine's raw hashes are never stored), each with the earliest arrival `(epoch, arrival_index)`
+that held it, the earliest finish of one, and the latest epoch that held it (a unit finished
+only in an earlier epoch was lost to the engine's restart: `restarted`, not `evicted`). A
+request is attributed once every request that arrived before it has finished: when some
+event's `oldest_unfinished_index` passes its arrival index (or a newer epoch starts). Until
+then it waits in `pending_attributions`. Its shared length L
 is U times the leading units of its prompt that an earlier arrival held; `capped_hit` of L is
 the oracle hit, and `api.attribution.misses.split_misses` splits L minus the hit by reason.
 
@@ -226,7 +227,7 @@ def _attribute(
 def attribute(subject: Subject, records: dict[int, shared_units.Record], grid: HitGrid) -> dict:
     """The attribution row of one request (without its engine and epoch). Reads only."""
     arrival = (subject.epoch, subject.arrival_index)
-    num_shared = num_finished = 0
+    num_shared = num_finished = num_finished_now = 0
     for unit in subject.units:  # records are prefix-closed: stop at the first not shared
         record = records.get(unit)
         if record is None or (record.first_epoch, record.first_index) >= arrival:
@@ -234,6 +235,10 @@ def attribute(subject: Subject, records: dict[int, shared_units.Record], grid: H
         # finish times only rise along a chain: the finished units are a leading run
         if num_finished == num_shared and record.first_finished_ts < subject.arrival_ts:
             num_finished += 1
+            # and so are those finished in its own epoch (a later epoch's record says
+            # nothing of this one: taken as held in it, as before restarts were told apart)
+            if num_finished_now == num_shared and _held_this_epoch(record, subject):
+                num_finished_now += 1
         num_shared += 1
     shared = num_shared * grid.unit
     stop = MatchStop(**subject.match_stop)
@@ -244,6 +249,7 @@ def attribute(subject: Subject, records: dict[int, shared_units.Record], grid: H
         shared,
         num_finished * grid.unit,
         grid,
+        num_finished_now * grid.unit,
     )
     return {
         "arrival_index": subject.arrival_index,
@@ -251,3 +257,11 @@ def attribute(subject: Subject, records: dict[int, shared_units.Record], grid: H
         "oracle_tokens": capped_hit(shared, subject.num_prompt_tokens, grid.unit, grid.eagle),
         **{f"missed_{reason}": n for reason, n in missed.items()},
     }
+
+
+def _held_this_epoch(record: shared_units.Record, subject: Subject) -> bool:
+    """Whether a sequence of the subject's own epoch (or a later one) finished holding the unit
+    before the subject came: else only an earlier epoch's did, and the restart emptied it."""
+    if record.last_epoch != subject.epoch:
+        return record.last_epoch > subject.epoch
+    return record.last_epoch_finished_ts < subject.arrival_ts

@@ -1,7 +1,8 @@
 """`shared_units`: the match units each engine's finished sequences held, salted
 (`api.attribution.unit_salt`), each with the earliest arrival that held it, the earliest finish of
-one and
-the latest sighting; bounded by a retention window and a per-engine cap. Nothing here
+one, the latest sighting, and the latest epoch that held it with the earliest finish in that
+epoch (an engine restart empties its cache: a unit held only in an earlier epoch was lost to the
+restart, not evicted); bounded by a retention window and a per-engine cap. Nothing here
 commits: the caller's transaction does.
 """
 
@@ -22,7 +23,9 @@ PRUNE_BATCH = 5000  # units deleted per prune statement: short locks, the next b
 # every frame was a statement each frame), PRUNE_BATCH a time: ahead of what 64 frames add
 CAP_CHECK_EVERY = 64
 SQLITE_IN_CHUNK = 10_000  # SQLite's bound parameters per statement (32766) leave room
-# a unit's record keeps its earliest arrival, earliest finish and latest sighting
+# a unit's record keeps its earliest arrival, earliest finish and latest sighting, and its
+# latest epoch with the earliest finish in it (a later epoch starts that finish afresh)
+LATER = "{new}.last_epoch > {old}.last_epoch"
 MERGE = {
     "first_epoch": "CASE WHEN {new}.first_epoch < {old}.first_epoch "
     "THEN {new}.first_epoch ELSE {old}.first_epoch END",
@@ -32,29 +35,41 @@ MERGE = {
     "THEN {new}.first_finished_ts ELSE {old}.first_finished_ts END",
     "last_seen_ts": "CASE WHEN {new}.last_seen_ts > {old}.last_seen_ts "
     "THEN {new}.last_seen_ts ELSE {old}.last_seen_ts END",
+    "last_epoch": f"CASE WHEN {LATER} THEN {{new}}.last_epoch ELSE {{old}}.last_epoch END",
+    "last_epoch_finished_ts": f"CASE WHEN {LATER} THEN {{new}}.last_epoch_finished_ts "
+    "WHEN {new}.last_epoch < {old}.last_epoch THEN {old}.last_epoch_finished_ts "
+    "WHEN {new}.last_epoch_finished_ts < {old}.last_epoch_finished_ts "
+    "THEN {new}.last_epoch_finished_ts ELSE {old}.last_epoch_finished_ts END",
 }
 
 
 class Record(NamedTuple):
-    first_epoch: int
-    first_index: int
-    first_finished_ts: float
+    first_epoch: int  # the earliest arrival that held the unit: its epoch
+    first_index: int  # and its arrival index
+    first_finished_ts: float  # the earliest finish of a sequence holding it, any epoch
+    last_epoch: int  # the latest epoch a sequence held it in
+    last_epoch_finished_ts: float  # the earliest finish of one in that epoch
 
 
 RETURNED = ("hash", *Record._fields)  # what `upsert` hands back of each unit
 
 
 def merge(units: dict[int, list], chain: list[int], epoch: int, index: int, ts: float) -> None:
-    """Fold one sequence's chain into the batch's records, as `MERGE` folds them into the
-    stored ones."""
+    """Fold one sequence's chain into the batch's records (`[first_epoch, first_index,
+    first_finished_ts, last_seen_ts, last_epoch, last_epoch_finished_ts]`), as `MERGE` folds
+    them into the stored ones."""
     for unit in chain:
         seen = units.get(unit)
         if seen is None:
-            units[unit] = [epoch, index, ts, ts]
+            units[unit] = [epoch, index, ts, ts, epoch, ts]
             continue
         if (epoch, index) < (seen[0], seen[1]):
             seen[0], seen[1] = epoch, index
         seen[2], seen[3] = min(seen[2], ts), max(seen[3], ts)
+        if epoch > seen[4]:
+            seen[4], seen[5] = epoch, ts
+        elif epoch == seen[4]:
+            seen[5] = min(seen[5], ts)
 
 
 def upsert(session: Session, engine_id: str, units: dict[int, list]) -> dict[int, Record]:
@@ -67,35 +82,31 @@ def upsert(session: Session, engine_id: str, units: dict[int, list]) -> dict[int
         [
             {"engine_id": engine_id, "hash": h, "first_epoch": e, "first_index": i}
             | {"first_finished_ts": f, "last_seen_ts": s}
-            for h, (e, i, f, s) in units.items()
+            | {"last_epoch": le, "last_epoch_finished_ts": lf}
+            for h, (e, i, f, s, le, lf) in units.items()
         ],
         merge=MERGE,
         returning=RETURNED,
     )
-    return {h: Record(e, i, f) for h, e, i, f in written}
+    return {h: Record(*fields) for h, *fields in written}
 
 
 def records(session: Session, engine_id: str, units: set[int]) -> dict[int, Record]:
     """The stored records of `units` (one statement on PostgreSQL, an array parameter)."""
-    columns = (
-        SharedUnit.hash,
-        SharedUnit.first_epoch,
-        SharedUnit.first_index,
-        SharedUnit.first_finished_ts,
-    )
+    columns = (SharedUnit.hash, *(getattr(SharedUnit, name) for name in Record._fields))
     where = SharedUnit.engine_id == engine_id
     if not units:
         return {}
     if session.get_bind().dialect.name == "postgresql":
         param = bindparam("units", list(units), type_=ARRAY(BigInteger()))
         rows = session.execute(select(*columns).where(where, SharedUnit.hash == func.any(param)))
-        return {h: Record(e, i, f) for h, e, i, f in rows}
+        return {h: Record(*fields) for h, *fields in rows}
     found: dict[int, Record] = {}
     listed = list(units)
     for start in range(0, len(listed), SQLITE_IN_CHUNK):
         chunk = listed[start : start + SQLITE_IN_CHUNK]
         rows = session.execute(select(*columns).where(where, SharedUnit.hash.in_(chunk)))
-        found.update((h, Record(e, i, f)) for h, e, i, f in rows)
+        found.update((h, Record(*fields)) for h, *fields in rows)
     return found
 
 

@@ -221,7 +221,9 @@ class SharedUnit(Base):
     of the engine held: `hash` is its salted unit hash (`api.attribution.record.salted`), never the
     engine's. `(first_epoch, first_index)` is the earliest arrival that held it,
     `first_finished_ts` the earliest finish of one, `last_seen_ts` the latest (what the
-    retention window and the per-engine cap prune by)."""
+    retention window and the per-engine cap prune by); `last_epoch` the latest epoch that held
+    it and `last_epoch_finished_ts` the earliest finish in that epoch (what tells a unit lost to
+    an engine restart from one evicted)."""
 
     __tablename__ = "shared_units"
     __table_args__ = (Index("ix_shared_units_engine_seen", "engine_id", "last_seen_ts"),)
@@ -234,6 +236,8 @@ class SharedUnit(Base):
     first_index: Mapped[int] = mapped_column(BigInteger)
     first_finished_ts: Mapped[float] = mapped_column(Float)
     last_seen_ts: Mapped[float] = mapped_column(Float)
+    last_epoch: Mapped[int] = mapped_column(BigInteger)
+    last_epoch_finished_ts: Mapped[float] = mapped_column(Float)
 
 
 class PendingAttribution(Base):
@@ -276,6 +280,7 @@ class Attribution(Base):
     missed_in_flight: Mapped[int] = mapped_column(Integer, default=0)
     missed_held_back: Mapped[int] = mapped_column(Integer, default=0)
     missed_evicted: Mapped[int] = mapped_column(Integer, default=0)
+    missed_restarted: Mapped[int] = mapped_column(Integer, default=0)
     missed_copy_pending: Mapped[int] = mapped_column(Integer, default=0)
 
 
@@ -326,6 +331,7 @@ class HitRateBucket(Base):
     missed_in_flight: Mapped[int] = mapped_column(BigInteger, default=0)
     missed_held_back: Mapped[int] = mapped_column(BigInteger, default=0)
     missed_evicted: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_restarted: Mapped[int] = mapped_column(BigInteger, default=0)
     missed_copy_pending: Mapped[int] = mapped_column(BigInteger, default=0)
 
 

@@ -56,6 +56,13 @@ REASONS: dict[str, Series] = {
         "removed before the request came",
         "The prefix had been cached and was evicted before this request came.",
     ),
+    "restarted": Series(
+        "restarted",
+        "#5b7db1",
+        "the engine restarted; its cache was empty",
+        "The prefix had been cached before the engine restarted: a restart starts with an "
+        "empty cache, so the first requests after it recompute what the engine held before.",
+    ),
     "copy_pending": Series(
         "copy pending",
         "#9aa5b1",

@@ -77,6 +77,15 @@ def _actions(
         return (pin,)
     if reason == "evicted":
         return (*_pool_actions(geometry, cache), _pin_prefix("so it is never evicted"))
+    if reason == "restarted":
+        return (
+            Action(
+                "**Nothing to enlarge**: the engine restarted; its cache was empty, so the "
+                "first requests after it recomputed what it held before, and the cache fills "
+                "again as they come. Larger pools would not have kept it."
+            ),
+            _pin_prefix("the control plane pins it again on each engine start"),
+        )
     if reason == "in_flight":
         if junctions_off:
             return (

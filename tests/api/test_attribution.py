@@ -36,7 +36,8 @@ def test_the_split_covers_hit_to_shared_once_whatever_the_inputs():
         stop = MatchStop("x", proof, limit, rng.randrange(0, 40) * 16)
         shared, finished = rng.randrange(0, 40) * 16, rng.randrange(0, 40) * 16
         geometry = FINE._replace(partial_hits=rng.random() < 0.5, alignment=64)
-        missed = split_misses(hit, attention, stop, shared, finished, geometry)
+        now = rng.choice((None, rng.randrange(0, 40) * 16))  # N: finished in its own epoch
+        missed = split_misses(hit, attention, stop, shared, finished, geometry, now)
         assert set(missed) == set(REASONS) and min(missed.values()) >= 0
         assert hit + sum(missed.values()) == max(shared, hit)
         assert missed["copy_pending"] == 0
@@ -58,6 +59,14 @@ def test_the_split_covers_hit_to_shared_once_whatever_the_inputs():
 def test_the_split_by_case(hit, attention, stop, shared, finished, expected):
     missed = split_misses(hit, attention, stop, shared, finished, FINE)
     assert missed == dict.fromkeys(REASONS, 0) | expected
+
+
+def test_units_finished_only_before_a_restart_miss_for_restarted():
+    stop = MatchStop("attention_ended", 0, 640)
+    missed = split_misses(0, 0, stop, 592, 592, FINE, finished_this_epoch=320)
+    assert missed == dict.fromkeys(REASONS, 0) | {"evicted": 320, "restarted": 272}
+    missed = split_misses(0, 0, stop, 592, 320, FINE, finished_this_epoch=0)
+    assert missed == dict.fromkeys(REASONS, 0) | {"restarted": 320, "in_flight": 272}
 
 
 def test_coarse_hits_hold_back_what_lies_above_the_grid():

@@ -31,17 +31,25 @@ def _engine(session: Session, engine_id: str = "e") -> None:
 
 def test_upserted_units_come_back_as_a_read_finds_them(session: Session) -> None:
     _engine(session)
-    shared_units.upsert(session, "e", {1: [1, 5, 10.0, 10.0], 2: [1, 6, 11.0, 11.0]})
-    # a later arrival, an earlier finish, an earlier epoch: each field merges its own way
-    batch = {1: [1, 9, 8.0, 12.0], 2: [0, 7, 20.0, 20.0], 3: [1, 9, 12.0, 12.0]}
-    written = shared_units.upsert(session, "e", batch)
+    shared_units.upsert(
+        session, "e", {1: [1, 5, 10.0, 10.0, 1, 10.0], 2: [1, 6, 11.0, 11.0, 1, 11.0]}
+    )
+    # a later arrival, an earlier finish, an earlier epoch, a later one: each field merges its
+    # own way (a later epoch starts its finish afresh, an earlier one leaves it)
+    batch = {
+        1: [1, 9, 8.0, 12.0, 1, 8.0],
+        2: [0, 7, 20.0, 20.0, 0, 20.0],
+        3: [1, 9, 12.0, 12.0, 1, 12.0],
+    }
+    shared_units.upsert(session, "e", batch)
+    written = shared_units.upsert(session, "e", {3: [2, 0, 30.0, 30.0, 2, 30.0]})
     read = shared_units.records(session, "e", {1, 2, 3})
     assert read == {
-        1: shared_units.Record(1, 5, 8.0),
-        2: shared_units.Record(0, 7, 11.0),
-        3: shared_units.Record(1, 9, 12.0),
+        1: shared_units.Record(1, 5, 8.0, 1, 8.0),
+        2: shared_units.Record(0, 7, 11.0, 1, 11.0),
+        3: shared_units.Record(1, 9, 12.0, 2, 30.0),
     }
-    assert written == (read if bulk.can_return(session) else {})
+    assert written == ({3: read[3]} if bulk.can_return(session) else {})
 
 
 def test_bytes_and_datetimes_survive_the_json_rows(session: Session) -> None:

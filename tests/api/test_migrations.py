@@ -241,3 +241,36 @@ def test_0009_adds_replicas_and_keeps_the_engines(empty_database_url: str) -> No
         db.dispose()
     migrate.upgrade(empty_database_url)
     assert table_names(empty_database_url) == TABLES
+
+
+def test_0010_takes_stored_units_as_held_in_their_engines_epoch(empty_database_url: str) -> None:
+    """A unit stored before 0010 is taken as held in its engine's current epoch (so what it
+    explains stays `evicted`); a downgrade drops the restart columns and keeps the unit."""
+    migrate.upgrade(empty_database_url, "0009")
+    db = make_engine(empty_database_url)
+    try:
+        with db.begin() as connection:
+            insert_engine(connection, "e1")
+            connection.execute(
+                text(
+                    "INSERT INTO shared_units (engine_id, hash, first_epoch, first_index,"
+                    " first_finished_ts, last_seen_ts) VALUES ('e1', 7, 0, 3, 10.5, 12.0)"
+                )
+            )
+        migrate.upgrade(empty_database_url, "0010")
+        with db.connect() as connection:
+            row = connection.execute(
+                text("SELECT last_epoch, last_epoch_finished_ts FROM shared_units")
+            ).one()
+            assert tuple(row) == (1, 10.5)
+        for table in ("attributions", "hit_rate_buckets"):
+            assert "missed_restarted" in {c["name"] for c in inspect(db).get_columns(table)}
+        migrate.downgrade(empty_database_url, "0009")
+        columns = {c["name"] for c in inspect(db).get_columns("shared_units")}
+        assert not {"last_epoch", "last_epoch_finished_ts"} & columns
+        with db.connect() as connection:
+            assert connection.scalar(text("SELECT hash FROM shared_units")) == 7
+    finally:
+        db.dispose()
+    migrate.upgrade(empty_database_url)
+    assert table_names(empty_database_url) == TABLES

@@ -226,3 +226,13 @@ def test_held_back_is_explained_with_eagle_when_on():
     assert plain.actions[1].page == CHECKPOINTS_PAGE
     (eagle,) = remedies(missed(held_back=16), 400, geometry(eagle=True))
     assert "EAGLE" in eagle.actions[0].text
+
+
+def test_restarted_says_the_cache_was_empty_and_enlarges_no_pool():
+    cache = {"attention": {"num_blocks": 320, "num_free": 300}}
+    (remedy,) = remedies(missed(restarted=64), 400, GEOMETRY, cache)
+    assert REASONS["restarted"].short == "the engine restarted; its cache was empty"
+    note, pin = (a.text for a in remedy.actions)
+    assert "the engine restarted; its cache was empty" in note
+    assert "Pin the shared prefix" in pin and remedy.actions[1].page == CHECKPOINTS_PAGE
+    assert not any("Enlarge" in a.text for a in remedy.actions)

@@ -35,7 +35,8 @@ def test_junction_up_serves_a_checkpoint(tmp_path: Path) -> None:
         )
         assert reply.usage.completion_tokens >= 1
         token = (tmp_path / "junction-api-token").read_text().strip()
-        url = f"http://127.0.0.1:{ports['api']}/api/v1/engines/engine-0"
+        # named from --model, not engine-0: another model's history stays apart
+        url = f"http://127.0.0.1:{ports['api']}/api/v1/engines/bamba-tiny"
 
         def said_hello() -> bool:
             response = httpx.get(url, headers={"Authorization": f"Bearer {token}"})
