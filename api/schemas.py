@@ -479,7 +479,12 @@ class PinOut(BaseModel):
 
 
 class PinDetail(PinOut):
+    """A pin with its tokens (null for an engine's pin) and `source`: the prefix as given when
+    it was `{"text": ...}` or `{"messages": [...]}`, which each engine tokenizes itself (null
+    for token ids, segments, or an engine's pin)."""
+
     token_ids: list[int] | None
+    source: dict[str, Any] | None
 
 
 # ---------------------------------------------------------------------------- junctions

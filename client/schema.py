@@ -11,6 +11,7 @@ from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
 from engine.model_card import STATE_LAYERS
 from engine.modes import MODES, RUNNER_NAMES
+from engine.workloads import build_workload
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -20,4 +21,5 @@ __all__ = [
     "STATE_LAYERS",
     "ByteTokenizer",
     "CacheGeometry",
+    "build_workload",
 ]

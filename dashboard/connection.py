@@ -19,6 +19,7 @@ import streamlit as st
 from client.rest import ApiClient
 from client.settings import ControlPlaneSettings
 from client.transport import ApiError, ApiUnreachable
+from dashboard.model_view import engine_label
 
 START_ENGINE = (
     "No engine has connected to the control plane at {url} yet. Start one with "
@@ -112,6 +113,6 @@ def pick_engine(engines: list[dict], key: str) -> dict | None:
         list(by_id),
         index=list(by_id).index(wanted) if wanted in by_id else 0,
         key=key,
-        format_func=lambda i: i + ("" if by_id[i]["connected"] else " (disconnected)"),
+        format_func=lambda i: engine_label(by_id[i]),
     )
     return by_id[chosen]

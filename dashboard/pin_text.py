@@ -14,7 +14,15 @@ FELL_SHORT = (
     "Mamba hit fell short of it (no Mamba checkpoint there), so each recomputed the tokens "
     "from its hit up to the boundary. A pin there would have saved them those tokens."
 )
-AS_TEXT, AS_SYSTEM = "pasted text", "system prompt (chat)"
+AS_SYSTEM, AS_TEXT = "system prompt (chat)", "pasted text"
+#: What each form of the pin form matches: the first is the form's default.
+PIN_AS_HELP = (
+    f"**{AS_SYSTEM}** (the default): pinned as each engine's chat template renders a system "
+    "message, so chat requests (`/v1/chat/completions`) that start with this system prompt hit "
+    f"it. **{AS_TEXT}**: the text's tokens as a prompt, so it matches completions "
+    "(`/v1/completions`) whose prompt starts with it, not chats: a chat request's prompt starts "
+    "with the template's header, never with the bare text."
+)
 PIN_COLUMNS = ["label", "pin", "state", "tokens", "engines", "hits", "tokens saved", "origin"]
 
 

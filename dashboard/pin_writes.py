@@ -1,21 +1,16 @@
 """The Checkpoints page's writes (pin, unpin, pin a suggested junction): each runs from a
 button or the form with the write token the operator entered in the sidebar, and its outcome
-stays up for `NOTICE_S` seconds, across the live refreshes that rerun the page."""
+stays up for `dashboard.notice.NOTICE_S` seconds, across the live refreshes that rerun the page."""
 
 from __future__ import annotations
 
-import time
-
-import streamlit as st
-
 from client.rest import ApiClient
 from client.transport import ApiError
+from dashboard import notice
 from dashboard.connection import NEEDS_WRITE_TOKEN
 from dashboard.pin_text import pin_line
 
 NOTICE = "checkpoints_notice"
-#: How long a write's outcome stays up: live refreshes rerun the page every few seconds.
-NOTICE_S = 60.0
 
 
 def act(writer: ApiClient | None, what: str, call: str, *args) -> None:
@@ -34,16 +29,9 @@ def act(writer: ApiClient | None, what: str, call: str, *args) -> None:
 
 def notify(kind: str, text: str) -> None:
     """Keep a write's outcome for `NOTICE_S` seconds, across the live refreshes."""
-    st.session_state[NOTICE] = (kind, text, time.monotonic())
+    notice.notify(NOTICE, kind, text)
 
 
 def show_notice() -> None:
     """The last write's outcome, while it is younger than `NOTICE_S` seconds."""
-    notice = st.session_state.get(NOTICE)
-    if notice is None:
-        return
-    kind, text, at = notice
-    if time.monotonic() - at > NOTICE_S:
-        del st.session_state[NOTICE]
-        return
-    (st.error if kind == "error" else st.success)(text)
+    notice.show_notice(NOTICE)

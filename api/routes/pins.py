@@ -81,7 +81,7 @@ def list_pins(
 def get_pin(pin_id: str, session: SessionDep) -> PinDetail:
     pin = _pin(session, pin_id)
     out = pin_out(pin, pin_reads.targets_by_pin(session, [pin_id]).get(pin_id, []))
-    return PinDetail(**out.model_dump(), token_ids=pin.token_ids)
+    return PinDetail(**out.model_dump(), token_ids=pin.token_ids, source=pin.source)
 
 
 @router.delete("/{pin_id}", response_model=PinOut, responses=ERRORS)

@@ -10,7 +10,14 @@ from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, writ
 from dashboard.live import live
 from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, kind_name
 from dashboard.pin_cards import junction_card, pin_card
-from dashboard.pin_text import AS_SYSTEM, AS_TEXT, FELL_SHORT, pins_frame, prefix_body
+from dashboard.pin_text import (
+    AS_SYSTEM,
+    AS_TEXT,
+    FELL_SHORT,
+    PIN_AS_HELP,
+    pins_frame,
+    prefix_body,
+)
 from dashboard.pin_writes import act, notify, show_notice
 
 st.title("Checkpoints")
@@ -29,11 +36,12 @@ def engine_options() -> list[str]:
 
 with st.form("pin_form", clear_on_submit=True):
     st.markdown(
-        "**Pin a prefix**: pasted text (its UTF-8 bytes are the tokens, as the engines read "
-        "prompts), or a system prompt (chat), pinned as each engine's chat template renders it"
+        "**Pin a prefix**: a system prompt, pinned as each engine's chat template renders it "
+        "(chat requests with it hit the pin), or pasted text, which matches completions, not "
+        "chats"
     )
     text = st.text_area("Prefix text", placeholder="Paste a system prompt", key="pin_text")
-    kind = st.radio("Pin as", (AS_TEXT, AS_SYSTEM), horizontal=True, key="pin_as")
+    kind = st.radio("Pin as", (AS_SYSTEM, AS_TEXT), horizontal=True, key="pin_as", help=PIN_AS_HELP)
     label = st.text_input("Label", placeholder="support bot", key="pin_label")
     left, right = st.columns([3, 1])
     engine_ids = left.multiselect(

@@ -17,6 +17,7 @@ from dashboard.figures.reasons import HIT, REASONS, SHARED
 from dashboard.figures.remedies import remedies
 from dashboard.groups import STATE_LAYERS, group_label, state_kind
 from dashboard.live import live
+from dashboard.model_view import model_text
 from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, geometry_of, is_peer, why_empty
 from dashboard.remedy_view import remedy_cards
 
@@ -154,6 +155,7 @@ def engine_section(summary: dict) -> None:
     if is_peer(summary):
         state = connection_state(summary)
         st.subheader(f"{engine_id} · {state}")
+        st.markdown(model_text(summary))
         st.info(why_empty(summary, "finished requests to rate"))
         st.page_link(PEER_PAGE, label=PEER_PAGE_LABEL, icon=":material/account_tree:")
         return
@@ -164,6 +166,7 @@ def engine_section(summary: dict) -> None:
     frame = hit_rate_frame(hit_rate)
     state = connection_state(engine)
     st.subheader(f"{engine_id} · {state}")
+    st.markdown(model_text(engine))
     st.caption(
         f"engine started {started_at(engine['epoch'])} (epoch {engine['epoch']}: its start in "
         f"nanoseconds since 1970) · first seen {engine['first_seen'][:19]}Z · "

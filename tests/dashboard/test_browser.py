@@ -173,6 +173,7 @@ def test_the_dashboard_in_a_browser(
             write_token.fill(TOKEN)  # the visitor's, for the writes
             write_token.press("Enter")
             page.get_by_label("Prefix text").fill(PROMPT)
+            page.get_by_text("pasted text", exact=True).click()  # the completions below
             page.get_by_label("Label").fill("support bot")
             page.get_by_role("button", name="Pin", exact=True).click()
             materialized = re.compile(rf"{LIVE_ENGINE}: materialized at token 560")

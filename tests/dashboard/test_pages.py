@@ -126,6 +126,34 @@ def test_overview_says_when_an_engine_gave_up_finished_requests(dashboard_env: S
     assert not open_page("overview", engine=REPLAY_ENGINE).warning
 
 
+CARD = {
+    "name": "granite-4.0-h-tiny",
+    "architecture": "GraniteMoeHybridForCausalLM",
+    "source": "/models/granite-4.0-h-tiny",
+    "dtype": "bfloat16",
+}
+
+
+def test_overview_and_the_engine_picker_name_the_engines_model(dashboard_env: Stack):
+    """Issue 33 (5): the model an engine runs, as its hello's model card reports it."""
+    engine = Engine(CacheConfig(num_blocks=64), runner="ledger", engine_id="carded")
+    url = dashboard_env.url.replace("http://", "ws://") + "/api/v1/ingest"
+    with connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+        ws.send(encode(factories.hello(engine) | {"model": CARD}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "welcome"
+    assert dashboard_env.get("/engines/carded")["model"] == CARD
+    at = open_page("overview", engine="carded")
+    assert (
+        "model **granite-4.0-h-tiny** · architecture `GraniteMoeHybridForCausalLM` · "
+        "from `/models/granite-4.0-h-tiny`"
+    ) in texts(at)
+    replayed = dashboard_env.get(f"/engines/{REPLAY_ENGINE}")["model"]  # the replay's own card
+    at = open_page("overview", engine=REPLAY_ENGINE)
+    assert f"model **{replayed['name']}** · architecture `{replayed['architecture']}`" in texts(at)
+    at = open_page("block_tables", engine="carded")
+    assert "carded · granite-4.0-h-tiny (disconnected)" in at.selectbox(key="blocks_engine").options
+
+
 def test_block_tables_outline_a_request_and_its_hit_boundary(dashboard_env: Stack):
     request = dashboard_env.get(f"/engines/{REPLAY_ENGINE}/requests/q1")
     at = open_page("block_tables", engine=REPLAY_ENGINE, request="q1")
@@ -250,6 +278,7 @@ def test_checkpoints_pins_junctions_and_the_form(dashboard_env: Stack):
     assert f"saved **{junction['tokens_saved']:,}** tokens" in shown
 
     at.text_area(key="pin_text").input("You are a helpful assistant. " * 4)
+    at.radio(key="pin_as").set_value("pasted text")
     at.text_input(key="pin_label").input("apptest prompt")
     at.button[0].click().run()  # the form's submit button comes first
     assert not at.exception
@@ -284,6 +313,32 @@ def test_the_pin_form_pins_a_chat_system_prompt(dashboard_env: Stack):
     assert dashboard_env.get(f"/pins/{made['pin_id']}")["state"] == "released"
 
 
+def test_the_pin_form_defaults_to_a_chat_system_prompt_and_says_what_each_form_matches(
+    dashboard_env: Stack,
+):
+    """Issue 33 (1): a system prompt pasted into the form with its defaults is pinned as chat
+    messages (what chat requests with that system prompt hit), and the help says that pasted
+    text matches completions, not chats."""
+    at = open_page("checkpoints", write_token=TOKEN)
+    choice = at.radio(key="pin_as")
+    assert choice.value == "system prompt (chat)" == choice.options[0]
+    assert "/v1/chat/completions" in choice.help
+    assert "matches completions (`/v1/completions`)" in choice.help and "not chats" in choice.help
+    system = "You are a careful assistant. " * 5
+    at.text_area(key="pin_text").input(system)
+    at.text_input(key="pin_label").input("apptest default form")
+    at.button[0].click().run()  # nothing but the text and the label entered
+    assert not at.exception and "Pin: done" in texts(at)
+    (made,) = [p for p in dashboard_env.get("/pins") if p["label"] == "apptest default form"]
+    try:
+        stored = dashboard_env.get(f"/pins/{made['pin_id']}")
+        assert stored["source"] == {"messages": [{"role": "system", "content": system}]}
+        assert made["num_tokens"] == len(f"<|system|>\n{system}\n")
+    finally:
+        at.button(key=f"unpin_{made['pin_id']}").click().run()
+    assert dashboard_env.get(f"/pins/{made['pin_id']}")["state"] == "released"
+
+
 def test_benchmarks_show_a_finished_run(dashboard_env: Stack):
     run = dashboard_env.get(f"/benchmarks/{dashboard_env.benchmark_id}")
     at = open_page("benchmarks")
@@ -302,13 +357,52 @@ def test_benchmarks_show_a_finished_run(dashboard_env: Stack):
 
 
 def test_benchmark_form_enqueues_a_run(dashboard_env: Stack):
+    """Issue 33 (2): the form's defaults queue the quick preset, and the confirmation names the
+    run's id and stays up across the live refreshes."""
     before = dashboard_env.get("/benchmarks")["total"]
     at = open_page("benchmarks", write_token=TOKEN)
-    at.button[0].click().run()  # the form's Enqueue, with the custom preset
-    assert "queued." in texts(at), texts(at)
+    at.button(key="bench_enqueue").click().run()  # the defaults, as a first visitor leaves them
     runs = dashboard_env.get("/benchmarks")
     assert runs["total"] == before + 1
-    assert runs["runs"][0]["status"] == "queued"
+    run = runs["runs"][0]
+    assert run["status"] == "queued" and run["name"] == "quick-shared-prefix"
+    assert (
+        run["spec"]["workload"]["num_groups"] * run["spec"]["workload"]["prompts_per_group"] == 64
+    )
+    (success,) = at.success
+    assert f"Run **#{run['id']}** (quick-shared-prefix, 384 requests) queued" in success.value
+    at.run()  # a live refresh keeps it up
+    assert [s.value for s in at.success] == [success.value]
+
+
+def test_benchmark_form_estimates_the_run_before_it_is_queued(dashboard_env: Stack):
+    """Issue 33 (2): the default preset is small and says what it runs; the form counts any
+    spec's requests x modes before Enqueue, and warns of a long one."""
+    at = open_page("benchmarks", write_token=TOKEN)
+    assert at.selectbox(key="bench_preset").value == "quick"
+    assert "64 requests × 6 modes" in texts(at) and "2.4 s with `junction bench`" in texts(at)
+    (info,) = [i.value for i in at.info if "This run replays" in i.value]
+    assert info == (
+        "This run replays 64 requests (69,632 prompt tokens) × 6 modes = **384 requests** on "
+        "the ledger runner."
+    )
+    at.multiselect(key="bench_modes_quick").set_value(["off", "junction_inline"]).run()
+    assert "× 2 modes = **128 requests**" in texts(at)
+    workload = json.loads(at.text_area(key="bench_workload_quick").value)
+    big = {**workload, "num_groups": 64, "prompts_per_group": 16}
+    at.text_area(key="bench_workload_quick").input(json.dumps(big)).run()
+    assert "1,024 requests" in texts(at) and "= **2,048 requests**" in texts(at)
+    assert any("can take many minutes" in w.value for w in at.warning)
+    at.text_area(key="bench_workload_quick").input('{"kind": "no-such-kind"}').run()
+    assert any("No estimate" in w.value for w in at.warning)
+
+
+def test_benchmarks_page_says_junction_bench_runs_are_not_recorded(dashboard_env: Stack):
+    """Issue 33 (11): the page lists only runs queued through the form or the REST API."""
+    shown = texts(open_page("benchmarks"))
+    assert "A `junction bench` on the command line" in shown
+    assert "is not recorded here" in shown and "`POST` it to `/api/v1/benchmarks`" in shown
+    assert "or `junction bench`;" not in shown
 
 
 def test_unreachable_api_names_the_url(monkeypatch: pytest.MonkeyPatch):
@@ -487,7 +581,7 @@ def test_benchmarks_table_reads_in_percent_with_human_headers(dashboard_env: Sta
 def test_the_benchmark_presets_are_the_apis_suite(dashboard_env: Stack):
     suite = dashboard_env.get("/benchmarks/suite")
     at = open_page("benchmarks", write_token=TOKEN)
-    assert at.selectbox(key="bench_preset").options == ["custom", *(s["name"] for s in suite)]
+    assert at.selectbox(key="bench_preset").options == ["quick", *(s["name"] for s in suite)]
     at.selectbox(key="bench_preset").select(suite[0]["name"]).run()
     workload = json.loads(at.text_area[0].value)
     assert workload == {k: v for k, v in suite[0]["workload"].items() if v is not None}
@@ -506,6 +600,6 @@ def test_the_benchmark_form_takes_the_presets_runner(
 
     monkeypatch.setattr(ApiClient, "benchmark_suite", with_a_null_preset)
     at = open_page("benchmarks", write_token=TOKEN)
-    assert at.selectbox(key="bench_runner_custom").value == "ledger"
+    assert at.selectbox(key="bench_runner_quick").value == "ledger"
     at.selectbox(key="bench_preset").select("null-preset").run()
     assert at.selectbox(key="bench_runner_null-preset").value == "null"
