@@ -38,6 +38,11 @@ class ControlPlaneSettings(BaseSettings):
         return None if isinstance(value, str) and not value.strip() else value
 
     @property
+    def reader_token(self) -> str | None:
+        """The token a reader sends: the read-only one, else the write token (None: neither)."""
+        return self.read_token or self.api_token
+
+    @property
     def url(self) -> str:
         """The REST API's base URL, without a trailing slash."""
         return (self.control_plane_url or DEFAULT_URL).rstrip("/")

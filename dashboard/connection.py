@@ -54,7 +54,7 @@ NEEDS_WRITE_TOKEN = (
 def api_client() -> ApiClient:
     """The client the pages read with; without a token, says which to set and stops the run."""
     current = ControlPlaneSettings()
-    token = current.read_token or current.api_token
+    token = current.reader_token
     if token is None:
         st.error(NO_TOKEN.format(url=current.url))
         st.stop()

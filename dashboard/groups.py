@@ -9,13 +9,14 @@ stored name beside it so that it can be found in the REST API.
 from __future__ import annotations
 
 from client.schema import STATE_LAYERS
+from dashboard.model_view import model_of
 
 __all__ = ["STATE_LAYERS", "group_label", "state_kind"]
 
 
 def state_kind(engine: dict | None) -> str:
     """ "mamba" or "linear": what the engine's state group holds (built-in engines: mamba)."""
-    return ((engine or {}).get("model") or {}).get("state_group") or "mamba"
+    return model_of(engine).get("state_group") or "mamba"
 
 
 def group_label(engine: dict | None, group: str) -> str:

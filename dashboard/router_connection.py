@@ -36,7 +36,7 @@ def router_client() -> RouterClient:
     if current.router_url is None:
         st.info(START_ROUTER)
         st.stop()
-    token = current.read_token or current.api_token
+    token = current.reader_token
     if token is None:
         st.error(NO_TOKEN.format(url=current.router_url))
         st.stop()

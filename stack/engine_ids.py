@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import PurePath
 
-from engine.wire import ENGINE_ID_REGEX
+import msgspec
+
+from engine.wire import EngineId
 
 DEFAULT_BASE = "engine"
 MAX_SLUG = 100  # of the wire's 128 characters: room for `-<index>` after it
@@ -40,6 +42,8 @@ def engine_ids(num_engines: int, model: str | None, engine_id: str | None = None
     else:
         ids = [f"{model_slug(model)}-{index}" for index in range(num_engines)]
     for made in ids:
-        if len(made) > 128 or not re.match(ENGINE_ID_REGEX, made):
-            raise ValueError(f"engine id {made!r}: 1 to 128 of A-Za-z0-9._:@-")
+        try:
+            msgspec.convert(made, EngineId)  # the wire's own rule, as a hello is checked
+        except msgspec.ValidationError:
+            raise ValueError(f"engine id {made!r}: 1 to 128 of A-Za-z0-9._:@-") from None
     return ids
