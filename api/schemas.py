@@ -479,9 +479,10 @@ class PinOut(BaseModel):
 
 
 class PinDetail(PinOut):
-    """A pin with its tokens (null for an engine's pin) and `source`: the prefix as given when
-    it was `{"text": ...}` or `{"messages": [...]}`, which each engine tokenizes itself (null
-    for token ids, segments, or an engine's pin)."""
+    """A pin with `source`: the prefix as given when it was `{"text": ...}` or
+    `{"messages": [...]}`, which each engine tokenizes itself (null for token ids, segments, or
+    an engine's pin); and its tokens when asked for (`?tokens=true`; null for an engine's
+    pin)."""
 
     token_ids: list[int] | None
     source: dict[str, Any] | None

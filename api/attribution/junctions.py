@@ -5,7 +5,10 @@ Every finished request reports `attention_match_key`, the key `H_A` of its atten
 no checkpoint did), the tokens `[0, A)` as `junction_token_ids`. Grouped by key, the requests
 say how often the position came up and what a checkpoint there would have saved them: the
 `A - num_cached_tokens` tokens each recomputed. Keys an active, materialized pin already
-holds are left out; so are keys whose requests never fell short (nothing to pin there).
+holds are left out; so are keys whose requests never fell short (nothing to pin there), and
+boundaries shorter than `MIN_BOUNDARY` tokens: a pin saves at most its boundary per request,
+and the shortest shared prefixes are a chat template's header and a system prompt's first
+words ("<|system|>\nYou a"), shared by every chat and worth nothing.
 This operation reads the store and changes nothing.
 """
 
@@ -18,6 +21,9 @@ from sqlalchemy.orm import Session
 
 from api.store.models import Pin, PinTarget, Request
 
+#: The shortest boundary suggested by default (`GET /junctions/suggested?min_tokens=`).
+MIN_BOUNDARY = 64
+
 
 class Junction(NamedTuple):
     key: str  # the attention match key H_A the requests share
@@ -29,14 +35,16 @@ class Junction(NamedTuple):
     token_ids: list[int]  # the prefix [0, A), from one short request
 
 
-def suggested_junctions(session: Session, engine_id: str | None, limit: int) -> list[Junction]:
-    """Up to `limit` junctions, most tokens saved first (then most requests, then key);
-    `engine_id` counts only that engine's requests."""
+def suggested_junctions(
+    session: Session, engine_id: str | None, limit: int, min_tokens: int = MIN_BOUNDARY
+) -> list[Junction]:
+    """Up to `limit` junctions of at least `min_tokens` tokens, most tokens saved first (then
+    most requests, then key); `engine_id` counts only that engine's requests."""
     match = Request.hit_tokens_by_group["attention"].as_integer()
     is_short = Request.junction_token_ids.is_not(None)
     tokens_saved = func.sum(match - Request.num_cached_tokens)
     num_requests = func.count()
-    where = [Request.attention_match_key.is_not(None), match > 0]
+    where = [Request.attention_match_key.is_not(None), match >= max(min_tokens, 1)]
     if engine_id is not None:
         where.append(Request.engine_id == engine_id)
     pinned = _pinned_keys(session, engine_id)

@@ -20,12 +20,14 @@ def suggested_junctions(
     session: SessionDep,
     engine_id: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+    min_tokens: Annotated[int, Query(ge=0)] = junctions.MIN_BOUNDARY,
 ) -> JunctionPage:
     """The junctions worth a pin, most tokens saved first (then most requests); each with the
-    `POST /pins` body that pins it. `engine_id` counts only that engine's requests."""
+    `POST /pins` body that pins it. `engine_id` counts only that engine's requests;
+    `min_tokens` leaves out boundaries shorter than that (a chat header's first words)."""
     if engine_id is not None and engines.find_engine(session, engine_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"engine {engine_id!r} not found")
-    found = junctions.suggested_junctions(session, engine_id, limit)
+    found = junctions.suggested_junctions(session, engine_id, limit, min_tokens)
     return JunctionPage(
         engine_id=engine_id, limit=limit, junctions=[junction_out(j) for j in found]
     )

@@ -78,10 +78,12 @@ def list_pins(
 
 
 @router.get("/{pin_id}", response_model=PinDetail, responses=ERRORS)
-def get_pin(pin_id: str, session: SessionDep) -> PinDetail:
+def get_pin(pin_id: str, session: SessionDep, tokens: bool = False) -> PinDetail:
+    """The pin and its `source`; its token ids (up to a million) only with `?tokens=true`."""
     pin = _pin(session, pin_id)
     out = pin_out(pin, pin_reads.targets_by_pin(session, [pin_id]).get(pin_id, []))
-    return PinDetail(**out.model_dump(), token_ids=pin.token_ids, source=pin.source)
+    token_ids = pin.token_ids if tokens else None
+    return PinDetail(**out.model_dump(), token_ids=token_ids, source=pin.source)
 
 
 @router.delete("/{pin_id}", response_model=PinOut, responses=ERRORS)

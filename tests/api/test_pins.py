@@ -150,8 +150,8 @@ def post_pin(client: TestClient, body: dict, status: int = 201) -> dict:
     return response.json()
 
 
-def get_pin(client: TestClient, pin_id: str) -> dict:
-    response = client.get(f"{V1}/pins/{pin_id}")
+def get_pin(client: TestClient, pin_id: str, **params) -> dict:
+    response = client.get(f"{V1}/pins/{pin_id}", params=params)
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -197,7 +197,8 @@ def test_create_list_show_release(client: TestClient, wire) -> None:
         "materialized",
         {"coarse": "materialized", "fine": "materialized"},
     )
-    assert shown["token_ids"] == tokens
+    assert shown["token_ids"] is None and shown["num_tokens"] == len(tokens)
+    assert get_pin(client, created["pin_id"], tokens="true")["token_ids"] == tokens
     for target in shown["engines"]:
         engine = {"fine": fine, "coarse": coarse}[target["engine_id"]].engine
         truth = engine.pins[created["pin_id"]].event().to_dict()
@@ -424,7 +425,7 @@ def test_an_engines_own_pin_is_recorded_and_can_be_released(client: TestClient, 
         ["replayer"],
         {"replayer": 288},
     )
-    assert get_pin(client, "system")["token_ids"] is None
+    assert get_pin(client, "system", tokens="true")["token_ids"] is None
     client.delete(f"{V1}/pins/system", headers=AUTH)
     assert pin_commands(engine.serve()) == [("unpin", "system")]
     assert engine.engine.pins["system"].state.value == "released"
@@ -555,6 +556,23 @@ def test_suggested_junctions(client: TestClient, wire) -> None:
     hit = engine.ask(long_prompt + segment_tokens(300, 200))
     assert hit["num_cached_tokens"] == 560 and hit["junction_token_ids"] is None
     assert get_pin(client, pinned["pin_id"])["tokens_saved"] == 560
+
+
+def test_a_short_shared_opening_is_not_suggested_unless_asked_for(
+    client: TestClient, wire
+) -> None:
+    """Chats share a template header and a system prompt's first words: a 48-token junction
+    saves too little to pin, so only `min_tokens` at or below it shows it."""
+    engine = wire(ledger("e1", **NO_JUNCTIONS))
+    opening = segment_tokens(1, 48)
+    for i in range(3):
+        engine.ask(opening + segment_tokens(100 + i, 300))
+    assert client.get(f"{V1}/junctions/suggested").json()["junctions"] == []
+    for min_tokens, shown in ((0, [48]), (48, [48]), (49, [])):
+        body = client.get(f"{V1}/junctions/suggested", params={"min_tokens": min_tokens}).json()
+        assert [j["boundary"] for j in body["junctions"]] == shown, min_tokens
+    negative = client.get(f"{V1}/junctions/suggested", params={"min_tokens": -1})
+    assert negative.status_code == 422
 
 
 def test_suggested_junctions_bad_params(client: TestClient) -> None:
