@@ -558,9 +558,7 @@ def test_suggested_junctions(client: TestClient, wire) -> None:
     assert get_pin(client, pinned["pin_id"])["tokens_saved"] == 560
 
 
-def test_a_short_shared_opening_is_not_suggested_unless_asked_for(
-    client: TestClient, wire
-) -> None:
+def test_a_short_shared_opening_is_not_suggested_unless_asked_for(client: TestClient, wire) -> None:
     """Chats share a template header and a system prompt's first words: a 48-token junction
     saves too little to pin, so only `min_tokens` at or below it shows it."""
     engine = wire(ledger("e1", **NO_JUNCTIONS))
