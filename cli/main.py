@@ -11,12 +11,12 @@ exit 2; so is an option the command does not know, with the command's closest on
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 
 from api.cli import add_api_parser
 from client.pins_cli import add_pin_parsers
 from dashboard.cli import add_dashboard_parser
+from engine.argv import unknown_options
 from engine.bench.cli import add_bench_parser
 from engine.server.attach import add_attach_parser
 from engine.server.cli import add_serve_parser
@@ -56,21 +56,6 @@ def command_parser(
         if not found or getattr(args, found[0].dest, None) not in found[0].choices:
             return parser
         parser = found[0].choices[getattr(args, found[0].dest)]
-
-
-def unknown_options(parser: argparse.ArgumentParser, extras: list[str]) -> str:
-    """What `parser` did not take, each unknown option with its closest known ones: `unknown
-    option --blok-size (did you mean --block-size?)`."""
-    known = [option for action in parser._actions for option in action.option_strings]
-    problems = []
-    for extra in extras:
-        if not extra.startswith("-") or extra == "-":
-            continue  # an unknown option's value, most likely
-        name = extra.split("=", 1)[0]
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-        guess = f" (did you mean {' or '.join(close)}?)" if close else ""
-        problems.append(f"unknown option {name}{guess}")
-    return "; ".join(problems) or f"unrecognized arguments: {' '.join(extras)}"
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

@@ -67,9 +67,16 @@ def serve_model(serve_args: tuple[str, ...]) -> str | None:
 
 
 def _parse_serve(args: list[str]) -> argparse.Namespace:
-    """`args` as `junction serve` parses them (argparse's `SystemExit` when it refuses)."""
+    """`args` as `junction serve` parses them (argparse's `SystemExit` when it refuses, an
+    unknown option said with the options it may have meant)."""
+    from engine.argv import unknown_options
     from engine.server.cli import add_serve_parser
 
     parser = argparse.ArgumentParser(prog="junction")
-    add_serve_parser(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(["serve", *args])
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(commands)
+    parsed, extras = parser.parse_known_args(["serve", *args])
+    if extras:
+        serve = commands.choices["serve"]
+        serve.error(unknown_options(serve, extras))
+    return parsed

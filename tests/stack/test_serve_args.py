@@ -31,7 +31,8 @@ def test_no_engine_options_change_nothing():
 @pytest.mark.parametrize(
     ("serve_args", "message"),
     [
-        (["--", "--bogus"], "unrecognized arguments: --bogus"),
+        (["--", "--bogus"], "unknown option --bogus"),
+        (["--", "--blok-size", "64"], r"unknown option --blok-size \(did you mean --block-size"),
         (["--", "--checkpoint-mode", "sometimes"], "invalid choice: 'sometimes'"),
         (["--", "--block-size", "48", "--prefix-match-unit", "32"], "must divide"),
     ],
