@@ -73,7 +73,7 @@ QUICK_NOTE = (
     f"**{QUICK_NAME}** (the default preset): 8 shared 1,024-token system prompts with 8 "
     f"questions each, {QUICK_SIZE.num_requests} requests × {QUICK_SIZE.num_modes} modes, a few "
     "seconds on the ledger runner (2.4 s with `junction bench`). The suite's presets run for "
-    "minutes, and the one worker runs nothing else meanwhile."
+    "minutes; the worker of `junction up` runs two runs at once, so a third waits for one."
 )
 
 

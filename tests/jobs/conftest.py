@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from api.settings import Settings
+from stack.parts import WORKER_CONCURRENCY
 from tests.api.conftest import (  # noqa: F401 (fixtures, shared with tests/api)
     TOKEN,
     Postgres,
@@ -67,8 +68,9 @@ def redis_stack(
     redis_server: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[ApiProcess, WorkerProcess]]:
-    """`junction api` and a `junction worker` (prefork, one process) on a fresh PostgreSQL
-    store and an empty Redis database, shared by a module's tests (they start in seconds)."""
+    """`junction api` and a `junction worker` (prefork, as many processes as `junction up`
+    starts) on a fresh PostgreSQL store and an empty Redis database, shared by a module's tests
+    (they start in seconds)."""
     name = postgres.create("junction_jobs", template=postgres_template)
     client = redis.Redis.from_url(redis_server)
     client.flushdb()
@@ -77,7 +79,8 @@ def redis_stack(
         "JUNCTION_BROKER_URL": redis_server,
         "JUNCTION_RESULT_BACKEND": redis_server,
     }
-    worker = WorkerProcess(env, tmp_path_factory.mktemp("worker") / "worker.log", pool="prefork")
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    worker = WorkerProcess(env, log, pool="prefork", concurrency=WORKER_CONCURRENCY)
     api = ApiProcess(postgres.url(name), free_port())
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():

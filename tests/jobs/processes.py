@@ -20,6 +20,7 @@ class WorkerProcess:
     env: dict[str, str]
     log_path: Path
     pool: str = "solo"
+    concurrency: int = 1
     process: subprocess.Popen | None = None
     name: str = field(default_factory=lambda: f"test-{uuid.uuid4().hex[:8]}@jobs")
 
@@ -27,7 +28,14 @@ class WorkerProcess:
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "worker", "--pool", self.pool]
-            + ["--concurrency", "1", "--loglevel", "info", "--hostname", self.name],
+            + [
+                "--concurrency",
+                str(self.concurrency),
+                "--loglevel",
+                "info",
+                "--hostname",
+                self.name,
+            ],
             env={**os.environ, "PYTHONPATH": pythonpath(), **self.env},
             cwd=self.log_path.parent,
             stdout=self._log,

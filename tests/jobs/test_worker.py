@@ -21,6 +21,7 @@ from tests.api.processes import TOKEN as E2E_TOKEN
 from tests.api.processes import ApiProcess
 from tests.jobs.processes import WorkerProcess
 from tests.jobs.specs import MISSING_WEIGHTS, missing_weights_spec, tiny_spec
+from tests.polling import wait_for
 
 URL = "/api/v1/benchmarks"
 TERMINAL = ("finished", "failed")
@@ -81,6 +82,29 @@ def test_a_redis_worker_runs_what_rest_queued(
         results.close()
 
 
+def test_a_short_run_queued_behind_a_long_one_is_not_kept_waiting(
+    redis_stack: tuple[ApiProcess, WorkerProcess],
+) -> None:
+    """The worker as `junction up` starts it runs two runs at once: a small run posted while a
+    long one runs finishes first (with one process it would wait for the long one)."""
+    api, worker = redis_stack
+    long = tiny_spec("long", modes=["off", "partial", "junction_inline"], concurrency=8)
+    long["workload"] |= {"num_groups": 24, "prompts_per_group": 16, "system_prompt_len": 512}
+    auth = {"Authorization": f"Bearer {E2E_TOKEN}"}
+    with httpx.Client(base_url=api.url, headers=auth, timeout=30) as http:
+        long_id = http.post(URL, json=long, headers=auth).json()["id"]
+        wait_for(
+            "the long run to start",
+            lambda: http.get(f"{URL}/{long_id}").json()["status"] == "running",
+        )
+        short_id = http.post(URL, json=tiny_spec("short", modes=["off"]), headers=auth).json()["id"]
+        short, _ = wait_until_done(http.get, short_id, worker)
+        assert short["status"] == "finished", short["error"]
+        assert http.get(f"{URL}/{long_id}").json()["status"] == "running", worker.log()
+        done, _ = wait_until_done(http.get, long_id, worker, timeout_s=180)
+    assert done["status"] == "finished", done["error"]
+
+
 def test_a_worker_on_the_embedded_default(sqlite_template: Path, tmp_path: Path) -> None:
     """SQLite store, Celery's SQLAlchemy transport and database results: no server at all."""
     from fastapi.testclient import TestClient
@@ -139,8 +163,8 @@ def test_a_run_whose_worker_process_dies_is_run_again(
                 break
             assert run["status"] in ("queued", "running"), run
             time.sleep(0.05)
-        [child] = worker.child_pids()
-        os.kill(child, signal.SIGKILL)
+        for child in worker.child_pids():  # the one running it, and the idle one
+            os.kill(child, signal.SIGKILL)
         run, _ = wait_until_done(http.get, run_id, worker)
     assert (run["status"], run["attempts"], run["error"]) == ("finished", 2, None), worker.log()
     assert "WorkerLostError" in worker.log()
