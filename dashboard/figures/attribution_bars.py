@@ -1,17 +1,19 @@
 """The requests' miss attribution side by side: a bar per attributed request, its hit and
-then what it missed by reason, stacked up to the tokens it truly shared."""
+then what it missed by reason, stacked up to the tokens it truly shared, then the rest of its
+prompt, which nothing before it shared (so a cold request is a full grey bar, not an empty
+row)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.reasons import HIT, REASONS, SHARED
+from dashboard.figures.reasons import HIT, REASONS, SHARED, UNSHARED
 from dashboard.figures.request_attribution import is_attributed
 
 
 def requests_attribution_figure(requests: list[dict]) -> go.Figure:
     """A bar per attributed request (newest on top): its hit, then what it missed by reason,
-    stacked up to the tokens it truly shared (a diamond)."""
+    stacked up to the tokens it truly shared (a diamond), then its unshared prompt tokens."""
     shown = [r for r in requests if is_attributed(r)][::-1]
     ids = [r["request_id"] for r in shown]
     fig = go.Figure()
@@ -20,6 +22,8 @@ def requests_attribution_figure(requests: list[dict]) -> go.Figure:
         parts.append(
             (reason, series, [r["attribution"]["missed_tokens"].get(reason, 0) for r in shown])
         )
+    unshared = [max(r["num_prompt_tokens"] - r["attribution"]["shared_tokens"], 0) for r in shown]
+    parts.append(("unshared", UNSHARED, unshared))
     for _, series, values in parts:
         fig.add_trace(
             go.Bar(

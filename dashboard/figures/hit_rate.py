@@ -13,6 +13,7 @@ COLUMNS = [
     "series",
     "hit_rate",
     "requests_per_s",
+    "num_requests",
     "prompt_tokens",
     "cached_tokens",
 ]
@@ -27,6 +28,7 @@ def hit_rate_frame(hit_rate: dict) -> pd.DataFrame:
             "time": time,
             "bucket_s": bucket["bucket_s"],
             "requests_per_s": bucket["num_requests"] / bucket["bucket_s"],
+            "num_requests": bucket["num_requests"],
             "prompt_tokens": bucket["prompt_tokens"],
             "cached_tokens": bucket["cached_tokens"],
         }
@@ -46,10 +48,20 @@ def time_axis(frame: pd.DataFrame) -> dict:
     return axis
 
 
+def marker_sizes(prompt_tokens: pd.Series, smallest: float, largest: float) -> list[float]:
+    """A bucket's marker grows with its prompt tokens (its area in proportion), so a bucket of
+    one 27-token request that hit nothing reads as the speck it is beside thousands of tokens."""
+    most = float(prompt_tokens.max()) if len(prompt_tokens) else 0.0
+    if most <= 0:
+        return [smallest] * len(prompt_tokens)
+    return [smallest + (largest - smallest) * (float(t) / most) ** 0.5 for t in prompt_tokens]
+
+
 def hit_rate_figure(frame: pd.DataFrame) -> go.Figure:
-    """A line per series; y in percent of prompt tokens. The groups go first and the overall
-    line last, dashed and thicker, so it stays visible on top of a group line it equals (the
-    Mamba hit is often the whole hit); the legend still lists it first."""
+    """A line per series; y in percent of prompt tokens, each bucket's marker sized by its
+    prompt tokens (the hover says how many, and how many requests). The groups go first and
+    the overall line last, dashed and thicker, so it stays visible on top of a group line it
+    equals (the Mamba hit is often the whole hit); the legend still lists it first."""
     fig = go.Figure()
     groups = list(dict.fromkeys(frame["series"]))
     for series in [s for s in groups if s != "overall"] + [s for s in groups if s == "overall"]:
@@ -68,10 +80,14 @@ def hit_rate_figure(frame: pd.DataFrame) -> go.Figure:
                     "dash": "dash" if is_overall else "solid",
                 },
                 marker={
-                    "size": 6 if is_overall else 9,
+                    "size": marker_sizes(
+                        group["prompt_tokens"], *((4, 10) if is_overall else (5, 14))
+                    ),
                     "symbol": "diamond" if is_overall else "circle",
                 },
-                hovertemplate="%{x}<br>%{y:.1%} of prompt tokens<extra>" + str(series) + "</extra>",
+                customdata=group[["prompt_tokens", "num_requests"]].to_numpy(),
+                hovertemplate="%{x}<br>%{y:.1%} of %{customdata[0]:,} prompt tokens "
+                "(%{customdata[1]:.0f} requests)<extra>" + str(series) + "</extra>",
             )
         )
     fig.update_layout(

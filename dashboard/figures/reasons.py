@@ -28,6 +28,12 @@ SHARED = Series(
     "The longest prefix each request shared with an earlier request in the retention window "
     "or a pin: what a cache that kept everything could have hit (hit + missed).",
 )
+UNSHARED = Series(
+    "not shared",
+    "#d9d9d9",
+    "new to the cache",
+    "Prompt tokens no earlier request or pin shared: no cache could have hit them.",
+)
 #: Why shared tokens missed, in stacking order (`attribution.missed_tokens`' keys).
 REASONS: dict[str, Series] = {
     "no_state": Series(

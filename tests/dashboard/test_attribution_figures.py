@@ -146,9 +146,21 @@ def test_the_requests_figure_stacks_each_attributed_request_to_its_shared_tokens
     fig = requests_attribution_figure(rows)
     bars = [t for t in fig.data if t.type == "bar"]
     assert list(bars[0].y) == ["old", "new"]  # newest on top; the pending one left out
-    tops = [sum(v) for v in zip(*(t.x for t in bars), strict=True)]
+    *attributed, unshared = bars
+    tops = [sum(v) for v in zip(*(t.x for t in attributed), strict=True)]
     (shared,) = [t for t in fig.data if t.type == "scatter"]
     assert tops == list(shared.x) == [356, 288]
+    # the rest of each 400-token prompt, which nothing before it shared
+    assert unshared.name == "not shared" and list(unshared.x) == [44, 112]
+
+
+def test_a_cold_request_is_a_full_bar_of_unshared_tokens():
+    cold = request() | {"request_id": "cold", "num_cached_tokens": 0}
+    cold["attribution"] |= {"shared_tokens": 0, "oracle_tokens": 0}
+    fig = requests_attribution_figure([cold])
+    widths = {t.name: sum(t.x) for t in fig.data if t.type == "bar"}
+    assert widths["not shared"] == 400
+    assert sum(widths.values()) == 400
 
 
 GEOMETRY_JSON = {  # an engine's geometry as `GET /engines/{id}` answers it

@@ -191,6 +191,29 @@ def test_hit_rate_figures():
     assert rate.layout.yaxis.title.text == "requests/s"
 
 
+def test_a_bucket_of_a_few_tokens_is_a_small_marker_that_says_how_few():
+    """One 27-token request that hit nothing beside 3,000 tokens at 75%: its 0% is a speck,
+    and the hover says it is 27 tokens of 1 request."""
+    buckets = [dict(HIT_RATE["buckets"][1], prompt_tokens=3000)]
+    buckets.append(
+        dict(
+            HIT_RATE["buckets"][0],
+            bucket_start=1_800_000_120,
+            num_requests=1,
+            prompt_tokens=27,
+            cached_tokens=0,
+            hit_rate=0.0,
+            hit_rate_by_group={"attention": 0.0, "mamba": 0.0},
+        )
+    )
+    fig = hit_rate_figure(hit_rate_frame({"buckets": buckets}))
+    for trace in fig.data:
+        big, small = trace.marker.size
+        assert small < big / 2, trace.name
+        assert [list(point) for point in trace.customdata] == [[3000, 60], [27, 1]]
+        assert "prompt tokens" in trace.hovertemplate and "requests" in trace.hovertemplate
+
+
 def test_cache_usage_figure_stacks_states_per_group():
     engine = {
         "cache": {
