@@ -191,21 +191,21 @@ def bound(
     memory = Memory(plans)
     hits = []
     for now, plan in enumerate(plans):
+        window = plans[max(now - concurrency + 1, 0) : now + 1]
+        room = Budget(
+            budget.num_blocks - sum(p.num_transient for p in window),
+            budget.num_mamba_blocks - len(window),
+        )
         if now >= concurrency:
             memory.release(plans[now - concurrency])
+        memory.evict_to(room)  # before the lookup: what left the window may be gone
         hit = memory.hit(plan, unit, eagle)
         request = plan.request
         hits.append(
             BoundHit(request.request_id, len(request.token_ids), plan.num_oracle_tokens, hit)
         )
         memory.admit(plan, now)
-        window = plans[max(now - concurrency + 1, 0) : now + 1]
-        memory.evict_to(
-            Budget(
-                budget.num_blocks - sum(p.num_transient for p in window),
-                budget.num_mamba_blocks - len(window),
-            )
-        )
+        memory.evict_to(room)
     return BoundResult(hits, budget, concurrency)
 
 
