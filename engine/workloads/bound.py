@@ -25,7 +25,11 @@ request `i` of `P` prompt tokens:
 - **Eviction** is Belady's, in each pool apart: when a pool is over its budget, the unpinned
   item whose next use is farthest (or never) goes, a new item included (bypass). A block's next
   use is the next request whose oracle hit needs one of the unit hashes it holds (with EAGLE,
-  one unit past the hit); a state's is the next request whose oracle hit resumes at it.
+  one unit past the hit); a state's is the next request whose oracle hit covers its position
+  (a shorter state is where a request falls back when its own resume state is gone, so a
+  family's shared system prompt state stays while every request reads it). Each pool is
+  Belady's apart: the two together, and the value of a state (its position), are not weighed,
+  so the bound is a strong reference, not the optimum.
 
 `working_set` is the budget at which nothing is ever evicted: every distinct attention block
 of the trace plus the in-flight outputs' blocks, every distinct resume state plus one live
@@ -92,16 +96,19 @@ class BoundResult(NamedTuple):
 
 class Uses:
     """When each key is read next: request indices, ascending, per unit hash a block holds
-    (the blocks' needs) and per resume state."""
+    (the blocks' needs) and per resume state. A request reads every resume state inside its
+    oracle hit, not only the one it resumes at: under memory it may fall back to one."""
 
     def __init__(self, plans: Sequence[Plan]) -> None:
         self.by_need: dict[BlockHash, list[int]] = {}
         self.by_resume: dict[BlockHash, list[int]] = {}
+        resumes = {plan.resume for plan in plans if plan.resume is not None}
         for index, plan in enumerate(plans):
             for need in plan.needs:
                 self.by_need.setdefault(need, []).append(index)
-            if plan.resume is not None:
-                self.by_resume.setdefault(plan.resume, []).append(index)
+            for key in plan.prompt_hashes[: plan.num_oracle_units]:
+                if key in resumes:
+                    self.by_resume.setdefault(key, []).append(index)
 
     @staticmethod
     def after(indices: list[int] | None, now: int) -> int:

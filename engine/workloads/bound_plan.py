@@ -27,6 +27,7 @@ class Plan(NamedTuple):
     blocks: list[Block]
     num_transient: int  # in-flight blocks that hold no complete unit (outputs, short tails)
     num_oracle_tokens: int
+    num_oracle_units: int  # the oracle hit in units
     needs: list[BlockHash]  # per block the oracle hit reads: the last unit hash it needs
     resume: BlockHash | None  # the state the oracle hit resumes at
 
@@ -70,6 +71,7 @@ def plan_requests(
                 blocks,
                 max(-(-length // block_size) - len(blocks), 0),
                 hit.num_oracle_tokens,
+                hit.num_oracle_tokens // unit,
                 needs,
                 hashes[hit.num_oracle_tokens // unit - 1] if hit.num_oracle_tokens else None,
             )
