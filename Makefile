@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint bench-lookup bench-ttft bench-vllm venv demo run peer
+.PHONY: test lint bench-lookup bench-ttft bench-vllm bench-pressure venv demo run peer
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -43,6 +43,9 @@ bench-ttft: venv
 # Junction beside vLLM 0.33 in one run: hits per request, hashing, lookups, the replay loop
 bench-vllm: venv peer
 	$(PY) benchmarks/vs_vllm.py
+
+bench-pressure: venv peer
+	$(PY) benchmarks/pressure.py
 
 demo: venv
 	bash examples/demo.sh

@@ -1,4 +1,5 @@
-"""A benchmark run's results by mode: token hit rate against the oracle, and TTFT."""
+"""A benchmark run's results by mode: token hit rate against the oracle (and the bound under
+memory, for runs that measured it), and TTFT."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ COLUMNS = [
     "num_requests",
     "hit_rate",
     "oracle_hit_rate",
+    "bound_hit_rate",
     "computed_tokens",
     "forward_passes",
     "cow_copies",
@@ -39,7 +41,8 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def hit_rate_by_mode_figure(frame: pd.DataFrame) -> go.Figure:
-    """A bar per mode, and the oracle's hit rate (every token truly shared) beside it."""
+    """A bar per mode, the oracle's hit rate (every token truly shared) beside it, and the
+    bound under memory's when the run measured it."""
     fig = go.Figure(
         [
             go.Bar(
@@ -60,6 +63,18 @@ def hit_rate_by_mode_figure(frame: pd.DataFrame) -> go.Figure:
             ),
         ]
     )
+    if "bound_hit_rate" in frame and frame["bound_hit_rate"].notna().any():
+        fig.add_trace(
+            go.Scatter(
+                x=frame["mode"],
+                y=frame["bound_hit_rate"],
+                name="bound under memory",
+                mode="markers+lines",
+                marker={"symbol": "line-ew-open", "size": 28, "color": "#6a4c93"},
+                line={"dash": "dash", "color": "#6a4c93"},
+                hovertemplate="%{x}: %{y:.1%}<extra>bound</extra>",
+            )
+        )
     fig.update_layout(
         height=320,
         margin={"l": 60, "r": 20, "t": 30, "b": 40},
@@ -103,6 +118,7 @@ TABLE = {
     "num_requests": "requests",
     "hit_rate": "hit rate (%)",
     "oracle_hit_rate": "oracle hit rate (%)",
+    "bound_hit_rate": "bound hit rate (%)",
     "computed_tokens": "computed tokens",
     "forward_passes": "forward passes",
     "cow_copies": "copies on write",
@@ -116,7 +132,7 @@ TABLE = {
 def modes_table(frame: pd.DataFrame) -> pd.DataFrame:
     """`modes_frame` as a person reads it: human headers, percentages, rounded numbers."""
     table = frame.copy()
-    for column in ("hit_rate", "oracle_hit_rate"):
+    for column in ("hit_rate", "oracle_hit_rate", "bound_hit_rate"):
         table[column] = (pd.to_numeric(table[column]) * 100).round(1)
     for column in ("ttft_median_ms", "ttft_p99_ms"):
         table[column] = pd.to_numeric(table[column]).round(2)

@@ -8,6 +8,11 @@ tokens per second of wall time); and the peak, over steps, of each group's block
 
 The oracle of the `pins` mode counts the pinned prefixes (a pin is made before any request, so
 even a group's first request shares it); every other mode's oracle does not.
+
+Beside the oracle, the bound under memory (`engine.workloads.bound`): what an offline policy
+that knows the future keeps in the spec's pools (`num_blocks`, `num_mamba_blocks`) at its
+concurrency, pins ignored. Every mode's row carries it as `bound_hit_rate`, the same number for
+every mode (the `pins` mode may pass it: its pins are not in the bound).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from engine.runners import make_runner
 from engine.runners.base import Runner
 from engine.trace import TraceItem
 from engine.workloads import Workload, oracle
+from engine.workloads.bound import BoundResult, Budget, bound
 
 Progress = Callable[[float, str], None]
 
@@ -54,6 +60,7 @@ def run_benchmark(spec: BenchmarkSpec | dict, progress: Progress | None = None) 
     pinned_items = workload.items(with_pins=True)
     plain_oracle = oracle(plain_items, unit, eagle)
     pinned_oracle = oracle(pinned_items, unit, eagle)
+    plain_bound = spec_bound(spec, plain_items)
     if spec.runner == "torch":
         report(0.0, f"{spec.name}: warming the model up")
         warm_up(spec)
@@ -68,6 +75,7 @@ def run_benchmark(spec: BenchmarkSpec | dict, progress: Progress | None = None) 
 
         row = run_mode(spec, mode, items, step_progress)
         row["oracle_hit_rate"] = mode_oracle.hit_rate
+        row["bound_hit_rate"] = plain_bound.hit_rate
         rows.append(row)
     report(1.0, f"{spec.name}: done")
     return {
@@ -79,8 +87,22 @@ def run_benchmark(spec: BenchmarkSpec | dict, progress: Progress | None = None) 
         "modes": rows,
         "oracle": plain_oracle.as_dict(),
         "oracle_with_pins": pinned_oracle.as_dict(),
+        "bound": plain_bound.as_dict(),
         "workload": workload_summary(spec, workload),
     }
+
+
+def spec_bound(spec: BenchmarkSpec, items: list[TraceItem]) -> BoundResult:
+    """The bound under memory of `items` in the spec's pools, at its concurrency."""
+    cache = spec.geometry.cache_config()
+    return bound(
+        items,
+        cache.match_unit,
+        cache.attention_block_size,
+        Budget(cache.num_blocks, cache.mamba_num_blocks),
+        spec.concurrency,
+        cache.eagle,
+    )
 
 
 def workload_summary(spec: BenchmarkSpec, workload: Workload) -> dict:

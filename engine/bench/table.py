@@ -1,4 +1,6 @@
-"""The results of a run as a rich table, one row per mode."""
+"""The results of a run as a rich table, one row per mode: its hit rate beside the oracle's
+and the bound under memory's, and its hits as a share of the bound ("-" for results stored
+before the bound was measured)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ def _int(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+def _share(hit_rate: float, bound_rate: float | None) -> str:
+    if bound_rate is None:
+        return "-"
+    return f"{hit_rate / bound_rate:.1%}" if bound_rate else "-"
+
+
 def results_table(results: dict) -> Table:
     workload = results["workload"]
     title = (
@@ -25,6 +33,8 @@ def results_table(results: dict) -> Table:
         "mode",
         "hit rate",
         "oracle",
+        "bound",
+        "% of bound",
         "cached tok",
         "computed tok",
         "fwd passes",
@@ -38,10 +48,13 @@ def results_table(results: dict) -> Table:
         table.add_column(header, justify="left" if header == "mode" else "right")
     for row in results["modes"]:
         peak = row.get("peak_blocks_used")
+        bound_rate = row.get("bound_hit_rate")
         table.add_row(
             row["mode"],
             f"{row['hit_rate']:.1%}",
             f"{row['oracle_hit_rate']:.1%}",
+            "-" if bound_rate is None else f"{bound_rate:.1%}",
+            _share(row["hit_rate"], bound_rate),
             _int(row["num_cached_tokens"]),
             _int(row["computed_tokens"]),
             _int(row["forward_passes"]),

@@ -1,0 +1,257 @@
+"""The bound under memory: the hit an offline policy that knows the future keeps in a budget.
+
+The oracle (`oracle.py`) ignores memory. This reference replays a trace through a model of the
+engine's two pools, `num_blocks` attention blocks and `num_mamba_blocks` state slots, with
+Belady's rule. It is a reference built as below, not a proven optimum: an online policy may
+in rare cases beat it, and then the figure is printed as it is.
+
+Requests are served in trace order (pins are ignored: the bound is the plain oracle's). Per
+request `i` of `P` prompt tokens:
+
+- **Lookup.** The attention match `A` walks the prompt's unit hashes while each is held by an
+  attention block in memory: a block holds the unit hashes of its sequence that fall inside it
+  (a partly filled tail too), so a hit inside a block works as docs/rules.md section 3 says.
+  The hit is the largest `p <= capped_hit(A)` with a state `H_p` in memory (states are not
+  downward-closed). Blocks of requests still in flight count: the engine shares them too.
+- **Admission.** After `i` is served every attention block of its sequence (prompt, and output
+  when given) is in memory, pinned while `i` is in flight; a state is written at every position
+  of its sequence where a later request's memory-free oracle hit resumes, and nowhere else. A
+  state below `i`'s hit is written too, which an engine could only do by recomputing: it keeps
+  the bound monotone in the budgets and can only make it higher.
+- **In flight.** Concurrency `c` is a sliding window: while `i` is served, `i` and the `c - 1`
+  requests before it hold their blocks (the prompt's, and the output's `max_tokens`) and one
+  live state slot each. The rest of each budget holds cached blocks and states. When pinned
+  blocks alone exceed the budget, everything unpinned is evicted and the pool runs over.
+- **Eviction** is Belady's, in each pool apart: when a pool is over its budget, the unpinned
+  item whose next use is farthest (or never) goes, a new item included (bypass). A block's next
+  use is the next request whose oracle hit needs one of the unit hashes it holds (with EAGLE,
+  one unit past the hit); a state's is the next request whose oracle hit covers its position
+  (a shorter state is where a request falls back when its own resume state is gone, so a
+  family's shared system prompt state stays while every request reads it). Each pool is
+  Belady's apart: the two together, and the value of a state (its position), are not weighed,
+  so the bound is a strong reference, not the optimum.
+
+`working_set` is the budget at which nothing is ever evicted: every distinct attention block
+of the trace plus the in-flight outputs' blocks, every distinct resume state plus one live
+slot per request in flight. There the bound equals the oracle.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from engine.hashing import BlockHash
+from engine.trace import TraceItem
+from engine.workloads.belady import NEVER, BeladyPool
+from engine.workloads.bound_plan import Plan, plan_requests
+from engine.workloads.oracle import capped_hit
+
+
+class Budget(NamedTuple):
+    num_blocks: int  # attention blocks
+    num_mamba_blocks: int  # Mamba state slots
+
+
+class BoundHit(NamedTuple):
+    request_id: str
+    num_prompt_tokens: int
+    num_oracle_tokens: int  # the memory-free oracle's hit
+    num_bound_tokens: int  # the hit the offline policy keeps in the budget
+
+
+class BoundResult(NamedTuple):
+    hits: list[BoundHit]
+    budget: Budget
+    concurrency: int
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(h.num_prompt_tokens for h in self.hits)
+
+    @property
+    def num_bound_tokens(self) -> int:
+        return sum(h.num_bound_tokens for h in self.hits)
+
+    @property
+    def num_oracle_tokens(self) -> int:
+        return sum(h.num_oracle_tokens for h in self.hits)
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.num_prompt_tokens
+        return self.num_bound_tokens / total if total else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "num_prompt_tokens": self.num_prompt_tokens,
+            "num_bound_tokens": self.num_bound_tokens,
+            "hit_rate": self.hit_rate,
+            "num_blocks": self.budget.num_blocks,
+            "num_mamba_blocks": self.budget.num_mamba_blocks,
+            "concurrency": self.concurrency,
+        }
+
+
+class Uses:
+    """When each key is read next: request indices, ascending, per unit hash a block holds
+    (the blocks' needs) and per resume state. A request reads every resume state inside its
+    oracle hit, not only the one it resumes at: under memory it may fall back to one."""
+
+    def __init__(self, plans: Sequence[Plan]) -> None:
+        self.by_need: dict[BlockHash, list[int]] = {}
+        self.by_resume: dict[BlockHash, list[int]] = {}
+        resumes = {plan.resume for plan in plans if plan.resume is not None}
+        for index, plan in enumerate(plans):
+            for need in plan.needs:
+                self.by_need.setdefault(need, []).append(index)
+            for key in plan.prompt_hashes[: plan.num_oracle_units]:
+                if key in resumes:
+                    self.by_resume.setdefault(key, []).append(index)
+
+    @staticmethod
+    def after(indices: list[int] | None, now: int) -> int:
+        if not indices:
+            return NEVER
+        at = bisect_right(indices, now)
+        return indices[at] if at < len(indices) else NEVER
+
+    def block(self, unit_hashes: Iterable[BlockHash], now: int) -> int:
+        return min((self.after(self.by_need.get(h), now) for h in unit_hashes), default=NEVER)
+
+    def state(self, key: BlockHash, now: int) -> int:
+        return self.after(self.by_resume.get(key), now)
+
+
+class Memory:
+    """The two pools of the bound and the unit hashes the held attention blocks hold."""
+
+    def __init__(self, plans: Sequence[Plan]) -> None:
+        self.uses = Uses(plans)
+        self.blocks = BeladyPool()
+        self.states = BeladyPool()
+        self.unit_hashes: dict[BlockHash, tuple[BlockHash, ...]] = {}  # held block -> units
+        self.holders: dict[BlockHash, set[BlockHash]] = {}  # unit hash -> held blocks
+
+    def hit(self, plan: Plan, unit: int, eagle: bool) -> int:
+        """The request's hit: the attention match walked over held units, capped, then the
+        largest state at or below it. Changes nothing."""
+        num_matched = 0
+        for unit_hash in plan.prompt_hashes:
+            if unit_hash not in self.holders:
+                break
+            num_matched += 1
+        capped = capped_hit(num_matched * unit, len(plan.request.token_ids), unit, eagle)
+        for num_units in range(capped // unit, 0, -1):
+            if plan.prompt_hashes[num_units - 1] in self.states:
+                return num_units * unit
+        return 0
+
+    def admit(self, plan: Plan, now: int) -> None:
+        """Request `now` ran: its blocks are held and pinned, the states later requests resume
+        at are written, and every item it read gets its next use after it."""
+        for block in plan.blocks:
+            if block.key not in self.blocks:
+                self.unit_hashes[block.key] = block.unit_hashes
+                for unit_hash in block.unit_hashes:
+                    self.holders.setdefault(unit_hash, set()).add(block.key)
+            self.blocks.put(block.key, self.uses.block(block.unit_hashes, now))
+            self.blocks.pin(block.key)
+        for need in plan.needs:
+            for key in self.holders.get(need, ()):
+                self.blocks.put(key, self.uses.block(self.unit_hashes[key], now))
+        for key in plan.sequence_hashes:
+            if key in self.uses.by_resume:
+                next_use = self.uses.state(key, now)
+                if next_use != NEVER or key in self.states:
+                    self.states.put(key, next_use)
+
+    def release(self, plan: Plan) -> None:
+        for block in plan.blocks:
+            self.blocks.unpin(block.key)
+
+    def evict_to(self, budget: Budget) -> None:
+        for key in self.blocks.evict_to(budget.num_blocks):
+            for unit_hash in self.unit_hashes.pop(key):
+                holders = self.holders[unit_hash]
+                holders.discard(key)
+                if not holders:
+                    del self.holders[unit_hash]
+        self.states.evict_to(budget.num_mamba_blocks)
+
+
+def bound(
+    items: Iterable[TraceItem],
+    unit: int,
+    block_size: int,
+    budget: Budget,
+    concurrency: int = 1,
+    eagle: bool = False,
+    outputs: Mapping[str, Sequence[int]] | None = None,
+) -> BoundResult:
+    """The hit of every request of `items` (pins dropped) under `budget`, `concurrency` in
+    flight; `block_size` is the attention block `Ba` (times `dcp_size`)."""
+    if concurrency < 1:
+        raise ValueError(f"the concurrency must be at least 1, got {concurrency}")
+    plans = plan_requests(items, unit, block_size, eagle, outputs)
+    memory = Memory(plans)
+    hits = []
+    for now, plan in enumerate(plans):
+        window = plans[max(now - concurrency + 1, 0) : now + 1]
+        room = Budget(
+            budget.num_blocks - sum(p.num_transient for p in window),
+            budget.num_mamba_blocks - len(window),
+        )
+        if now >= concurrency:
+            memory.release(plans[now - concurrency])
+        memory.evict_to(room)  # before the lookup: what left the window may be gone
+        hit = memory.hit(plan, unit, eagle)
+        request = plan.request
+        hits.append(
+            BoundHit(request.request_id, len(request.token_ids), plan.num_oracle_tokens, hit)
+        )
+        memory.admit(plan, now)
+        memory.evict_to(room)
+    return BoundResult(hits, budget, concurrency)
+
+
+def working_set(
+    items: Iterable[TraceItem],
+    unit: int,
+    block_size: int,
+    concurrency: int = 1,
+    eagle: bool = False,
+    outputs: Mapping[str, Sequence[int]] | None = None,
+) -> Budget:
+    """The budget at which the bound never evicts: every distinct attention block of the trace
+    and the most in-flight blocks that hold no unit, every distinct resume state and one live
+    slot per request in flight. There the bound equals the oracle."""
+    plans = plan_requests(items, unit, block_size, eagle, outputs)
+    keys = {block.key for plan in plans for block in plan.blocks}
+    resumes = {plan.resume for plan in plans if plan.resume is not None}
+    transient = [plan.num_transient for plan in plans]
+    most_transient = max(
+        (sum(transient[max(i - concurrency + 1, 0) : i + 1]) for i in range(len(plans))), default=0
+    )
+    return Budget(len(keys) + most_transient, len(resumes) + min(concurrency, len(plans)))
+
+
+def in_flight_need(
+    items: Iterable[TraceItem],
+    unit: int,
+    block_size: int,
+    concurrency: int = 1,
+    eagle: bool = False,
+    outputs: Mapping[str, Sequence[int]] | None = None,
+) -> Budget:
+    """What the bound's requests in flight hold at most at once: the distinct blocks of a
+    window of `concurrency` requests and their blocks that hold no unit, one live slot each.
+    Below it the bound's pools run over (everything unpinned is evicted)."""
+    plans = plan_requests(items, unit, block_size, eagle, outputs)
+    most = 0
+    for end in range(1, len(plans) + 1):
+        window = plans[max(end - concurrency, 0) : end]
+        keys = {block.key for plan in window for block in plan.blocks}
+        most = max(most, len(keys) + sum(plan.num_transient for plan in window))
+    return Budget(most, min(concurrency, len(plans)))

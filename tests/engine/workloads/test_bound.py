@@ -1,0 +1,97 @@
+"""The bound under memory: never above the oracle, equal to it in the working set, monotone in
+each budget, nothing without sharing, and Belady's choice on a hand-made trace."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.trace import parse_line
+from engine.workloads import oracle
+from engine.workloads.bound import Budget, bound, in_flight_need, working_set
+
+UNIT, BA = 2, 4
+
+
+def trace(prompts: list[list[int]], max_tokens: int = 1) -> list:
+    return [
+        parse_line(json.dumps({"id": f"r{n}", "prompt_token_ids": p, "max_tokens": max_tokens}), n)
+        for n, p in enumerate(prompts, start=1)
+    ]
+
+
+def bound_hits(items, budget: Budget, concurrency: int = 1, eagle: bool = False) -> list[int]:
+    return [h.num_bound_tokens for h in bound(items, UNIT, BA, budget, concurrency, eagle).hits]
+
+
+# prompts drawn from a few families: a family's prompts share a random-length prefix
+family_prompts = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(2, 20), st.integers(0, 5)),
+    min_size=1,
+    max_size=14,
+).map(
+    lambda rows: [
+        [family * 100 + t for t in range(shared)] + [1000 + 37 * n + t for t in range(tail)]
+        if shared + tail
+        else [family]
+        for n, (family, shared, tail, _) in enumerate(rows)
+    ]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(family_prompts, st.integers(1, 40), st.integers(1, 12), st.integers(1, 4), st.booleans())
+def test_the_bound_never_exceeds_the_oracle_and_reaches_it_in_the_working_set(
+    prompts, num_blocks, num_states, concurrency, eagle
+):
+    items = trace(prompts)
+    best = [h.num_oracle_tokens for h in oracle(items, UNIT, eagle).hits]
+    squeezed = bound_hits(items, Budget(num_blocks, num_states), concurrency, eagle)
+    assert all(b <= o for b, o in zip(squeezed, best, strict=True))
+    whole = working_set(items, UNIT, BA, concurrency, eagle)
+    assert bound_hits(items, whole, concurrency, eagle) == best
+
+
+@settings(max_examples=60, deadline=None)
+@given(family_prompts, st.integers(1, 30), st.integers(1, 10), st.integers(1, 3))
+def test_the_bound_grows_with_each_budget(prompts, num_blocks, num_states, concurrency):
+    items = trace(prompts)
+
+    def total(budget: Budget) -> int:
+        return sum(bound_hits(items, budget, concurrency))
+
+    base = total(Budget(num_blocks, num_states))
+    assert total(Budget(num_blocks + 3, num_states)) >= base
+    assert total(Budget(num_blocks, num_states + 2)) >= base
+
+
+def test_a_trace_without_sharing_has_a_bound_of_zero():
+    items = trace([[n * 50 + t for t in range(20)] for n in range(6)])
+    assert bound_hits(items, Budget(100, 100)) == [0] * 6
+
+
+def test_belady_keeps_the_state_read_sooner():
+    a, b = list(range(10)), list(range(100, 110))
+    # one cached state slot: after a and b, a's resume (read next) is kept, b's given up
+    items = trace([a, b, a, b])
+    need = in_flight_need(items, UNIT, BA)
+    budget = Budget(100, need.num_mamba_blocks + 1)
+    assert bound_hits(items, budget) == [0, 0, 8, 0]
+    assert bound_hits(items, Budget(100, need.num_mamba_blocks + 2)) == [0, 0, 8, 8]
+
+
+def test_a_state_needs_its_blocks_too():
+    a = list(range(10))
+    # the state is there but the attention pool keeps no block: nothing hits
+    items = trace([a, a])
+    assert bound_hits(items, Budget(0, 10)) == [0, 0]
+    assert bound_hits(items, Budget(3, 10)) == [0, 8]
+
+
+def test_in_flight_blocks_are_shared_within_the_window():
+    a = list(range(10))
+    items = trace([a, a, a], max_tokens=1)
+    # three blocks of `a` (the last holds units 8 only), shared by the window: 3 blocks
+    assert in_flight_need(items, UNIT, BA, concurrency=3) == Budget(3, 3)
