@@ -14,9 +14,10 @@ goes once the clock has caught up with it. Reasons are ignored in the order; a b
 entry has priority `clock`, so it goes before any cached one freed at the same time.
 
 Admission: an `interval` state is written only where its prefix recurred, that is, where
-some other request's prompt passed its key too (`recurrence >= 2`, the writer counted). Junction
-states need no such test: the attention cache held their prefix because another request
-computed it.
+some other request's prompt passed its key too (`recurrence >= 2`, the writer counted), or
+while the next block an allocation gives up holds no entry (a spare costs nothing then, so
+without pressure every interval state is kept, as under `retention`). Junction states need no
+such test: the attention cache held their prefix because another request computed it.
 """
 
 from __future__ import annotations
@@ -139,7 +140,10 @@ class CostAware(EvictionPolicy):
     def admits(self, key: BlockHash, reason: CheckpointReason) -> bool:
         if reason is not CheckpointReason.INTERVAL:
             return True
-        return self.recurrence.count(key) >= MIN_RECURRENCE
+        if self.recurrence.count(key) >= MIN_RECURRENCE:
+            return True
+        next_block = next(self._in_order(), None)
+        return next_block is not None and not next_block.keys
 
     def check_invariants(self) -> None:
         live: dict[int, int] = {}
