@@ -226,3 +226,23 @@ def test_cost_writes_an_interval_state_only_where_its_prefix_recurred() -> None:
     for name in EVICTION_POLICIES:
         if name != "cost":
             assert BlockPool(1, BLOCK_SIZE, "m", 1, eviction=name).eviction.admits(lone, interval)
+
+
+# ------------------------------------------------------------------ choosing a policy
+def test_the_flag_and_the_bench_geometry_choose_a_policy_and_name_the_known_ones(capsys) -> None:
+    import argparse
+
+    from pydantic import ValidationError
+
+    from engine.bench.spec import EngineSettings
+    from engine.options import add_cache_options
+
+    parser = argparse.ArgumentParser()
+    add_cache_options(parser)
+    assert parser.parse_args(["--eviction", "cost"]).eviction == "cost"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--eviction", "nope"])
+    assert "--eviction: invalid choice: 'nope'" in capsys.readouterr().err
+    assert EngineSettings(eviction="lru").cache_config().eviction == "lru"
+    with pytest.raises(ValidationError, match=r"eviction\n.*unknown eviction policy 'nope'"):
+        EngineSettings(eviction="nope")
