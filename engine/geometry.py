@@ -57,6 +57,7 @@ class CacheGeometry(
     hit_alignment: Size | None = None  # the grid every hit length lies on
     max_model_len: Size | None = None  # the longest sequence the engine takes
     max_prefix_wait_steps: Count | None = None  # steps a request waits for a prefix in flight
+    eviction: Kind | None = None  # the eviction policy's name (`CacheConfig.eviction`)
     # each group's pool, so a store lays out a new epoch's table before any row comes
     groups: Annotated[dict[PeerGroup, GroupShape], Meta(max_length=MAX_GROUPS)] | None = None
     # --- a bridged vLLM or SGLang engine (`junction attach`)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
+from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
 from engine.cache_memory import PoolSizes, budget_bytes, parse_budget, size_pools
 from engine.config import (
     CHECKPOINT_MODES,
@@ -122,6 +123,13 @@ def _add_pool_options(group: argparse._ArgumentGroup, num_mamba_blocks: int | No
         "free memory less the weights (0.9); split so both pools cover the same tokens",
     )
     group.add_argument(
+        "--eviction",
+        choices=list(EVICTION_POLICIES),
+        default=DEFAULT_EVICTION,
+        help=f"which free blocks are given up first and which spare states are written "
+        f"(docs/rules.md section 12; default {DEFAULT_EVICTION})",
+    )
+    group.add_argument(
         "--pin-max-share",
         type=float,
         default=DEFAULT_PIN_MAX_SHARE,
@@ -216,6 +224,7 @@ def configs_from_args(args: argparse.Namespace) -> EngineConfigs:
         checkpoint_mode=args.checkpoint_mode,
         checkpoint_interval=args.checkpoint_interval,
         eagle=args.eagle,
+        eviction=args.eviction,
     )
     if args.kv_cache_memory is not None:
         cache = replace(cache, **sized_pools(args, cache, model)._asdict())

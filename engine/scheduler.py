@@ -157,7 +157,8 @@ class Scheduler:
         coordinator = self.coordinator
         for chunk in out.chunks:
             writes = chunk.mamba_writes
-            new_ids = coordinator.add_interval_states(chunk.start, chunk.end, writes)
+            hashes = self.requests[chunk.request_id].block_hashes
+            new_ids = coordinator.add_interval_states(chunk.start, chunk.end, writes, hashes)
             if not new_ids:
                 continue
             out.new_block_ids[MAMBA].extend(new_ids)
@@ -219,6 +220,7 @@ class Scheduler:
         copies = self.coordinator.admit(request.request_id, hit)
         self.events.queue_copies(out, request, copies)
         if request.num_cached_tokens is None:
+            self.coordinator.observe(request.block_hashes)
             request.num_cached_tokens = hit.length
             request.hit_tokens_by_group = hit.by_group
             request.pin_hits = self.pin_manager.hits(request, hit.length)

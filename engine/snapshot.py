@@ -52,6 +52,7 @@ def cache_geometry(
         hit_alignment=cache.hit_alignment,
         max_model_len=scheduler.max_model_len,
         max_prefix_wait_steps=scheduler.max_prefix_wait_steps,
+        eviction=cache.eviction,
         groups={
             name: GroupShape(block_size=pool.block_size, num_blocks=pool.num_blocks)
             for name, pool in pools.items()

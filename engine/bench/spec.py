@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
 from engine.config import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MAMBA_BLOCK_SIZE,
@@ -53,6 +54,16 @@ class EngineSettings(BaseModel):
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     long_prefill_threshold: int = 0
     pin_max_share: float = DEFAULT_PIN_MAX_SHARE
+    eviction: str = DEFAULT_EVICTION  # a name in `EVICTION_POLICIES` (docs/rules.md section 12)
+
+    @field_validator("eviction")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        if name not in EVICTION_POLICIES:
+            raise ValueError(
+                f"unknown eviction policy {name!r}: choose one of {', '.join(EVICTION_POLICIES)}"
+            )
+        return name
 
     @model_validator(mode="after")
     def _valid(self) -> EngineSettings:
@@ -61,17 +72,19 @@ class EngineSettings(BaseModel):
         return self
 
     def cache_config(self, **options) -> CacheConfig:
-        return CacheConfig(
-            block_size=self.block_size,
-            mamba_block_size=self.mamba_block_size,
-            prefix_match_unit=self.prefix_match_unit,
-            dcp_size=self.dcp_size,
-            eagle=self.eagle,
-            num_blocks=self.num_blocks,
-            num_mamba_blocks=self.num_mamba_blocks,
-            pin_max_share=self.pin_max_share,
-            **options,
-        )
+        """The cache config of these settings; `options` override its fields."""
+        settings = {
+            "block_size": self.block_size,
+            "mamba_block_size": self.mamba_block_size,
+            "prefix_match_unit": self.prefix_match_unit,
+            "dcp_size": self.dcp_size,
+            "eagle": self.eagle,
+            "num_blocks": self.num_blocks,
+            "num_mamba_blocks": self.num_mamba_blocks,
+            "pin_max_share": self.pin_max_share,
+            "eviction": self.eviction,
+        }
+        return CacheConfig(**{**settings, **options})
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(

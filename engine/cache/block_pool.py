@@ -3,8 +3,8 @@
 A block is exactly one of free (in the policy's free queues; `cached` when it still holds
 entries), in use (referenced by a request table or held by a step's copy), or pinned (held by an
 operator's pin; it may also be in use). Which free block an allocation takes, evicting its
-entries, is the eviction policy's choice (`engine.cache.eviction`; by default the least recently
-freed block of the lowest retention level).
+entries, is the eviction policy's choice (`engine.cache.eviction`, `CacheConfig.eviction`; by
+default the least recently freed block of the lowest retention level).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class BlockPool:
         sink: EventSink | None = None,
         medium: str = "GPU",
         eviction: str = DEFAULT_EVICTION,
+        holds_states: bool = False,
     ) -> None:
         self.block_size = block_size
         self.group = group
@@ -40,7 +41,8 @@ class BlockPool:
         self.is_recording = self.sink.is_recording
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.entries: dict[BlockHash, Entry] = {}
-        self.eviction = make_policy(eviction, self.blocks, self.entries)
+        # holds_states: one recurrent state per block (the Mamba pool), else attention KV
+        self.eviction = make_policy(eviction, self.blocks, self.entries, holds_states)
         for block in self.blocks:
             self.eviction.add(block)
         self._num_pinned = 0
@@ -57,9 +59,10 @@ class BlockPool:
         """Blocks an allocation may take, cached ones included."""
         return self.eviction.num_free
 
-    def num_free_up_to(self, retention: int) -> int:
-        """Blocks allocations take before one holding an entry retained above `retention`."""
-        return self.eviction.num_free_up_to(retention)
+    def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
+        """Blocks allocations take before one holding an entry retained above `retention`,
+        counted up to `limit`."""
+        return self.eviction.num_free_up_to(retention, limit)
 
     @property
     def num_pinned(self) -> int:

@@ -80,6 +80,7 @@ class HybridCoordinator:
             sink,
             medium,
             config.eviction,
+            holds_states=True,
         )
         self.attention = AttentionManager(attention_pool)
         self.mamba = MambaManager(mamba_pool)
@@ -176,16 +177,33 @@ class HybridCoordinator:
             new_block_ids={ATTENTION: new_attention, MAMBA: mamba.new_block_ids},
         )
 
-    def add_interval_states(self, start: int, end: int, writes: list[tuple[int, int]]) -> list[int]:
-        """The interval states strictly inside the chunk `[start, end)` that `writes` lacks,
-        added where spare blocks allow (docs/rules.md section 5: interval states); new Mamba block
-        ids."""
+    def observe(self, hashes: Sequence[BlockHash]) -> None:
+        """A request is admitted for the first time: its prompt's chain is shown to both pools'
+        eviction policies, which may learn from it (`EvictionPolicy.observe`)."""
+        for manager in self.managers:
+            manager.pool.eviction.observe(hashes)
+
+    def add_interval_states(
+        self, start: int, end: int, writes: list[tuple[int, int]], hashes: Sequence[BlockHash]
+    ) -> list[int]:
+        """The interval states strictly inside the chunk `[start, end)` that `writes` lacks and
+        the Mamba pool's policy admits, added where spare blocks allow (docs/rules.md section 5:
+        interval states); new Mamba block ids."""
         interval = self.config.state_interval
         if not interval or end - start < 2:
             return []
         have = {position for position, _ in writes}
         first = (start // interval + 1) * interval
         positions = [p for p in range(first, end, interval) if p not in have]
+        policy, unit = self.mamba.pool.eviction, self.unit
+        if not policy.admits_all:
+            interval_reason = CheckpointReason.INTERVAL
+            positions = [
+                p
+                for p in positions
+                if p // unit <= len(hashes)
+                and policy.admits(hashes[p // unit - 1], interval_reason)
+            ]
         return self.mamba.add_interval_writes(writes, positions) if positions else []
 
     # ------------------------------------------------------------------ after the forward

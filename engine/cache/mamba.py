@@ -188,7 +188,7 @@ class MambaManager(GroupManager):
         one), inserting `(position, block)` into `writes`; returns the new block ids."""
         new_ids = []
         for position in positions:
-            if not self.pool.num_free_up_to(INTERVAL_RETENTION):
+            if not self.pool.num_free_up_to(INTERVAL_RETENTION, limit=1):
                 break
             new_ids.append(self._owned_block(position))
             writes.append((position, new_ids[-1]))

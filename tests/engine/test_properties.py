@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from engine.cache.eviction import EVICTION_POLICIES
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from tests.engine.ledger_harness import Harness, Submission, common_prefix, sized_pools
@@ -30,6 +31,7 @@ def geometries(draw) -> CacheConfig:
         junction_checkpoints=draw(st.booleans()) or draw(st.booleans()),
         checkpoint_mode=draw(st.sampled_from(["stops", "inline"])),
         checkpoint_interval=draw(st.sampled_from([None, 0, unit, 2 * unit, 4 * unit])),
+        eviction=draw(st.sampled_from(list(EVICTION_POLICIES))),
         num_blocks=4096,  # replaced below once the trace is known
     )
 

@@ -1,19 +1,22 @@
-"""The interface every eviction policy implements: which free block an allocation gives up.
+"""The interface every eviction policy implements: which free block an allocation gives up,
+and which spare Mamba states are worth writing at all.
 
 The pool (`engine.cache.block_pool`) owns the blocks, their reference and pin counts and the
 entries; it tells the policy when a block becomes free, is held again, or changes its entries.
 The policy owns only the free blocks' order: its queues, `Block.free_queue`, and its count of
 free blocks. No method may change a block's counts, keys or entries: evicting the entries of a
-block the policy gives up is the pool's job.
+block the policy gives up is the pool's job. Pins and blocks in use are never free, so never
+given up.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar
 
 from engine.cache.block import Block
-from engine.cache.entry import Entry
+from engine.cache.entry import RETENTION, CheckpointReason, Entry
 from engine.hashing import BlockHash
 
 
@@ -22,12 +25,23 @@ class EvictionPolicy(ABC):
 
     #: the name `EVICTION_POLICIES` lists the policy under
     name: ClassVar[str]
+    #: True when `admits` says yes to every state (the coordinator then skips asking)
+    admits_all: ClassVar[bool] = True
 
-    def __init__(self, blocks: list[Block], entries: dict[BlockHash, Entry]) -> None:
+    def __init__(
+        self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
+    ) -> None:
         """`blocks` and `entries` are the pool's own, read but never changed here. No block is
-        free until the pool `add`s it."""
+        free until the pool `add`s it. `holds_states`: each block holds one recurrent state
+        (the Mamba pool), else a span of attention KV."""
         self.blocks = blocks
         self.entries = entries
+        self.holds_states = holds_states
+
+    def retention(self, block: Block) -> int:
+        """The highest retention among the block's entries, 0 for none. Changes nothing."""
+        entries = self.entries
+        return max((RETENTION[entries[key].reason] for key in block.keys), default=0)
 
     @property
     @abstractmethod
@@ -35,10 +49,10 @@ class EvictionPolicy(ABC):
         """Blocks an allocation may take, cached ones included. Changes nothing."""
 
     @abstractmethod
-    def num_free_up_to(self, retention: int) -> int:
+    def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
         """How many blocks allocations would take, from the next on, before the first whose
         entries include one retained above `retention` (`CheckpointReason.retention`): what
-        allocating gives up. Changes nothing."""
+        allocating gives up; counting stops at `limit` (None: no limit). Changes nothing."""
 
     @abstractmethod
     def add(self, block: Block) -> None:
@@ -59,6 +73,17 @@ class EvictionPolicy(ABC):
     def take(self, num: int) -> list[Block]:
         """Remove the next `num` free blocks and return them in the order given up; the pool
         has checked that `num <= num_free`. Their entries are still on them."""
+
+    def observe(self, hashes: Sequence[BlockHash]) -> None:
+        """A request was admitted whose prompt chains through `hashes` (told once per request,
+        at its first admission). Changes only what the policy learns, never the order of the
+        blocks already free. Nothing by default."""
+        return
+
+    def admits(self, key: BlockHash, reason: CheckpointReason) -> bool:
+        """Whether a spare state keyed `key` (an `interval` state) is worth a block; asked
+        before it is written. Changes nothing. Every state by default."""
+        return True
 
     @abstractmethod
     def check_invariants(self) -> None:

@@ -24,8 +24,10 @@ class RetentionLRU(EvictionPolicy):
 
     name = "retention"
 
-    def __init__(self, blocks: list[Block], entries: dict[BlockHash, Entry]) -> None:
-        super().__init__(blocks, entries)
+    def __init__(
+        self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
+    ) -> None:
+        super().__init__(blocks, entries, holds_states)
         # level -> block ids, least recently freed first (an OrderedDict as an ordered set)
         self._queues: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(NUM_FREE_LEVELS)]
         self._num_free = 0
@@ -34,8 +36,9 @@ class RetentionLRU(EvictionPolicy):
     def num_free(self) -> int:
         return self._num_free
 
-    def num_free_up_to(self, retention: int) -> int:
-        return sum(len(queue) for queue in self._queues[: retention + 1])
+    def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
+        num = sum(len(queue) for queue in self._queues[: retention + 1])
+        return num if limit is None else min(num, limit)
 
     def level(self, block: Block) -> int:
         """The queue the block's entries call for."""
