@@ -4,8 +4,8 @@ run through every eviction policy and through vLLM, beside the bound and the ora
 A level is a share of the family's working set (`engine.workloads.bound.working_set`: every
 distinct attention block and resume state the trace has, plus what is in flight), both pools
 scaled alike, and never below the floor the engine needs to run the requests in flight: the
-blocks the bound's in-flight window holds (and one request's blocks), and per request in flight
-a Mamba slot for each `Bm` of the longest sequence, plus 4.
+blocks the bound's in-flight window holds (and one request's blocks), and the Mamba slots it
+holds (one per `Bm` of each sequence in flight, as the engine's tables do), plus 4.
 """
 
 from __future__ import annotations
@@ -86,12 +86,14 @@ def level_budgets(
     requests: list[TraceRequest], concurrency: int
 ) -> list[tuple[float, Budget, bool]]:
     """Each level's budget and whether the floor raised it."""
-    whole = working_set(requests, UNIT, BLOCK_SIZE, concurrency)
-    need = in_flight_need(requests, UNIT, BLOCK_SIZE, concurrency)
+    whole = working_set(requests, UNIT, BLOCK_SIZE, concurrency, mamba_block_size=MAMBA_BLOCK_SIZE)
+    need = in_flight_need(
+        requests, UNIT, BLOCK_SIZE, concurrency, mamba_block_size=MAMBA_BLOCK_SIZE
+    )
     longest = max(len(r.token_ids) + r.max_tokens for r in requests)
     floor = Budget(
         max(need.num_blocks, math.ceil(longest / BLOCK_SIZE) + 1),
-        min(concurrency, len(requests)) * math.ceil(longest / MAMBA_BLOCK_SIZE) + 4,
+        max(need.num_mamba_blocks, math.ceil(longest / MAMBA_BLOCK_SIZE)) + 4,
     )
     budgets = []
     for level in LEVELS:
@@ -145,7 +147,7 @@ def run_cell(
 ) -> Cell:
     share, budget, is_floored = level
     best = oracle(requests, UNIT)
-    kept = bound(requests, UNIT, BLOCK_SIZE, budget, concurrency)
+    kept = bound(requests, UNIT, BLOCK_SIZE, budget, concurrency, mamba_block_size=MAMBA_BLOCK_SIZE)
     return Cell(
         family,
         concurrency,

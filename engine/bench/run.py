@@ -102,6 +102,7 @@ def spec_bound(spec: BenchmarkSpec, items: list[TraceItem]) -> BoundResult:
         Budget(cache.num_blocks, cache.mamba_num_blocks),
         spec.concurrency,
         cache.eagle,
+        mamba_block_size=cache.mamba_block_size,
     )
 
 

@@ -19,9 +19,13 @@ request `i` of `P` prompt tokens:
   state below `i`'s hit is written too, which an engine could only do by recomputing: it keeps
   the bound monotone in the budgets and can only make it higher.
 - **In flight.** Concurrency `c` is a sliding window: while `i` is served, `i` and the `c - 1`
-  requests before it hold their blocks (the prompt's, and the output's `max_tokens`) and one
-  live state slot each. The rest of each budget holds cached blocks and states. When pinned
-  blocks alone exceed the budget, everything unpinned is evicted and the pool runs over.
+  requests before it hold their blocks (the prompt's, and the output's `max_tokens`) and their
+  live state slots: one per `Bm` of the sequence past its oracle hit, as the engine's aligned
+  Mamba table holds them (`mamba_block_size`; one slot each when it is not given). The window
+  holds fewer when their live states would not fit the state budget, as an engine admits only
+  what its pool holds (the oldest leave first; `i` always runs). The rest of each budget holds
+  cached blocks and states. When pinned blocks alone exceed the budget, everything unpinned is
+  evicted and the pool runs over.
 - **Eviction** is Belady's, in each pool apart: when a pool is over its budget, the unpinned
   item whose next use is farthest (or never) goes, a new item included (bypass). A block's next
   use is the next request whose oracle hit needs one of the unit hashes it holds (with EAGLE,
@@ -32,8 +36,8 @@ request `i` of `P` prompt tokens:
   so the bound is a strong reference, not the optimum.
 
 `working_set` is the budget at which nothing is ever evicted: every distinct attention block
-of the trace plus the in-flight outputs' blocks, every distinct resume state plus one live
-slot per request in flight. There the bound equals the oracle.
+of the trace plus the in-flight outputs' blocks, every distinct resume state plus the most live
+slots the requests in flight hold at once. There the bound equals the oracle.
 """
 
 from __future__ import annotations
@@ -189,6 +193,7 @@ def bound(
     concurrency: int = 1,
     eagle: bool = False,
     outputs: Mapping[str, Sequence[int]] | None = None,
+    mamba_block_size: int | None = None,
 ) -> BoundResult:
     """The hit of every request of `items` (pins dropped) under `budget`, `concurrency` in
     flight; `block_size` is the attention block `Ba` (times `dcp_size`)."""
@@ -196,15 +201,19 @@ def bound(
         raise ValueError(f"the concurrency must be at least 1, got {concurrency}")
     plans = plan_requests(items, unit, block_size, eagle, outputs)
     memory = Memory(plans)
+    live = [plan.num_live_states(mamba_block_size) for plan in plans]
     hits = []
+    first = 0  # the oldest request in flight
     for now, plan in enumerate(plans):
-        window = plans[max(now - concurrency + 1, 0) : now + 1]
+        start = window_start(live, now, concurrency, budget.num_mamba_blocks)
+        for done in plans[first:start]:
+            memory.release(done)
+        first = start
+        window = plans[start : now + 1]
         room = Budget(
             budget.num_blocks - sum(p.num_transient for p in window),
-            budget.num_mamba_blocks - len(window),
+            budget.num_mamba_blocks - sum(live[start : now + 1]),
         )
-        if now >= concurrency:
-            memory.release(plans[now - concurrency])
         memory.evict_to(room)  # before the lookup: what left the window may be gone
         hit = memory.hit(plan, unit, eagle)
         request = plan.request
@@ -216,6 +225,16 @@ def bound(
     return BoundResult(hits, budget, concurrency)
 
 
+def window_start(live: list[int], now: int, concurrency: int, num_mamba_blocks: int) -> int:
+    """The oldest request still in flight when `now` starts: at most `concurrency` of them, and
+    no more than their live states fit in `num_mamba_blocks` (an engine admits no request its
+    pool cannot hold), though `now` itself always runs."""
+    start = max(now - concurrency + 1, 0)
+    while start < now and sum(live[start : now + 1]) > num_mamba_blocks:
+        start += 1
+    return start
+
+
 def working_set(
     items: Iterable[TraceItem],
     unit: int,
@@ -223,10 +242,11 @@ def working_set(
     concurrency: int = 1,
     eagle: bool = False,
     outputs: Mapping[str, Sequence[int]] | None = None,
+    mamba_block_size: int | None = None,
 ) -> Budget:
     """The budget at which the bound never evicts: every distinct attention block of the trace
-    and the most in-flight blocks that hold no unit, every distinct resume state and one live
-    slot per request in flight. There the bound equals the oracle."""
+    and the most in-flight blocks that hold no unit, every distinct resume state and the most
+    live slots the requests in flight hold at once. There the bound equals the oracle."""
     plans = plan_requests(items, unit, block_size, eagle, outputs)
     keys = {block.key for plan in plans for block in plan.blocks}
     resumes = {plan.resume for plan in plans if plan.resume is not None}
@@ -234,7 +254,18 @@ def working_set(
     most_transient = max(
         (sum(transient[max(i - concurrency + 1, 0) : i + 1]) for i in range(len(plans))), default=0
     )
-    return Budget(len(keys) + most_transient, len(resumes) + min(concurrency, len(plans)))
+    return Budget(
+        len(keys) + most_transient,
+        len(resumes) + most_live_states(plans, concurrency, mamba_block_size),
+    )
+
+
+def most_live_states(plans: list[Plan], concurrency: int, mamba_block_size: int | None) -> int:
+    """The most state slots a window of `concurrency` requests in flight holds at once."""
+    live = [plan.num_live_states(mamba_block_size) for plan in plans]
+    return max(
+        (sum(live[max(i - concurrency + 1, 0) : i + 1]) for i in range(len(live))), default=0
+    )
 
 
 def in_flight_need(
@@ -244,9 +275,10 @@ def in_flight_need(
     concurrency: int = 1,
     eagle: bool = False,
     outputs: Mapping[str, Sequence[int]] | None = None,
+    mamba_block_size: int | None = None,
 ) -> Budget:
     """What the bound's requests in flight hold at most at once: the distinct blocks of a
-    window of `concurrency` requests and their blocks that hold no unit, one live slot each.
+    window of `concurrency` requests and their blocks that hold no unit, and their live slots.
     Below it the bound's pools run over (everything unpinned is evicted)."""
     plans = plan_requests(items, unit, block_size, eagle, outputs)
     most = 0
@@ -254,4 +286,4 @@ def in_flight_need(
         window = plans[max(end - concurrency, 0) : end]
         keys = {block.key for plan in window for block in plan.blocks}
         most = max(most, len(keys) + sum(plan.num_transient for plan in window))
-    return Budget(most, min(concurrency, len(plans)))
+    return Budget(most, most_live_states(plans, concurrency, mamba_block_size))

@@ -30,6 +30,16 @@ class Plan(NamedTuple):
     num_oracle_units: int  # the oracle hit in units
     needs: list[BlockHash]  # per block the oracle hit reads: the last unit hash it needs
     resume: BlockHash | None  # the state the oracle hit resumes at
+    length: int  # the tokens it holds at most while in flight (prompt and max_tokens)
+
+    def num_live_states(self, mamba_block_size: int | None) -> int:
+        """The state slots it holds while in flight: one per `Bm` of its sequence past the
+        whole `Bm` spans its oracle hit covers (the engine's aligned Mamba table leaves those
+        empty), at least one; one when `Bm` is not given."""
+        if not mamba_block_size:
+            return 1
+        spans = -(-self.length // mamba_block_size)
+        return max(spans - self.num_oracle_tokens // mamba_block_size, 1)
 
 
 def plan_requests(
@@ -74,6 +84,7 @@ def plan_requests(
                 hit.num_oracle_tokens // unit,
                 needs,
                 hashes[hit.num_oracle_tokens // unit - 1] if hit.num_oracle_tokens else None,
+                length,
             )
         )
     return plans
