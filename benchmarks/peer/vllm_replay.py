@@ -552,6 +552,7 @@ def build_manager_peer(geometry: Geometry) -> ManagerPeer:
     split_fields = SimpleNamespace(
         cache_config=cache_config,
         scheduler_config=vllm_config.scheduler_config,
+        block_size=scheduler_block_size,
         hash_block_size=hash_block_size,
         max_num_scheduled_tokens=geometry.max_num_batched_tokens,
         mamba_partial_cache_hit=partial,
