@@ -14,10 +14,13 @@ measured in this run, their rounds alternating so the machine's noise falls on b
    4416, U 64) next to one that ends on a block boundary. Hashing is not timed here.
 4. The replay loop on 500 requests (1.81M prompt tokens): Junction's null runner with no event
    sink, and with every event built and drained each step (what the publisher takes), and its
-   ledger runner, against vLLM's scheduler loop (`Scheduler.schedule` and
-   `update_from_output`, request hashing included) with a faked model.
+   ledger runner, against vLLM's `KVCacheManager` driven by a minimal step loop (the peer's
+   `manager_replay`: allocation, lookup, caching and freeing, no `Scheduler`) and against its
+   full scheduler loop (`Scheduler.schedule` and `update_from_output`), request hashing
+   included on both, with a faked model. The two vLLM loops' hits and chunks are compared.
 
     make peer && .venv/bin/python benchmarks/vs_vllm.py [--rounds 3] [--trace T.jsonl]
+    .venv/bin/python benchmarks/vs_vllm.py --timings-only --replay-only  # section 4 alone
 """
 
 from __future__ import annotations
@@ -243,12 +246,14 @@ def time_lookup(args, peer: PeerProcess, sizes: tuple[int, int, int], shared: in
     return mine, theirs_us, hits
 
 
-def time_replay(args, peer: PeerProcess):
+def time_replay(args, peer: PeerProcess, console: Console):
     workload = build_workload(LOOP_WORKLOAD)
     requests = [item for item in workload.items() if isinstance(item, TraceRequest)]
     expanded = [expanded_request(item) for item in requests]
     geometry = geometry_dict(args, eagle=False, partial_hits=True, num_blocks=4096)
-    walls: dict[str, list[float]] = {"quiet": [], "events": [], "ledger": [], "vllm": []}
+    walls: dict[str, list[float]] = {
+        name: [] for name in ("quiet", "events", "ledger", "vllm", "vllm_manager")
+    }
     num_events = 0
 
     def run(sink, runner: str = "null") -> float:
@@ -265,22 +270,34 @@ def time_replay(args, peer: PeerProcess):
         _, summary = replay(engine, requests)
         return summary.wall_s
 
+    answers: dict[str, dict] = {}
     for _ in range(args.rounds):
         walls["quiet"].append(run(NullSink()))
         walls["events"].append(run(ListSink()))
         walls["ledger"].append(run(NullSink(), "ledger"))
-        walls["vllm"].append(peer.replay_timed(expanded, geometry)["wall_s"])
+        for key, loop in (("vllm", "scheduler"), ("vllm_manager", "manager")):
+            answers[key] = peer.replay_timed(expanded, geometry, loop=loop)
+            walls[key].append(answers[key]["wall_s"])
+    if answers["vllm"]["records"] != answers["vllm_manager"]["records"]:
+        console.print("vLLM's minimal loop and its Scheduler differ in hits or chunks on this run")
     total = sum(len(r.token_ids) for r in requests)
     medians = {name: statistics.median(values) for name, values in walls.items()}
     return medians, len(requests), total, num_events // args.rounds
 
 
 def timings(args, peer: PeerProcess, console: Console) -> None:
-    rng = np.random.default_rng(args.seed)
-    hash_prompts = rng.integers(0, VOCAB, (args.hashes, PROMPT_LEN)).tolist()
     table = Table(title=f"Junction and vLLM {peer.version}, medians of {args.rounds} rounds")
     for column in ("measure", "Junction", "vLLM", "ratio"):
         table.add_column(column, justify="left" if column == "measure" else "right")
+    if not args.replay_only:
+        add_hash_and_lookup_rows(args, peer, table)
+    add_replay_rows(table, *time_replay(args, peer, console))
+    console.print(table)
+
+
+def add_hash_and_lookup_rows(args, peer: PeerProcess, table: Table) -> None:
+    rng = np.random.default_rng(args.seed)
+    hash_prompts = rng.integers(0, VOCAB, (args.hashes, PROMPT_LEN)).tolist()
     mine, theirs = time_hashing(args, peer, hash_prompts)
     table.add_row(
         f"hash one {PROMPT_LEN}-token prompt at U 16",
@@ -296,27 +313,31 @@ def timings(args, peer: PeerProcess, console: Console) -> None:
             f"{'/'.join(map(str, sorted(hits['vllm'])))})"
         )
         table.add_row(label, f"{mine:.1f} us", f"{theirs:.1f} us", f"{mine / theirs:.2f}")
-    medians, num_requests, num_tokens, num_events = time_replay(args, peer)
+
+
+def add_replay_rows(table: Table, medians: dict, num_requests: int, num_tokens: int, num_events):
+    """Junction's loops against vLLM's minimal KV-cache-manager loop, then against its full
+    Scheduler."""
     loop = f"replay loop, {num_requests} requests, {num_tokens / 1e6:.2f}M tokens"
-    table.add_row(
-        f"{loop}, null runner, no events",
-        f"{medians['quiet']:.2f} s",
-        f"{medians['vllm']:.2f} s",
-        f"{medians['quiet'] / medians['vllm']:.2f}",
-    )
-    table.add_row(
-        f"{loop}, null runner, every event ({num_events} a run)",
-        f"{medians['events']:.2f} s",
-        f"{medians['vllm']:.2f} s",
-        f"{medians['events'] / medians['vllm']:.2f}",
-    )
-    table.add_row(
-        f"{loop}, ledger runner (every read checked), no events",
-        f"{medians['ledger']:.2f} s",
-        f"{medians['vllm']:.2f} s",
-        f"{medians['ledger'] / medians['vllm']:.2f}",
-    )
-    console.print(table)
+    ours = [
+        ("null runner, no events", "quiet"),
+        (f"null runner, every event ({num_events} a run)", "events"),
+        ("ledger runner (every read checked), no events", "ledger"),
+    ]
+    peers = [
+        ("vs vLLM's KVCacheManager, minimal loop", "vllm_manager"),
+        ("vs vLLM's Scheduler", "vllm"),
+    ]
+    for peer_label, peer_key in peers:
+        for label, key in ours:
+            if peer_key == "vllm_manager" and key == "events":
+                continue  # the minimal loop builds no events
+            table.add_row(
+                f"{loop}, {label}, {peer_label}",
+                f"{medians[key]:.2f} s",
+                f"{medians[peer_key]:.2f} s",
+                f"{medians[key] / medians[peer_key]:.2f}",
+            )
 
 
 def main() -> int:
@@ -337,15 +358,22 @@ def main() -> int:
     parser.add_argument("--lookups", type=int, default=500, help="lookups per round")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-timings", action="store_true", help="hits only")
+    parser.add_argument("--timings-only", action="store_true", help="timings, no hit tables")
+    parser.add_argument(
+        "--replay-only", action="store_true", help="of the timings, only the replay loop"
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.skip_timings and (args.timings_only or args.replay_only):
+        parser.error("--skip-timings contradicts --timings-only / --replay-only")
     if peer_python() is None:
         print("vs_vllm: no peer environment (.venv-peer): run `make peer` first", file=sys.stderr)
         return 2
     console = Console(width=160)
     with PeerProcess() as peer:
-        compare_hits(args, peer, console)
+        if not (args.timings_only or args.replay_only):
+            compare_hits(args, peer, console)
         if not args.skip_timings:
             timings(args, peer, console)
     return 0

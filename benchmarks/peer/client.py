@@ -191,12 +191,19 @@ class PeerProcess:
         return self.replay_timed(requests, geometry, concurrency)["records"]
 
     def replay_timed(
-        self, requests: Sequence[dict], geometry: dict | None = None, concurrency: int = 1
+        self,
+        requests: Sequence[dict],
+        geometry: dict | None = None,
+        concurrency: int = 1,
+        loop: str = "scheduler",
     ) -> dict:
-        """`{"records": [...], "wall_s": loop seconds, "num_steps": n}`."""
+        """`{"records": [...], "wall_s": loop seconds, "num_steps": n}`; `loop` "manager" runs
+        vLLM's `KVCacheManager` in the peer's minimal step loop instead of its `Scheduler`."""
+        if loop not in ("scheduler", "manager"):
+            raise ValueError(f"loop must be scheduler or manager, got {loop!r}")
         return self.command(
             {
-                "cmd": "replay",
+                "cmd": "replay" if loop == "scheduler" else "manager_replay",
                 "geometry": geometry or {},
                 "requests": list(requests),
                 "concurrency": concurrency,

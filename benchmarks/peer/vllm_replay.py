@@ -56,6 +56,20 @@ options' names; defaults as the options). Times are `time.perf_counter_ns` diffe
      "max_tokens"}, ...], "concurrency": 1}
         -> {"ok": true, "records": [...], "wall_s": float, "num_steps": int}
         A fresh scheduler replays the requests; `wall_s` times only the scheduling loop.
+    {"cmd": "manager_replay", ...the same fields as replay}
+        -> the same answer
+        The minimal loop (`ManagerReplay`): a fresh `KVCacheManager`, no `Scheduler`. Each
+        step allocates the running requests' next chunks (`allocate_slots`), then admits
+        waiting requests in order (`get_computed_blocks` + `allocate_slots`) within the token
+        budget and `max_num_seqs`; every chunk is cut by vLLM's own
+        `Scheduler._mamba_block_aligned_split`, called on the fields it reads. The faked model
+        samples one token per request whose prefill completed; `check_stop` ends a request at
+        `max_tokens` and `KVCacheManager.free` frees it. Blocks are cached inside
+        `allocate_slots`, as in vLLM's step. Request hashing is included (vLLM's `Request`
+        with its block hasher). No preemption, no EAGLE, no long-prefill threshold: it is the
+        KV-cache manager's cost, without the scheduler's bookkeeping or output processing. On
+        a pool that holds the batch its hits and chunks equal `replay`'s at concurrency 1
+        (checked on vs_vllm.py's replay-loop workload).
     {"cmd": "quit"}
         -> {"ok": true}, then the process exits.
     A command that fails answers {"ok": false, "error": "..."} and the server goes on.
@@ -73,11 +87,13 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "1")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections import deque  # noqa: E402
 from collections.abc import Iterable, Iterator  # noqa: E402
 from dataclasses import dataclass, field, fields, replace  # noqa: E402
 
@@ -316,17 +332,10 @@ def _resolve_block_sizes(kv_cache_config, vllm_config, g: Geometry) -> tuple[int
 
 def _scheduler(vllm_config, kv_cache_config, scheduler_block_size, hash_block_size, g: Geometry):
     """vLLM's v1 `Scheduler`, its coordinator built with `g.partial_hits`."""
-    from vllm.v1.core import kv_cache_manager as kv_cache_manager_module
-    from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.structured_output import StructuredOutputManager
 
-    # `KVCacheManager` builds its coordinator through this module-level name; binding
-    # vLLM's own switch is how partial hits are turned off (no config option reaches it).
-    factory = functools.partial(get_kv_cache_coordinator, allow_partial_hash_hits=g.partial_hits)
-    saved = kv_cache_manager_module.get_kv_cache_coordinator
-    kv_cache_manager_module.get_kv_cache_coordinator = factory
-    try:
+    with _partial_hits(g):
         return Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
@@ -334,6 +343,22 @@ def _scheduler(vllm_config, kv_cache_config, scheduler_block_size, hash_block_si
             block_size=scheduler_block_size,
             hash_block_size=hash_block_size,
         )
+
+
+@contextlib.contextmanager
+def _partial_hits(g: Geometry) -> Iterator[None]:
+    """While it is open, `KVCacheManager` builds its coordinator with `g.partial_hits`; a
+    refusal from vLLM becomes a `GeometryError` naming the options."""
+    from vllm.v1.core import kv_cache_manager as kv_cache_manager_module
+    from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
+
+    # `KVCacheManager` builds its coordinator through this module-level name; binding
+    # vLLM's own switch is how partial hits are turned off (no config option reaches it).
+    factory = functools.partial(get_kv_cache_coordinator, allow_partial_hash_hits=g.partial_hits)
+    saved = kv_cache_manager_module.get_kv_cache_coordinator
+    kv_cache_manager_module.get_kv_cache_coordinator = factory
+    try:
+        yield
     except (ValueError, AssertionError) as exc:
         raise GeometryError(_name_options(str(exc) or type(exc).__name__, g)) from exc
     finally:
@@ -424,10 +449,13 @@ class Replay:
             track = _Track(request)
             tracks.append(track)
             in_flight[request.request_id] = track
-            self.peer.scheduler.add_request(request)
+            self._add(request)
         while in_flight:
             self._step(in_flight)
         return [_record(t) for t in tracks]
+
+    def _add(self, request) -> None:
+        self.peer.scheduler.add_request(request)
 
     def _step(self, in_flight: dict[str, _Track]) -> None:
         from vllm.v1.outputs import ModelRunnerOutput
@@ -460,15 +488,193 @@ class Replay:
         finished = [r for r, t in in_flight.items() if t.request.is_finished()]
         for req_id in finished:
             del in_flight[req_id]
-        if output.total_num_scheduled_tokens == 0 and not finished:
-            self._idle_steps += 1
-            if self._idle_steps > 3:
-                raise RuntimeError(
-                    f"vLLM's scheduler made no progress with {len(in_flight)} request(s) in "
-                    f"flight (pool of {self.peer.geometry.num_pool_blocks} blocks too small?)"
-                )
-        else:
+        self._check_progress(output.total_num_scheduled_tokens > 0 or bool(finished), in_flight)
+
+    def _check_progress(self, progressed: bool, in_flight: dict[str, _Track]) -> None:
+        if progressed:
             self._idle_steps = 0
+            return
+        self._idle_steps += 1
+        if self._idle_steps > 3:
+            raise RuntimeError(
+                f"vLLM made no progress with {len(in_flight)} request(s) in flight "
+                f"(pool of {self.peer.geometry.num_pool_blocks} blocks too small?)"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# The minimal loop: vLLM's KVCacheManager without its Scheduler
+
+
+@dataclass
+class ManagerPeer:
+    """vLLM's `KVCacheManager` alone, the request hasher, and what vLLM's chunk split reads."""
+
+    geometry: Geometry
+    manager: object
+    block_hasher: object
+    split_fields: object  # the fields `Scheduler._mamba_block_aligned_split` reads
+
+
+def build_manager_peer(geometry: Geometry) -> ManagerPeer:
+    """A fresh `KVCacheManager` over an empty cache, built with the arguments vLLM's
+    `Scheduler` passes it. Raises `GeometryError` if vLLM refuses, or for options the minimal
+    loop does not model (EAGLE's draft slots, the long-prefill threshold)."""
+    from types import SimpleNamespace
+
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    if geometry.eagle or geometry.long_prefill_threshold:
+        raise GeometryError(
+            "the minimal loop models neither --eagle nor --long-prefill-threshold: "
+            "use the scheduler loop (cmd replay)"
+        )
+    cache_config, vllm_config = _vllm_config(geometry)
+    kv_cache_config = _kv_cache_config(geometry)
+    cache_config.num_gpu_blocks = geometry.num_pool_blocks
+    scheduler_block_size, hash_block_size = _resolve_block_sizes(
+        kv_cache_config, vllm_config, geometry
+    )
+    with _partial_hits(geometry):
+        manager = KVCacheManager(
+            kv_cache_config=kv_cache_config,
+            max_model_len=geometry.max_model_len,
+            max_in_flight_tokens=vllm_config.max_in_flight_tokens,
+            enable_caching=True,
+            scheduler_block_size=scheduler_block_size,
+            hash_block_size=hash_block_size,
+            watermark=vllm_config.scheduler_config.watermark,
+            enable_mamba_shared_prefix_checkpoint=cache_config.enable_mamba_shared_prefix_checkpoint,
+        )
+    mamba = kv_cache_config.kv_cache_groups[1].kv_cache_spec
+    partial = hash_block_size < geometry.mamba_block_size
+    partial = partial and manager.coordinator.enable_partial_hash_hits
+    split_fields = SimpleNamespace(
+        cache_config=cache_config,
+        scheduler_config=vllm_config.scheduler_config,
+        block_size=scheduler_block_size,
+        hash_block_size=hash_block_size,
+        max_num_scheduled_tokens=geometry.max_num_batched_tokens,
+        mamba_partial_cache_hit=partial,
+        mamba_shared_prefix_checkpoint=partial and manager.mamba_shared_prefix_checkpoint,
+        mamba_has_prefill_checkpoint_blocks=mamba.num_prefill_checkpoint_blocks > 0,
+        mamba_prefill_checkpoint_alignment=mamba.prefill_checkpoint_alignment,
+        use_eagle_block_drop=False,
+        num_hash_lookahead_tokens=vllm_config.num_hash_lookahead_tokens,
+    )
+    hasher = _request_hasher(cache_config, vllm_config, hash_block_size)
+    return ManagerPeer(geometry, manager, hasher, split_fields)
+
+
+class ManagerReplay(Replay):
+    """The same arrivals through `KVCacheManager` driven by a minimal step loop, no
+    `Scheduler`: running requests first, then waiting ones admitted in order within the token
+    budget and `max_num_seqs`; every chunk cut by vLLM's own Mamba block-aligned split; no
+    preemption (a pool too small for the batch is an error)."""
+
+    def __init__(self, peer: ManagerPeer) -> None:
+        super().__init__(peer)
+        self.max_num_seqs = min(256, peer.geometry.max_num_batched_tokens)
+        self.running: list = []
+        self.waiting: deque = deque()
+
+    def _add(self, request) -> None:
+        self.waiting.append(request)
+
+    def _split(self, request, num_new: int, num_hit: int = 0) -> int:
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        return Scheduler._mamba_block_aligned_split(
+            self.peer.split_fields, request, num_new, num_hit
+        )
+
+    def _step(self, in_flight: dict[str, _Track]) -> None:
+        self.num_steps += 1
+        self.peer.manager.new_step_starts()
+        budget = self.peer.geometry.max_num_batched_tokens
+        scheduled = self._schedule_running(budget)
+        budget -= sum(num_new for _, num_new in scheduled)
+        scheduled += self._admit_waiting(budget, in_flight)
+        self._drain()
+        finished = self._run(scheduled, in_flight)
+        self._check_progress(bool(scheduled) or finished, in_flight)
+
+    def _schedule_running(self, budget: int) -> list:
+        scheduled = []
+        for request in self.running:
+            if budget <= 0:
+                break
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            num_new = self._split(request, num_new)
+            if num_new == 0:
+                continue
+            if self.peer.manager.allocate_slots(request, num_new) is None:
+                raise RuntimeError(
+                    f"the minimal loop does not preempt: the pool of "
+                    f"{self.peer.geometry.num_pool_blocks} blocks is too small (--num-blocks)"
+                )
+            scheduled.append((request, num_new))
+            budget -= num_new
+        return scheduled
+
+    def _admit_waiting(self, budget: int, in_flight: dict[str, _Track]) -> list:
+        from vllm.v1.request import RequestStatus
+
+        manager, admitted = self.peer.manager, []
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = self.waiting[0]
+            blocks, num_hit, request.shared_prefix_boundary = manager.get_computed_blocks(request)
+            num_new = self._split(request, min(request.num_tokens - num_hit, budget), num_hit)
+            if num_new == 0:
+                break
+            new_blocks = manager.allocate_slots(
+                request, num_new, num_hit, blocks, has_scheduled_reqs=bool(self.running)
+            )
+            if new_blocks is None:
+                break
+            self.waiting.popleft()
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_hit
+            in_flight[request.request_id].num_cached_tokens = num_hit
+            admitted.append((request, num_new))
+            budget -= num_new
+        return admitted
+
+    def _drain(self) -> None:
+        """What vLLM's `schedule()` drains from the manager every step: new block ids (kept
+        for zeroing), the Mamba boundary states offered for offload, and the copy-on-write
+        copies, whose retained source and destination blocks go back to the pool (the copies
+        are taken as run)."""
+        manager = self.peer.manager
+        manager.take_new_block_ids()
+        manager.take_boundary_state_offloads()
+        _, retained = manager.take_kv_cache_block_copies()
+        if retained:
+            manager.block_pool.free_blocks(retained)
+
+    def _run(self, scheduled: list, in_flight: dict[str, _Track]) -> bool:
+        """The faked model: advance each chunk, sample a token where the prompt is done, and
+        free what finished. The blocks were cached by `allocate_slots`, as in vLLM's step
+        (its `update_from_output` caches again only for speculative or async output)."""
+        from vllm.v1.core.sched.utils import check_stop
+
+        manager, finished = self.peer.manager, False
+        for request, num_new in scheduled:
+            start = request.num_computed_tokens
+            request.num_computed_tokens = end = start + num_new
+            if start < request.num_prompt_tokens:
+                chunk = [start, min(end, request.num_prompt_tokens)]
+                in_flight[request.request_id].chunks.append(chunk)
+            if end < request.num_tokens:
+                continue
+            request.append_output_token_ids(_sampled_token(request))
+            if check_stop(request, self.peer.geometry.max_model_len):
+                manager.free(request)
+                self.running.remove(request)
+                del in_flight[request.request_id]
+                finished = True
+        return finished
 
 
 def _record(track: _Track) -> dict:
@@ -524,10 +730,19 @@ def cmd_lookup(geometry: Geometry, warm_prompts: list[list[int]], prompts: list[
     return {"ok": True, "ns": timings, "hit_tokens": hits}
 
 
-def cmd_replay(geometry: Geometry, requests: list[dict], concurrency: int = 1) -> dict:
+def cmd_replay(
+    geometry: Geometry, requests: list[dict], concurrency: int = 1, loop: str = "scheduler"
+) -> dict:
+    """The requests through vLLM's `Scheduler` (`loop` "scheduler") or through its
+    `KVCacheManager` driven by the minimal loop ("manager")."""
     _check_requests(requests)
-    peer = build_peer(_fit(geometry, [r["prompt_token_ids"] for r in requests], requests))
-    replay = Replay(peer)
+    geometry = _fit(geometry, [r["prompt_token_ids"] for r in requests], requests)
+    if loop == "scheduler":
+        replay = Replay(build_peer(geometry))
+    elif loop == "manager":
+        replay = ManagerReplay(build_manager_peer(geometry))
+    else:
+        raise GeometryError(f"--loop must be scheduler or manager, got {loop!r}")
     started = time.perf_counter()
     records = replay.run(requests, concurrency)
     wall_s = time.perf_counter() - started
@@ -591,9 +806,11 @@ def _answer(command: dict, version: str) -> tuple[dict, bool]:
     geometry = Geometry.from_dict(dict(command.get("geometry", {})))
     if name == "lookup":
         return cmd_lookup(geometry, command.get("warm_prompts", []), command["prompts"]), False
-    if name == "replay":
-        return cmd_replay(geometry, command["requests"], int(command.get("concurrency", 1))), False
-    raise ValueError(f"unknown cmd {name!r} (ping, hash, lookup, replay, quit)")
+    if name in ("replay", "manager_replay"):
+        loop = "manager" if name == "manager_replay" else "scheduler"
+        concurrency = int(command.get("concurrency", 1))
+        return cmd_replay(geometry, command["requests"], concurrency, loop), False
+    raise ValueError(f"unknown cmd {name!r} (ping, hash, lookup, replay, manager_replay, quit)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -632,6 +849,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="vLLM's prefix_cache_retention_interval: 0 (its default), N, or dense",
     )
     replay.add_argument("--concurrency", type=int, default=1)
+    replay.add_argument(
+        "--loop",
+        choices=("scheduler", "manager"),
+        default="scheduler",
+        help="vLLM's Scheduler, or its KVCacheManager driven by a minimal step loop",
+    )
     replay.add_argument("--out", default=None, help="output JSONL (default: stdout)")
     sub.add_parser("serve", help="JSON-lines server on stdin/stdout (see the docstring)")
     return parser
@@ -666,7 +889,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         geometry = geometry_from_args(args)
         requests = list(read_requests(args.trace))
-        answer = cmd_replay(geometry, requests, args.concurrency)
+        answer = cmd_replay(geometry, requests, args.concurrency, args.loop)
     except GeometryError as exc:
         print(f"vllm_replay: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -81,6 +81,18 @@ class LedgerRunner(Runner):
         table = np.asarray(block_ids, dtype=np.int64)
         return table[positions // self.block_size], positions % self.block_size
 
+    def _prefix_slots(self, chunk: ScheduledChunk, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """The table's blocks over [0, end) and what their slots hold there, in position order
+        (whole rows gathered, then cut: a prefix starts at slot 0 of the table's first block)."""
+        num_rows = -(-end // self.block_size)
+        if len(chunk.attention_block_ids) < num_rows:
+            raise LedgerMismatch(
+                f"request {chunk.request_id}: its table of {len(chunk.attention_block_ids)} "
+                f"attention blocks does not reach position {end - 1}"
+            )
+        table = np.asarray(chunk.attention_block_ids[:num_rows], dtype=np.int64)
+        return table, self.attention[table].reshape(-1)[:end]
+
     def _token_array(self, chunk: ScheduledChunk) -> np.ndarray:
         """The request's token ids up to the chunk's end as an array, extended, not rebuilt."""
         array = self._arrays.get(chunk.request_id)
@@ -120,15 +132,15 @@ class LedgerRunner(Runner):
         """Check every cached token and the Mamba state the chunk starts from."""
         start, tokens = chunk.start, chunk.token_ids
         if start:
-            rows, cols = self._slots(chunk.attention_block_ids, 0, start)
-            held = self.attention[rows, cols]
+            table, held = self._prefix_slots(chunk, start)
             expected = self._arrays[chunk.request_id][:start]
             wrong = np.flatnonzero(held != expected)
             if wrong.size:
                 p = int(wrong[0])
                 raise LedgerMismatch(
-                    f"request {chunk.request_id}: attention block {int(rows[p])} holds token "
-                    f"{int(held[p])} at position {p}, its prefix says {int(expected[p])}"
+                    f"request {chunk.request_id}: attention block "
+                    f"{int(table[p // self.block_size])} holds token {int(held[p])} at "
+                    f"position {p}, its prefix says {int(expected[p])}"
                 )
             self.num_checked_tokens += start
         known = self._truth.get(chunk.request_id, (0, 0))
