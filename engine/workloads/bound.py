@@ -251,21 +251,22 @@ def working_set(
     keys = {block.key for plan in plans for block in plan.blocks}
     resumes = {plan.resume for plan in plans if plan.resume is not None}
     transient = [plan.num_transient for plan in plans]
-    most_transient = max(
-        (sum(transient[max(i - concurrency + 1, 0) : i + 1]) for i in range(len(plans))), default=0
-    )
     return Budget(
-        len(keys) + most_transient,
+        len(keys) + most_in_window(transient, concurrency),
         len(resumes) + most_live_states(plans, concurrency, mamba_block_size),
+    )
+
+
+def most_in_window(values: list[int], concurrency: int) -> int:
+    """The largest sum of `concurrency` consecutive values (fewer at the start)."""
+    return max(
+        (sum(values[max(i - concurrency + 1, 0) : i + 1]) for i in range(len(values))), default=0
     )
 
 
 def most_live_states(plans: list[Plan], concurrency: int, mamba_block_size: int | None) -> int:
     """The most state slots a window of `concurrency` requests in flight holds at once."""
-    live = [plan.num_live_states(mamba_block_size) for plan in plans]
-    return max(
-        (sum(live[max(i - concurrency + 1, 0) : i + 1]) for i in range(len(live))), default=0
-    )
+    return most_in_window([plan.num_live_states(mamba_block_size) for plan in plans], concurrency)
 
 
 def in_flight_need(
