@@ -3,6 +3,7 @@ Face cache. Nothing is ever downloaded: these machines have no hub access."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -30,3 +31,15 @@ def resolve_model_dir(
             f"{option} {value}: no such directory, nor a model in the local Hugging Face cache; "
             f"nothing is downloaded here: pass the directory of a downloaded checkpoint"
         ) from None
+
+
+def checkpoint_max_len(model_dir: str | Path) -> int | None:
+    """The longest sequence the checkpoint's config.json says it takes
+    (`max_position_embeddings`, a multimodal model's in `text_config`); None when it says
+    none. Reads the file only."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    for section in (config, config.get("text_config") or {}):
+        value = section.get("max_position_embeddings")
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

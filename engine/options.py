@@ -29,7 +29,7 @@ from engine.config import (
     SchedulerConfig,
 )
 from engine.footprint import footprint
-from engine.model_dir import resolve_model_dir
+from engine.model_dir import checkpoint_max_len, resolve_model_dir
 from engine.runners import RUNNER_NAMES
 
 EXIT_BAD_INPUT = 2
@@ -232,5 +232,18 @@ def configs_from_args(args: argparse.Namespace) -> EngineConfigs:
         max_num_batched_tokens=args.max_num_batched_tokens,
         long_prefill_threshold=args.long_prefill_threshold,
         max_prefix_wait_steps=args.max_prefix_wait_steps,
+        **checkpoint_limits(model),
     )
     return EngineConfigs(cache, scheduler, model)
+
+
+def checkpoint_limits(model: ModelConfig) -> dict[str, int]:
+    """`max_model_len` from a checkpoint's config.json when it names a shorter one than the
+    default: a request longer than the model's positions is refused, and the hello and model
+    card report the checkpoint's own limit."""
+    if model.model_dir is None:
+        return {}
+    longest = checkpoint_max_len(model.model_dir)
+    if longest is None or longest >= SchedulerConfig.max_model_len:
+        return {}
+    return {"max_model_len": longest}

@@ -92,6 +92,29 @@ def test_the_served_name_is_the_directorys(checkpoint):
     assert named.name == "x"
 
 
+def test_the_longest_request_is_the_checkpoints_own(checkpoint, tmp_path):
+    """config.json's `max_position_embeddings` bounds a request (and is what the hello and the
+    model card report); without one, or with a longer one, the engine's default stays."""
+    config = json.loads((checkpoint / "config.json").read_text())
+    cases = [(262_144, 262_144), (1 << 22, 1 << 20), (None, 1 << 20)]
+    for value, expected in cases:
+        copy = tmp_path / f"ckpt-{value}"
+        copy.mkdir()
+        changed = {k: v for k, v in config.items() if k != "max_position_embeddings"}
+        if value is not None:
+            changed["max_position_embeddings"] = value
+        (copy / "config.json").write_text(json.dumps(changed))
+        _, scheduler, _ = configs_from_args(parse("--model", str(copy)))
+        assert scheduler.max_model_len == expected, value
+    multimodal = tmp_path / "multimodal"
+    multimodal.mkdir()
+    text_config = {k: v for k, v in config.items() if k != "max_position_embeddings"}
+    wrapped = {"text_config": {**text_config, "max_position_embeddings": 32_768}}
+    (multimodal / "config.json").write_text(json.dumps(wrapped))
+    _, scheduler, _ = configs_from_args(parse("--model", str(multimodal)))
+    assert scheduler.max_model_len == 32_768
+
+
 @pytest.mark.parametrize(
     ("text", "budget"),
     [
