@@ -20,7 +20,8 @@ def suggested_junctions(
     session: SessionDep,
     engine_id: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 20,
-    min_tokens: Annotated[int, Query(ge=0)] = junctions.MIN_BOUNDARY,
+    # the boundary is compared as the store's 32-bit integer: a larger one would fail there
+    min_tokens: Annotated[int, Query(ge=0, le=2**31 - 1)] = junctions.MIN_BOUNDARY,
 ) -> JunctionPage:
     """The junctions worth a pin, most tokens saved first (then most requests); each with the
     `POST /pins` body that pins it. `engine_id` counts only that engine's requests;
