@@ -15,6 +15,7 @@ from engine.cache.eviction.base import EvictionPolicy
 from engine.cache.eviction.cost import CostAware
 from engine.cache.eviction.lru import PlainLRU
 from engine.cache.eviction.retention import RetentionLRU
+from engine.cache.eviction.reuse import ReuseLearned
 from engine.hashing import BlockHash
 
 #: every policy by name; the first is the default
@@ -22,6 +23,7 @@ EVICTION_POLICIES: dict[str, type[EvictionPolicy]] = {
     RetentionLRU.name: RetentionLRU,
     PlainLRU.name: PlainLRU,
     CostAware.name: CostAware,
+    ReuseLearned.name: ReuseLearned,
 }
 DEFAULT_EVICTION = RetentionLRU.name
 
