@@ -6,10 +6,11 @@ cached (a request resumed from it or held it as part of a hit while it was free)
 no entry has a class of its own, always given up first. Each class has a learnt rate,
 `ReuseRates.rate`: hits over departures, ghosts of evicted blocks included. Within a class the
 least recently freed block goes first; across classes an allocation gives up the head of lowest
-`stamp + rate * horizon`, where `stamp` counts the blocks freed so far and `horizon` is
-`HORIZON_PER_BLOCK` times the pool's blocks: a block of a class read every time outlives one of
-a class never read by `horizon` frees, but not for ever, so the states of a finished prefix
-family age out. With nothing learnt the rates follow the retention levels.
+`stamp + rate * horizon`, where `stamp` counts the blocks freed so far and `horizon` is a number
+of frees per block of the pool (`STATE_HORIZON_PER_BLOCK`, `ATTENTION_HORIZON_PER_BLOCK`): a
+block of a class read every time outlives one of a class never read by `horizon` frees, but not
+for ever, so the states of a finished prefix family age out. With nothing learnt the rates
+follow the retention levels.
 
 Why: under pressure a request's tail states (`resend`, `extension`) are read by nobody in some
 workloads (shared system prompts, prefix repetition) and by the next turn in others (agents);
@@ -30,7 +31,11 @@ from engine.hashing import BlockHash
 REASONS = list(CheckpointReason)
 EMPTY = 0  # the class of a block with no entry; then 1 + 2 * reason index + was read
 NUM_CLASSES = 1 + 2 * len(REASONS)
-HORIZON_PER_BLOCK = 4.0
+# the horizon in frees per block of the pool:
+# long for states (a prefix family comes back after many requests), short for attention KV (its
+# pool then keeps the recently used prefixes, the ones the few states are likely to belong to)
+STATE_HORIZON_PER_BLOCK = 32.0
+ATTENTION_HORIZON_PER_BLOCK = 1.0
 
 
 def class_priors() -> list[float]:
@@ -54,7 +59,8 @@ class ReuseLearned(EvictionPolicy):
     ) -> None:
         super().__init__(blocks, entries, holds_states)
         self.rates = ReuseRates(class_priors(), len(blocks))
-        self.horizon = HORIZON_PER_BLOCK * len(blocks)
+        per_block = STATE_HORIZON_PER_BLOCK if holds_states else ATTENTION_HORIZON_PER_BLOCK
+        self.horizon = per_block * len(blocks)
         # class -> block id -> the stamp it was freed at, least recently freed first
         self._queues: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(NUM_CLASSES)]
         self._is_read = [False] * len(blocks)  # read since its entries were cached
@@ -143,7 +149,7 @@ class ReuseLearned(EvictionPolicy):
         return taken
 
     def observe(self, hashes: Sequence[BlockHash]) -> None:
-        self.rates.observe(hashes, self.entries)
+        self.rates.observe(hashes, self.entries, deepest_only=self.holds_states)
 
     def check_invariants(self) -> None:
         num_free = 0

@@ -51,9 +51,12 @@ class ReuseRates:
         if len(self.ghosts) > self.max_ghosts:
             self.ghosts.popitem(last=False)
 
-    def observe(self, hashes: Sequence[BlockHash], cached: dict[BlockHash, object]) -> None:
-        """A prompt chains through `hashes`: where its deepest key cached or ghosted is a ghost,
-        that ghost's class counts a hit (a request would have read it), and the ghost goes."""
+    def observe(
+        self, hashes: Sequence[BlockHash], cached: dict[BlockHash, object], deepest_only: bool
+    ) -> None:
+        """A prompt chains through `hashes`: each ghost past its deepest cached key counts a hit
+        for its class (the request would have read it), and goes; with `deepest_only` (states:
+        a request resumes from one) only the deepest such ghost."""
         ghosts = self.ghosts
         for key in reversed(hashes):
             if key in cached:
@@ -61,4 +64,5 @@ class ReuseRates:
             klass = ghosts.pop(key, None)
             if klass is not None:
                 self.hits[klass] += 1
-                return
+                if deepest_only:
+                    return
