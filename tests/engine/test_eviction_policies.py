@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from engine.cache.block_pool import BlockPool
 from engine.cache.entry import RETENTION, CheckpointReason
 from engine.cache.eviction import EVICTION_POLICIES
+from engine.cache.eviction.reuse import ATTENTION_HORIZON_PER_BLOCK, STATE_HORIZON_PER_BLOCK
+from engine.cache.eviction.reuse_rates import GHOSTS_PER_BLOCK, PRIOR
 
 NUM_BLOCKS = 10
 BLOCK_SIZE = 4
@@ -75,6 +77,73 @@ def test_no_policy_gives_up_a_pinned_block_or_one_in_use(policy, trace, holds_st
 
 
 # ------------------------------------------------------------------ (b) each policy's model
+class ReuseModel:
+    """`reuse` from its docstring: free blocks as (class, stamp), the class a reason's place in
+    `CheckpointReason` and whether the block was read while cached; per class hits and
+    departures; ghosts of evicted deepest keys, FIFO; priority `stamp + rate * horizon`."""
+
+    def __init__(self, holds_states: bool) -> None:
+        self.holds_states = holds_states
+        per_block = STATE_HORIZON_PER_BLOCK if holds_states else ATTENTION_HORIZON_PER_BLOCK
+        self.horizon = per_block * NUM_BLOCKS
+        self.stamp = 0
+        self.is_read: set[int] = set()
+        self.hits: Counter[int] = Counter()
+        self.departures: Counter[int] = Counter()
+        self.ghosts: dict[bytes, int] = {}  # insertion order is eviction order
+
+    def klass(self, entries: dict[bytes, tuple[int, CheckpointReason]], block_id: int) -> int:
+        if not entries:
+            return 0
+        reasons = [why for _, why in entries.values()]
+        best = next(why for why in reasons if RETENTION[why] == max(map(RETENTION.get, reasons)))
+        return 1 + 2 * list(CheckpointReason).index(best) + (block_id in self.is_read)
+
+    def rate(self, klass: int) -> float:
+        top = RETENTION[CheckpointReason.PIN] + 1
+        reason = list(CheckpointReason)[(klass - 1) // 2]
+        prior = (RETENTION[reason] + 0.5 * ((klass - 1) % 2)) / top
+        return (self.hits[klass] + PRIOR * prior) / (self.departures[klass] + PRIOR)
+
+    def rank(self, entries: dict, block_id: int) -> tuple:
+        if not entries:
+            self.is_read.discard(block_id)
+        self.stamp += 1
+        return (self.klass(entries, block_id), self.stamp)
+
+    def read(self, rank: tuple | None, block_id: int) -> None:
+        if rank is not None and rank[0]:
+            self.hits[rank[0]] += 1
+            self.departures[rank[0]] += 1
+            self.is_read.add(block_id)
+
+    def next_block(self, free: dict[int, tuple]) -> int:
+        def priority(block_id: int) -> tuple:
+            klass, stamp = free[block_id]
+            return (-1.0 if not klass else stamp + self.rate(klass) * self.horizon, klass, stamp)
+
+        return min(free, key=priority)
+
+    def evicted(self, rank: tuple, block_id: int, entries: dict) -> None:
+        self.is_read.discard(block_id)
+        if rank[0]:
+            self.departures[rank[0]] += 1
+            deepest = max(entries, key=lambda key: entries[key][0])
+            self.ghosts.pop(deepest, None)
+            self.ghosts[deepest] = rank[0]
+            if len(self.ghosts) > GHOSTS_PER_BLOCK * NUM_BLOCKS:
+                del self.ghosts[next(iter(self.ghosts))]
+
+    def observe(self, hashes: list[bytes], cached: set[bytes]) -> None:
+        for key in reversed(hashes):
+            if key in cached:
+                return
+            if key in self.ghosts:
+                self.hits[self.ghosts.pop(key)] += 1
+                if self.holds_states:
+                    return
+
+
 class Model:
     """Free blocks with a rank, taken lowest first; cached keys per block; counts per key."""
 
@@ -86,11 +155,15 @@ class Model:
         self.counts: Counter[bytes] = Counter()
         self.time = 0
         self.clock = 0  # cost: the priority of the block given up last
+        self.reuse = ReuseModel(holds_states)
 
     def rank(self, block_id: int) -> tuple:
-        """retention: (level, time freed); lru: (time freed,); cost: (clock + value, time)."""
+        """retention: (level, time freed); lru: (time freed,); cost: (clock + value, time);
+        reuse: (class, stamp), ordered at `take` by the rates learnt then."""
         self.time += 1
         entries = self.keys.get(block_id, {})
+        if self.policy == "reuse":
+            return self.reuse.rank(entries, block_id)
         if self.policy == "retention":
             level = max((RETENTION[why] for _, why in entries.values()), default=0)
             return (min(level, 4), self.time)
@@ -110,12 +183,22 @@ class Model:
         lru keeps its place."""
         if block_id not in self.free:
             return
-        if self.policy == "cost" or (
-            self.policy == "retention" and self.rank(block_id)[0] != before[0]
-        ):
+        if self.policy == "reuse":
+            moved = self.reuse.klass(self.keys.get(block_id, {}), block_id) != before[0]
+        else:
+            moved = self.policy == "retention" and self.rank(block_id)[0] != before[0]
+        if self.policy == "cost" or moved:
             self.free[block_id] = self.rank(block_id)
 
     def take(self, num: int) -> list[int]:
+        if self.policy == "reuse":  # one take learns from its evictions once it is done
+            ranks = {}
+            for _ in range(num):
+                block_id = self.reuse.next_block(self.free)
+                ranks[block_id] = self.free.pop(block_id)
+            for block_id, rank in ranks.items():
+                self.reuse.evicted(rank, block_id, self.keys.pop(block_id, {}))
+            return list(ranks)
         order = sorted(self.free, key=lambda b: self.free[b])[:num]
         for block_id in order:
             if self.policy == "cost":
@@ -153,7 +236,7 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
             if not block.ref_cnt:
                 model.add(block_id)
         elif action == "touch":
-            model.free.pop(block_id, None)
+            model.reuse.read(model.free.pop(block_id, None), block_id)
             pool.touch(block_id)
         elif action == "cache" and not block.keys:  # fresh keys inside one span
             span = rng.randrange(7) * BLOCK_SIZE  # depth and length drawn apart
@@ -163,10 +246,11 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
             pool.cache(block_id, keys, None)
             model.keys[block_id] = {key: (p, why) for key, p, why in keys}
             model.changed(block_id, before)
-        elif action == "observe":  # a request whose chain passes keys cached now
-            hashes = rng.sample(sorted(pool.entries), min(num, len(pool.entries)))
+        elif action == "observe":  # a request whose chain passes keys, some evicted by now
+            hashes = [key_of(i) for i in sorted(rng.sample(range(next_key), min(num, next_key)))]
             pool.eviction.observe(hashes)
             model.counts.update(hashes)
+            model.reuse.observe(hashes, model.cached())
         pool.check_invariants()
         assert set(pool.entries) == model.cached()
         assert pool.num_free == len(model.free)
@@ -184,6 +268,42 @@ def test_cost_keeps_a_shallow_state_many_requests_passed_over_a_deeper_lone_one(
     pool.free([0, 1, 2])  # priorities 4 * 4 = 16, 8 * 1 = 8, and 0 for the empty block
     assert [b.block_id for b in pool.allocate(3)] == [2, 1, 0]
     assert pool.eviction.clock == 16
+
+
+def write_request(pool: BlockPool, tail_keys: list[bytes], resume: bytes | None) -> None:
+    """A request: resumes from `resume`'s state (held while it runs), writes a `resend` and an
+    `extension` state of its own, and finishes (resumed-from first, then the tail freed)."""
+    held = [pool.get(resume).block_id] if resume is not None else []
+    for block_id in held:
+        pool.touch(block_id)
+    tails = pool.allocate(2)
+    reasons = (CheckpointReason.RESEND, CheckpointReason.EXTENSION)
+    for tail, key, why in zip(tails, tail_keys, reasons, strict=True):
+        pool.cache(tail.block_id, [(key, 8, why)], None)
+    pool.free([*held, *(b.block_id for b in tails)])
+    pool.check_invariants()
+
+
+def test_reuse_keeps_a_state_requests_resumed_from_over_tail_states_nobody_read() -> None:
+    """Requests resuming from one shared `block` state alternate with lone ones; each leaves two
+    tail states (`resend`, `extension`, retained above `block`) that nobody reads. `retention`
+    gives the shared state up to keep the tails; `reuse` learns the tails go unread and keeps
+    the state requests resume from."""
+    found = {}
+    for policy in ("retention", "reuse"):
+        pool = BlockPool(5, BLOCK_SIZE, "mamba", 1, eviction=policy, holds_states=True)
+        shared, found[policy] = key_of(0), 0
+        for round_ in range(1, 13):
+            if pool.get(shared) is None:  # a miss recomputes it
+                (block,) = pool.allocate(1)
+                pool.cache(block.block_id, [(shared, 4, CheckpointReason.BLOCK)], None)
+                pool.free([block.block_id])
+            else:
+                found[policy] += 1
+            write_request(pool, [key_of(4 * round_), key_of(4 * round_ + 1)], shared)
+            write_request(pool, [key_of(4 * round_ + 2), key_of(4 * round_ + 3)], None)
+    assert found["reuse"] == 11  # every round after the first
+    assert found["retention"] <= 1
 
 
 # ------------------------------------------------------------------ (c) an engine under pressure
