@@ -107,6 +107,7 @@ class BlockPool:
             return
         removed = [self.entries.pop(key) for key in block.keys]
         block.keys = []
+        block.retention = 0
         if not self.is_recording:
             return
         self.sink.emit(
@@ -164,6 +165,7 @@ class BlockPool:
                 entry = self.entries[key]
                 if entry.reason is CheckpointReason.PIN:
                     entry.reason = CheckpointReason.BLOCK
+            block.retention = self.retention_of(block)
             if block.ref_cnt == 0:
                 self.eviction.add(block)
 
@@ -177,29 +179,39 @@ class BlockPool:
 
         A key another block already holds is left where it is, its reason raised if need be.
         """
-        block = self.blocks[block_id]
+        blocks, entries = self.blocks, self.entries
+        block = blocks[block_id]
+        block_keys = block.keys
         added: list[Entry] = []
         max_position = 0
         reason: CheckpointReason | None = None
+        retention = -1  # of `reason`
         for key, position, why in keys:
-            entry = self.entries.get(key)
+            entry = entries.get(key)
+            why_retention = RETENTION[why]
             if entry is not None:
-                if why.retention > entry.reason.retention:
+                if why_retention > RETENTION[entry.reason]:
                     entry.reason = why
-                    self.eviction.update(self.blocks[entry.block_id])
-                    self._touch_changed(self.blocks[entry.block_id])
+                    holder = blocks[entry.block_id]
+                    if why_retention > holder.retention:
+                        holder.retention = why_retention
+                    self.eviction.update(holder)
+                    self._touch_changed(holder)
                 continue
             entry = Entry(key, block_id, position, why)
-            self.entries[key] = entry
-            block.keys.append(key)
+            entries[key] = entry
+            block_keys.append(key)
             added.append(entry)
-            max_position = max(max_position, position)
-            if reason is None or why.retention > reason.retention:
-                reason = why
+            if position > max_position:
+                max_position = position
+            if why_retention > retention:
+                reason, retention = why, why_retention
         if not added:
             return []
         start = (max_position - 1) // self.block_size * self.block_size
         block.token_start = start
+        if retention > block.retention:
+            block.retention = retention
         self.eviction.update(block)
         self._touch_changed(block)
         if self.is_recording:
@@ -241,6 +253,8 @@ class BlockPool:
             self.entries[key].block_id = dst_id
         dst.keys.extend(moved)
         dst.token_start = src.token_start
+        dst.retention = max(dst.retention, src.retention)
+        src.retention = 0
         self.eviction.update(src)
         self.eviction.update(dst)
         self._touch_changed(src)
@@ -284,6 +298,12 @@ class BlockPool:
             "last_change": block.last_change,
         }
 
+    def retention_of(self, block: Block) -> int:
+        """The highest retention among the block's entries, 0 for none, counted from the
+        entries (what `Block.retention` must equal). Changes nothing."""
+        entries = self.entries
+        return max((RETENTION[entries[key].reason] for key in block.keys), default=0)
+
     def take_dirty(self) -> list[Block]:
         dirty = [self.blocks[i] for i in sorted(self.dirty)]
         self.dirty.clear()
@@ -310,6 +330,11 @@ class BlockPool:
                 entry = self.entries.get(key)
                 if entry is None or entry.block_id != block.block_id:
                     raise InvariantError(f"{name}: lists key {key.hex()} it does not own")
+            if block.retention != self.retention_of(block):
+                raise InvariantError(
+                    f"{name}: stored retention {block.retention} but its entries call for "
+                    f"{self.retention_of(block)}"
+                )
         for key, entry in self.entries.items():
             block = self.blocks[entry.block_id]
             if key not in block.keys:
