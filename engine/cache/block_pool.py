@@ -91,9 +91,17 @@ class BlockPool:
         taken = self.eviction.take(num)
         step = self.step
         dirty = self.dirty if self.is_recording else None
+        evict = self.evict if dirty is not None else None
+        entries = self.entries
         for block in taken:
             if block.keys:
-                self.evict(block)
+                if evict is not None:
+                    evict(block)
+                else:  # `evict` with no event to build
+                    for key in block.keys:
+                        del entries[key]
+                    block.keys = []
+                    block.retention = 0
             block.ref_cnt = 1
             block.token_start = None
             block.last_change = step
@@ -126,22 +134,30 @@ class BlockPool:
         if block.free_queue is not None:
             self.eviction.remove(block)
         block.ref_cnt += 1
-        self._touch_changed(block)
+        block.last_change = self.step
+        if self.is_recording:
+            self.dirty.add(block_id)
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one reference from each block, in the order given (pass a table reversed)."""
         blocks, step = self.blocks, self.step
         dirty = self.dirty if self.is_recording else None
-        for block_id in block_ids:
-            block = blocks[block_id]
-            if block.ref_cnt <= 0:
-                raise InvariantError(f"{self.group} block {block_id}: freed with ref_cnt 0")
-            block.ref_cnt -= 1
-            block.last_change = step
-            if dirty is not None:
-                dirty.add(block_id)
-            if block.ref_cnt == 0 and block.pin_cnt == 0:
-                self.eviction.add(block)
+        released: list[Block] = []  # no reference and no pin left: they join the free blocks
+        try:
+            for block_id in block_ids:
+                block = blocks[block_id]
+                ref_cnt = block.ref_cnt - 1
+                if ref_cnt < 0:
+                    raise InvariantError(f"{self.group} block {block_id}: freed with ref_cnt 0")
+                block.ref_cnt = ref_cnt
+                block.last_change = step
+                if dirty is not None:
+                    dirty.add(block_id)
+                if ref_cnt == 0 and block.pin_cnt == 0:
+                    released.append(block)
+        finally:  # the blocks released before a bad id still join, in their order
+            if released:
+                self.eviction.add_all(released)
 
     def pin(self, block_id: int) -> None:
         block = self.blocks[block_id]
@@ -195,7 +211,8 @@ class BlockPool:
                     holder = blocks[entry.block_id]
                     if why_retention > holder.retention:
                         holder.retention = why_retention
-                    self.eviction.update(holder)
+                    if holder.free_queue is not None:  # `update` does nothing for a held one
+                        self.eviction.update(holder)
                     self._touch_changed(holder)
                 continue
             entry = Entry(key, block_id, position, why)
@@ -212,9 +229,11 @@ class BlockPool:
         block.token_start = start
         if retention > block.retention:
             block.retention = retention
-        self.eviction.update(block)
-        self._touch_changed(block)
+        if block.free_queue is not None:  # `update` does nothing for a held block
+            self.eviction.update(block)
+        block.last_change = self.step
         if self.is_recording:
+            self.dirty.add(block_id)
             self._emit_stored(block_id, added, parent, start, max_position, reason)
         return [entry.key for entry in added]
 

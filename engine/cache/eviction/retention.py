@@ -53,6 +53,16 @@ class RetentionLRU(EvictionPolicy):
         self._queues[level][block.block_id] = None
         self._num_free += 1
 
+    def add_all(self, blocks: list[Block]) -> None:
+        queues, top = self._queues, NUM_FREE_LEVELS - 1
+        for block in blocks:
+            level = block.retention
+            if level > top:
+                level = top
+            block.free_queue = level
+            queues[level][block.block_id] = None
+        self._num_free += len(blocks)
+
     def remove(self, block: Block) -> None:
         del self._queues[block.free_queue][block.block_id]
         block.free_queue = None
@@ -66,13 +76,17 @@ class RetentionLRU(EvictionPolicy):
 
     def take(self, num: int) -> list[Block]:
         taken: list[Block] = []
-        blocks = self.blocks
+        append, blocks = taken.append, self.blocks
+        left = num
         for queue in self._queues:
-            while queue and len(taken) < num:
-                block_id, _ = queue.popitem(last=False)
-                block = blocks[block_id]
+            if not left:
+                break
+            popitem = queue.popitem
+            for _ in range(min(left, len(queue))):
+                block = blocks[popitem(last=False)[0]]
                 block.free_queue = None
-                taken.append(block)
+                append(block)
+            left = num - len(taken)
         self._num_free -= len(taken)
         return taken
 
