@@ -79,30 +79,18 @@ class AttentionManager(GroupManager):
         if last < first:
             return registered_upto
         table = self.tables[request_id]
+        cache, get_reason, default = self.pool.cache, reasons.get, CheckpointReason.BLOCK
+        # the keys of one block at a time, each block's with its parent: the key before it
         pending: list[tuple[BlockHash, int, CheckpointReason]] = []
         block_index = (first - 1) // size
         for position in range(first, last + 1, step):
             index = (position - 1) // size
             if index != block_index:
-                self._cache(table, block_index, pending, hashes, unit)
+                start = block_index * size
+                cache(table[block_index], pending, hashes[start // unit - 1] if start else None)
                 pending = []
                 block_index = index
-            reason = reasons.get(position, CheckpointReason.BLOCK)
-            pending.append((hashes[position // unit - 1], position, reason))
-        self._cache(table, block_index, pending, hashes, unit)
+            pending.append((hashes[position // unit - 1], position, get_reason(position, default)))
+        start = block_index * size
+        cache(table[block_index], pending, hashes[start // unit - 1] if start else None)
         return last
-
-    def _cache(
-        self,
-        table: list[int | None],
-        block_index: int,
-        keys: list[tuple[BlockHash, int, CheckpointReason]],
-        hashes: Sequence[BlockHash],
-        unit: int,
-    ) -> None:
-        if not keys:
-            return
-        block_id = table[block_index]
-        start = block_index * self.block_size
-        parent = hashes[start // unit - 1] if start else None
-        self.pool.cache(block_id, keys, parent)

@@ -21,6 +21,9 @@ class Block:
     ref_cnt: int = 0  # request-table slots and this step's holds that point at it
     pin_cnt: int = 0  # operators' pins that hold it
     keys: list[BlockHash] = field(default_factory=list)  # the entries it holds
+    # the highest retention among its entries' reasons, 0 for none; only the pool sets it,
+    # where entries change, so a policy reads it in O(1) (`check_invariants` verifies it)
+    retention: int = 0
     token_start: int | None = None  # the first token position of its span
     # which of the eviction policy's free queues holds it while free; None while held. Only
     # the policy sets it (`engine.cache.eviction`)

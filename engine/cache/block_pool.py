@@ -91,9 +91,17 @@ class BlockPool:
         taken = self.eviction.take(num)
         step = self.step
         dirty = self.dirty if self.is_recording else None
+        evict = self.evict if dirty is not None else None
+        entries = self.entries
         for block in taken:
             if block.keys:
-                self.evict(block)
+                if evict is not None:
+                    evict(block)
+                else:  # `evict` with no event to build
+                    for key in block.keys:
+                        del entries[key]
+                    block.keys = []
+                    block.retention = 0
             block.ref_cnt = 1
             block.token_start = None
             block.last_change = step
@@ -107,6 +115,7 @@ class BlockPool:
             return
         removed = [self.entries.pop(key) for key in block.keys]
         block.keys = []
+        block.retention = 0
         if not self.is_recording:
             return
         self.sink.emit(
@@ -125,22 +134,30 @@ class BlockPool:
         if block.free_queue is not None:
             self.eviction.remove(block)
         block.ref_cnt += 1
-        self._touch_changed(block)
+        block.last_change = self.step
+        if self.is_recording:
+            self.dirty.add(block_id)
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one reference from each block, in the order given (pass a table reversed)."""
         blocks, step = self.blocks, self.step
         dirty = self.dirty if self.is_recording else None
-        for block_id in block_ids:
-            block = blocks[block_id]
-            if block.ref_cnt <= 0:
-                raise InvariantError(f"{self.group} block {block_id}: freed with ref_cnt 0")
-            block.ref_cnt -= 1
-            block.last_change = step
-            if dirty is not None:
-                dirty.add(block_id)
-            if block.ref_cnt == 0 and block.pin_cnt == 0:
-                self.eviction.add(block)
+        released: list[Block] = []  # no reference and no pin left: they join the free blocks
+        try:
+            for block_id in block_ids:
+                block = blocks[block_id]
+                ref_cnt = block.ref_cnt - 1
+                if ref_cnt < 0:
+                    raise InvariantError(f"{self.group} block {block_id}: freed with ref_cnt 0")
+                block.ref_cnt = ref_cnt
+                block.last_change = step
+                if dirty is not None:
+                    dirty.add(block_id)
+                if ref_cnt == 0 and block.pin_cnt == 0:
+                    released.append(block)
+        finally:  # the blocks released before a bad id still join, in their order
+            if released:
+                self.eviction.add_all(released)
 
     def pin(self, block_id: int) -> None:
         block = self.blocks[block_id]
@@ -164,6 +181,7 @@ class BlockPool:
                 entry = self.entries[key]
                 if entry.reason is CheckpointReason.PIN:
                     entry.reason = CheckpointReason.BLOCK
+            block.retention = self.retention_of(block)
             if block.ref_cnt == 0:
                 self.eviction.add(block)
 
@@ -177,32 +195,45 @@ class BlockPool:
 
         A key another block already holds is left where it is, its reason raised if need be.
         """
-        block = self.blocks[block_id]
+        blocks, entries = self.blocks, self.entries
+        block = blocks[block_id]
+        block_keys = block.keys
         added: list[Entry] = []
         max_position = 0
         reason: CheckpointReason | None = None
+        retention = -1  # of `reason`
         for key, position, why in keys:
-            entry = self.entries.get(key)
+            entry = entries.get(key)
+            why_retention = RETENTION[why]
             if entry is not None:
-                if why.retention > entry.reason.retention:
+                if why_retention > RETENTION[entry.reason]:
                     entry.reason = why
-                    self.eviction.update(self.blocks[entry.block_id])
-                    self._touch_changed(self.blocks[entry.block_id])
+                    holder = blocks[entry.block_id]
+                    if why_retention > holder.retention:
+                        holder.retention = why_retention
+                    if holder.free_queue is not None:  # `update` does nothing for a held one
+                        self.eviction.update(holder)
+                    self._touch_changed(holder)
                 continue
             entry = Entry(key, block_id, position, why)
-            self.entries[key] = entry
-            block.keys.append(key)
+            entries[key] = entry
+            block_keys.append(key)
             added.append(entry)
-            max_position = max(max_position, position)
-            if reason is None or why.retention > reason.retention:
-                reason = why
+            if position > max_position:
+                max_position = position
+            if why_retention > retention:
+                reason, retention = why, why_retention
         if not added:
             return []
         start = (max_position - 1) // self.block_size * self.block_size
         block.token_start = start
-        self.eviction.update(block)
-        self._touch_changed(block)
+        if retention > block.retention:
+            block.retention = retention
+        if block.free_queue is not None:  # `update` does nothing for a held block
+            self.eviction.update(block)
+        block.last_change = self.step
         if self.is_recording:
+            self.dirty.add(block_id)
             self._emit_stored(block_id, added, parent, start, max_position, reason)
         return [entry.key for entry in added]
 
@@ -241,6 +272,8 @@ class BlockPool:
             self.entries[key].block_id = dst_id
         dst.keys.extend(moved)
         dst.token_start = src.token_start
+        dst.retention = max(dst.retention, src.retention)
+        src.retention = 0
         self.eviction.update(src)
         self.eviction.update(dst)
         self._touch_changed(src)
@@ -284,6 +317,12 @@ class BlockPool:
             "last_change": block.last_change,
         }
 
+    def retention_of(self, block: Block) -> int:
+        """The highest retention among the block's entries, 0 for none, counted from the
+        entries (what `Block.retention` must equal). Changes nothing."""
+        entries = self.entries
+        return max((RETENTION[entries[key].reason] for key in block.keys), default=0)
+
     def take_dirty(self) -> list[Block]:
         dirty = [self.blocks[i] for i in sorted(self.dirty)]
         self.dirty.clear()
@@ -310,6 +349,11 @@ class BlockPool:
                 entry = self.entries.get(key)
                 if entry is None or entry.block_id != block.block_id:
                     raise InvariantError(f"{name}: lists key {key.hex()} it does not own")
+            if block.retention != self.retention_of(block):
+                raise InvariantError(
+                    f"{name}: stored retention {block.retention} but its entries call for "
+                    f"{self.retention_of(block)}"
+                )
         for key, entry in self.entries.items():
             block = self.blocks[entry.block_id]
             if key not in block.keys:

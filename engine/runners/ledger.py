@@ -29,6 +29,7 @@ from engine.runners.base import Runner
 _MOD_BITS = 89
 _MOD = (1 << _MOD_BITS) - 1
 _DIGIT_BITS = 64
+_SHIFT_ONE = 1 << _DIGIT_BITS % _MOD_BITS  # the shift of one digit (a decode step's token)
 EMPTY = -1
 
 MambaState = tuple[int, int]  # (tokens absorbed, rolling digest)
@@ -42,6 +43,8 @@ def advance(state: MambaState, token_ids: list[int]) -> MambaState:
     length, digest = state
     if not token_ids:
         return state
+    if len(token_ids) == 1 and 0 <= token_ids[0] < 1 << _DIGIT_BITS:  # one digit: no packing
+        return length + 1, (digest * _SHIFT_ONE + token_ids[0]) % _MOD
     digits = array("Q", token_ids)
     if sys.byteorder == "little":
         digits.byteswap()
@@ -76,21 +79,23 @@ class LedgerRunner(Runner):
         else:
             self.mamba[copy.dst] = self.mamba[copy.src]
 
-    def _slots(self, block_ids: list[int], start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    def _slots(self, table: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         positions = np.arange(start, end)
-        table = np.asarray(block_ids, dtype=np.int64)
         return table[positions // self.block_size], positions % self.block_size
 
-    def _prefix_slots(self, chunk: ScheduledChunk, end: int) -> tuple[np.ndarray, np.ndarray]:
+    def _prefix_slots(
+        self, chunk: ScheduledChunk, table: np.ndarray, end: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The table's blocks over [0, end) and what their slots hold there, in position order
-        (whole rows gathered, then cut: a prefix starts at slot 0 of the table's first block)."""
+        (whole rows gathered, then cut: a prefix starts at slot 0 of the table's first block).
+        `table` is the chunk's attention block ids as an array."""
         num_rows = -(-end // self.block_size)
-        if len(chunk.attention_block_ids) < num_rows:
+        if len(table) < num_rows:
             raise LedgerMismatch(
-                f"request {chunk.request_id}: its table of {len(chunk.attention_block_ids)} "
+                f"request {chunk.request_id}: its table of {len(table)} "
                 f"attention blocks does not reach position {end - 1}"
             )
-        table = np.asarray(chunk.attention_block_ids[:num_rows], dtype=np.int64)
+        table = table[:num_rows]
         return table, self.attention[table].reshape(-1)[:end]
 
     def _token_array(self, chunk: ScheduledChunk) -> np.ndarray:
@@ -111,11 +116,12 @@ class LedgerRunner(Runner):
             arrays[chunk.request_id] = self._token_array(chunk)
         self._arrays = arrays
         for chunk in chunks:
-            state = self._read(chunk)
+            table = np.asarray(chunk.attention_block_ids, dtype=np.int64)
+            state = self._read(chunk, table)
             truth[chunk.request_id] = self._truth[chunk.request_id]
             tokens = chunk.token_ids
-            rows, cols = self._slots(chunk.attention_block_ids, chunk.start, chunk.end)
-            self.attention[rows, cols] = tokens[chunk.start : chunk.end]
+            rows, cols = self._slots(table, chunk.start, chunk.end)
+            self.attention[rows, cols] = arrays[chunk.request_id][chunk.start : chunk.end]
             position = chunk.start
             for target, block_id in chunk.mamba_writes:
                 state = advance(state, tokens[position:target])
@@ -128,11 +134,11 @@ class LedgerRunner(Runner):
         self._truth = truth
         return RunnerOutput(sampled=sampled)
 
-    def _read(self, chunk: ScheduledChunk) -> MambaState:
+    def _read(self, chunk: ScheduledChunk, table: np.ndarray) -> MambaState:
         """Check every cached token and the Mamba state the chunk starts from."""
         start, tokens = chunk.start, chunk.token_ids
         if start:
-            table, held = self._prefix_slots(chunk, start)
+            table, held = self._prefix_slots(chunk, table, start)
             expected = self._arrays[chunk.request_id][:start]
             wrong = np.flatnonzero(held != expected)
             if wrong.size:

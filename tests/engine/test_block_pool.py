@@ -446,3 +446,28 @@ def test_check_invariants_catches_negative_pin_cnt(busy_pool: BlockPool) -> None
     busy_pool.blocks[0].pin_cnt = -1
     with pytest.raises(InvariantError, match=r"block 0\b"):
         busy_pool.check_invariants()
+
+
+def test_check_invariants_catches_a_stale_stored_retention(busy_pool: BlockPool) -> None:
+    busy_pool.entries[key(1000)].reason = CheckpointReason.JUNCTION  # behind the pool's back
+    with pytest.raises(InvariantError, match=r"block 0: stored retention 2 .* 4"):
+        busy_pool.check_invariants()
+
+
+def test_stored_retention_follows_cache_move_evict_and_unpin(busy_pool: BlockPool) -> None:
+    """Block.retention is the highest retention of the block's entries after every action."""
+    pool = busy_pool
+    assert [b.retention for b in pool.blocks] == [2, 2, 5, 0]
+    pool.cache(1, [(key(1001), BLOCK_SIZE * 2, CheckpointReason.JUNCTION)], None)  # raised
+    assert pool.blocks[1].retention == 4
+    pool.unpin(2)  # pin entries become block ones
+    assert pool.blocks[2].retention == 2
+    (dst,) = allocate_ids(pool, 1)  # block 3, the empty one
+    pool.touch(1)
+    pool.move_hashes(1, dst)
+    assert (pool.blocks[1].retention, pool.blocks[dst].retention) == (0, 4)
+    pool.free([1, dst, 0])
+    pool.check_invariants()
+    pool.allocate(4)  # evicts every entry
+    assert [b.retention for b in pool.blocks] == [0, 0, 0, 0]
+    pool.check_invariants()

@@ -93,6 +93,8 @@ def test_retention_lru_gives_blocks_up_in_the_models_order(seed: int) -> None:
             key = step.to_bytes(16, "big")
             entries[key] = Entry(key, block_id, 1, reason)
             blocks[block_id].keys.append(key)
+            # the pool's part: the block's stored retention follows its entries
+            blocks[block_id].retention = max(blocks[block_id].retention, RETENTION[reason])
             before = level_of(reasons[block_id])
             reasons[block_id].append(reason)
             policy.update(blocks[block_id])
@@ -107,6 +109,7 @@ def test_retention_lru_gives_blocks_up_in_the_models_order(seed: int) -> None:
                 for key in blocks[block_id].keys:
                     del entries[key]
                 blocks[block_id].keys = []
+                blocks[block_id].retention = 0
                 reasons[block_id] = []
         policy.check_invariants()
         assert policy.num_free == len(model.free)
@@ -125,7 +128,21 @@ def test_check_invariants_names_a_block_whose_level_is_stale() -> None:
     key = b"k" * 16
     entries[key] = Entry(key, 1, 1, CheckpointReason.JUNCTION)
     blocks[1].keys.append(key)  # changed behind the policy's back: no update()
-    with pytest.raises(InvariantError, match=r"block 1\b"):
+    blocks[1].retention = RETENTION[CheckpointReason.JUNCTION]
+    with pytest.raises(InvariantError, match=r"block 1\b.*level 0 is stale"):
+        policy.check_invariants()
+
+
+def test_check_invariants_names_a_block_whose_stored_retention_disagrees() -> None:
+    blocks = [Block(0), Block(1)]
+    entries: dict[bytes, Entry] = {}
+    policy = RetentionLRU(blocks, entries)
+    key = b"k" * 16
+    entries[key] = Entry(key, 1, 1, CheckpointReason.JUNCTION)
+    blocks[1].keys.append(key)  # the pool's stored retention not raised with it
+    policy.add(blocks[0])
+    policy.add(blocks[1])
+    with pytest.raises(InvariantError, match=r"block 1: stored retention 0 .* 4"):
         policy.check_invariants()
 
 

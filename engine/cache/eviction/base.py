@@ -59,6 +59,12 @@ class EvictionPolicy(ABC):
         """A block no request and no pin holds joins the free blocks (it may hold entries).
         Sets `block.free_queue`."""
 
+    def add_all(self, blocks: list[Block]) -> None:
+        """`add` each block in turn, so they join the free blocks in that order (a freed
+        table's blocks, in one call)."""
+        for block in blocks:
+            self.add(block)
+
     @abstractmethod
     def remove(self, block: Block) -> None:
         """A free block is held again (a reference or a pin): it leaves the free blocks.

@@ -1,7 +1,8 @@
 """The default policy: an LRU queue per retention level, the lowest level given up first.
 
 A free block's level is the highest retention among its entries (0 for none), capped below
-pins (docs/rules.md section 12). Within a level the least recently freed block goes first, so
+pins (docs/rules.md section 12): the pool keeps that retention on the block (`Block.retention`),
+so adding a block is O(1). Within a level the least recently freed block goes first, so
 a request's table, freed tail first, loses its tail before its head.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from engine.cache.block import Block, InvariantError
-from engine.cache.entry import RETENTION, Entry
+from engine.cache.entry import Entry
 from engine.cache.eviction.base import EvictionPolicy
 from engine.hashing import BlockHash
 
@@ -41,20 +42,26 @@ class RetentionLRU(EvictionPolicy):
         return num if limit is None else min(num, limit)
 
     def level(self, block: Block) -> int:
-        """The queue the block's entries call for."""
-        level = 0
-        entries = self.entries
-        for key in block.keys:
-            retention = RETENTION[entries[key].reason]
-            if retention > level:
-                level = retention
-        return min(level, NUM_FREE_LEVELS - 1)
+        """The queue the block's entries call for, from its stored retention."""
+        retention = block.retention
+        return retention if retention < NUM_FREE_LEVELS else NUM_FREE_LEVELS - 1
 
     def add(self, block: Block) -> None:
-        level = self.level(block) if block.keys else 0
+        retention = block.retention
+        level = retention if retention < NUM_FREE_LEVELS else NUM_FREE_LEVELS - 1
         block.free_queue = level
         self._queues[level][block.block_id] = None
         self._num_free += 1
+
+    def add_all(self, blocks: list[Block]) -> None:
+        queues, top = self._queues, NUM_FREE_LEVELS - 1
+        for block in blocks:
+            level = block.retention
+            if level > top:
+                level = top
+            block.free_queue = level
+            queues[level][block.block_id] = None
+        self._num_free += len(blocks)
 
     def remove(self, block: Block) -> None:
         del self._queues[block.free_queue][block.block_id]
@@ -69,13 +76,17 @@ class RetentionLRU(EvictionPolicy):
 
     def take(self, num: int) -> list[Block]:
         taken: list[Block] = []
-        blocks = self.blocks
+        append, blocks = taken.append, self.blocks
+        left = num
         for queue in self._queues:
-            while queue and len(taken) < num:
-                block_id, _ = queue.popitem(last=False)
-                block = blocks[block_id]
+            if not left:
+                break
+            popitem = queue.popitem
+            for _ in range(min(left, len(queue))):
+                block = blocks[popitem(last=False)[0]]
                 block.free_queue = None
-                taken.append(block)
+                append(block)
+            left = num - len(taken)
         self._num_free -= len(taken)
         return taken
 
@@ -88,6 +99,11 @@ class RetentionLRU(EvictionPolicy):
                     raise InvariantError(
                         f"block {block_id}: in free level {level} "
                         f"but records level {block.free_queue}"
+                    )
+                if block.retention != self.retention(block):
+                    raise InvariantError(
+                        f"block {block_id}: stored retention {block.retention} but its "
+                        f"entries call for {self.retention(block)}"
                     )
                 if level != self.level(block):
                     raise InvariantError(f"block {block_id}: free level {level} is stale")

@@ -25,6 +25,15 @@ def test_a_state_is_the_same_whatever_the_chunking(token_ids, data):
     assert state == advance((0, 0), token_ids)
 
 
+@given(TOKENS)
+def test_a_state_absorbed_one_token_at_a_time_is_the_whole_prefixs(token_ids):
+    """A decode step's single token takes a shortcut past the packing: the same state."""
+    state = (0, 0)
+    for token in token_ids:
+        state = advance(state, [token])
+    assert state == advance((0, 0), token_ids)
+
+
 @given(TOKENS, TOKENS)
 def test_different_prefixes_have_different_states(a, b):
     if a != b:
