@@ -24,7 +24,8 @@ def sink() -> ListSink:
 @pytest.fixture
 def make_pool(sink: ListSink):
     def make(num_blocks: int = 4, block_size: int = BLOCK_SIZE) -> BlockPool:
-        return BlockPool(num_blocks, block_size, "attention", 0, sink)
+        # the retention policy, whose order (docs/rules.md section 12) these tests spell out
+        return BlockPool(num_blocks, block_size, "attention", 0, sink, eviction="retention")
 
     return make
 

@@ -16,11 +16,12 @@ from engine.cache.eviction import (
     make_policy,
 )
 from engine.cache.eviction.retention import NUM_FREE_LEVELS, RetentionLRU
+from engine.cache.eviction.reuse import ReuseLearned
 
 
-def test_the_registry_lists_the_default_policy_by_its_name() -> None:
-    assert DEFAULT_EVICTION == "retention"
-    assert EVICTION_POLICIES[DEFAULT_EVICTION] is RetentionLRU
+def test_the_registry_lists_the_default_policy_first_by_its_name() -> None:
+    assert DEFAULT_EVICTION == "reuse" == next(iter(EVICTION_POLICIES))
+    assert EVICTION_POLICIES[DEFAULT_EVICTION] is ReuseLearned
     for name, policy in EVICTION_POLICIES.items():
         assert issubclass(policy, EvictionPolicy)
         assert policy.name == name
@@ -35,7 +36,7 @@ def test_an_unknown_policy_is_a_value_error_naming_the_known_ones() -> None:
 
 
 def test_a_pool_builds_the_policy_it_names_with_every_block_free() -> None:
-    pool = BlockPool(4, 4, "attention", 0, eviction=DEFAULT_EVICTION)
+    pool = BlockPool(4, 4, "attention", 0, eviction="retention")
     assert isinstance(pool.eviction, RetentionLRU)
     assert pool.eviction.num_free == 4
     assert [b.block_id for b in pool.eviction.take(2)] == [0, 1]
@@ -152,6 +153,8 @@ def test_the_cache_config_names_a_policy_its_pools_use() -> None:
     from engine.events import NullSink
 
     coordinator = HybridCoordinator(CacheConfig(num_blocks=8), NullSink())
-    assert all(isinstance(p.eviction, RetentionLRU) for p in coordinator.pools.values())
-    with pytest.raises(ValueError, match="unknown eviction policy 'nope': choose one of retention"):
+    assert all(isinstance(p.eviction, ReuseLearned) for p in coordinator.pools.values())
+    chosen = HybridCoordinator(CacheConfig(num_blocks=8, eviction="retention"), NullSink())
+    assert all(isinstance(p.eviction, RetentionLRU) for p in chosen.pools.values())
+    with pytest.raises(ValueError, match="unknown eviction policy 'nope': choose one of reuse"):
         CacheConfig(eviction="nope")

@@ -20,12 +20,13 @@ from engine.hashing import BlockHash
 
 #: every policy by name; the first is the default
 EVICTION_POLICIES: dict[str, type[EvictionPolicy]] = {
+    ReuseLearned.name: ReuseLearned,
     RetentionLRU.name: RetentionLRU,
     PlainLRU.name: PlainLRU,
     CostAware.name: CostAware,
-    ReuseLearned.name: ReuseLearned,
 }
-DEFAULT_EVICTION = RetentionLRU.name
+#: the policy `benchmarks/pressure.py` measures best (docs/benchmarks.md)
+DEFAULT_EVICTION = ReuseLearned.name
 
 
 def make_policy(

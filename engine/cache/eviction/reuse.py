@@ -29,6 +29,7 @@ from engine.cache.eviction.reuse_rates import ReuseRates
 from engine.hashing import BlockHash
 
 REASONS = list(CheckpointReason)
+REASON_INDEX = {reason: index for index, reason in enumerate(REASONS)}
 EMPTY = 0  # the class of a block with no entry; then 1 + 2 * reason index + was read
 NUM_CLASSES = 1 + 2 * len(REASONS)
 # the horizon in frees per block of the pool:
@@ -66,6 +67,7 @@ class ReuseLearned(EvictionPolicy):
         self._is_read = [False] * len(blocks)  # read since its entries were cached
         self._stamp = 0
         self._num_free = 0
+        self._weights: list[float] | None = None  # `rate * horizon` per class, until one changes
 
     @property
     def num_free(self) -> int:
@@ -73,35 +75,49 @@ class ReuseLearned(EvictionPolicy):
 
     def klass(self, block: Block) -> int:
         """The queue the block's entries and reads call for. Changes nothing."""
-        best = None
+        best, best_retention = None, -1
+        entries = self.entries
         for key in block.keys:
-            reason = self.entries[key].reason
-            if best is None or RETENTION[reason] > RETENTION[best]:
-                best = reason
+            reason = entries[key].reason
+            retention = RETENTION[reason]
+            if retention > best_retention:
+                best, best_retention = reason, retention
         if best is None:
             return EMPTY
-        return 1 + 2 * REASONS.index(best) + self._is_read[block.block_id]
-
-    def _head_priority(self, klass: int, stamp: int) -> float:
-        return -1.0 if klass == EMPTY else stamp + self.rates.rate(klass) * self.horizon
+        return 1 + 2 * REASON_INDEX[best] + self._is_read[block.block_id]
 
     def _in_order(self) -> Iterator[Block]:
-        """The free blocks in the order `take` gives them up, without taking any."""
-        iters = [iter(queue.items()) for queue in self._queues]
-        heads = [next(it, None) for it in iters]
-        while True:
-            best, best_priority = None, 0.0
-            for klass, head in enumerate(heads):
-                if head is not None:
-                    priority = self._head_priority(klass, head[1])
+        """The free blocks in the order `take` gives them up, without taking any: among the
+        classes' heads, the lowest `stamp + rate * horizon` (an empty block first; the lower
+        class on a tie). The rates are read once: nothing here changes them."""
+        weights = self._weights
+        if weights is None:  # a rate changed since the last walk
+            weights = [self.rates.rate(klass) * self.horizon for klass in range(NUM_CLASSES)]
+            self._weights = weights
+        iters, heads = {}, {}  # non-empty classes, ascending
+        for klass, queue in enumerate(self._queues):
+            if queue:
+                iters[klass] = iter(queue.items())
+                heads[klass] = next(iters[klass])
+        blocks = self.blocks
+        while heads:
+            best, best_priority = EMPTY, -1.0
+            if EMPTY not in heads:
+                best = None
+                for klass, (_, stamp) in heads.items():
+                    priority = stamp + weights[klass]
                     if best is None or priority < best_priority:
                         best, best_priority = klass, priority
-            if best is None:
-                return
-            yield self.blocks[heads[best][0]]
-            heads[best] = next(iters[best], None)
+            yield blocks[heads[best][0]]
+            following = next(iters[best], None)
+            if following is None:
+                del heads[best]
+            else:
+                heads[best] = following
 
     def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
+        if limit is not None and len(self._queues[EMPTY]) >= limit:
+            return limit  # blocks with no entry go first, and hold nothing retained
         num = 0
         for block in self._in_order():
             if num == limit or self.retention(block) > retention:
@@ -125,6 +141,7 @@ class ReuseLearned(EvictionPolicy):
         self._num_free -= 1
         if klass != EMPTY:  # held again while cached: a read
             self.rates.hit(klass)
+            self._weights = None
             self._is_read[block.block_id] = True
 
     def update(self, block: Block) -> None:
@@ -136,6 +153,18 @@ class ReuseLearned(EvictionPolicy):
             self.add(block)
 
     def take(self, num: int) -> list[Block]:
+        empty = self._queues[EMPTY]
+        if len(empty) >= num:  # the common case: blocks with no entry go first, oldest first
+            blocks, is_read = self.blocks, self._is_read
+            taken = []
+            for _ in range(num):
+                block_id, _ = empty.popitem(last=False)
+                block = blocks[block_id]
+                block.free_queue = None
+                is_read[block_id] = False
+                taken.append(block)
+            self._num_free -= num
+            return taken
         taken = [block for block, _ in zip(self._in_order(), range(num), strict=False)]
         for block in taken:
             klass = block.free_queue
@@ -145,11 +174,13 @@ class ReuseLearned(EvictionPolicy):
             if klass != EMPTY:
                 deepest = max(block.keys, key=lambda key: self.entries[key].position)
                 self.rates.evicted(klass, deepest)
+                self._weights = None
         self._num_free -= len(taken)
         return taken
 
     def observe(self, hashes: Sequence[BlockHash]) -> None:
         self.rates.observe(hashes, self.entries, deepest_only=self.holds_states)
+        self._weights = None
 
     def check_invariants(self) -> None:
         num_free = 0
