@@ -12,7 +12,7 @@ given up.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from engine.cache.block import Block
@@ -42,6 +42,17 @@ class EvictionPolicy(ABC):
         """The highest retention among the block's entries, 0 for none. Changes nothing."""
         entries = self.entries
         return max((RETENTION[entries[key].reason] for key in block.keys), default=0)
+
+    def count_up_to(self, in_order: Iterable[Block], retention: int, limit: int | None) -> int:
+        """`num_free_up_to` for a policy that can list its free blocks `in_order`, the order
+        `take` gives them up in: those before the first retained above `retention`, at most
+        `limit`. Changes nothing."""
+        num = 0
+        for block in in_order:
+            if num == limit or self.retention(block) > retention:
+                break
+            num += 1
+        return num
 
     @property
     @abstractmethod

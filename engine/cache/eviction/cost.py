@@ -99,12 +99,7 @@ class CostAware(EvictionPolicy):
                     heapq.heappush(frontier, (heap[child], child))
 
     def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
-        num = 0
-        for block in self._in_order():
-            if num == limit or self.retention(block) > retention:
-                break
-            num += 1
-        return num
+        return self.count_up_to(self._in_order(), retention, limit)
 
     def add(self, block: Block) -> None:
         block.free_queue = FREE

@@ -35,13 +35,8 @@ class PlainLRU(EvictionPolicy):
 
     def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
         """Walks the queue from its head: O(the answer), so callers pass a small `limit`."""
-        num = 0
         blocks = self.blocks
-        for block_id in self._queue:
-            if num == limit or self.retention(blocks[block_id]) > retention:
-                break
-            num += 1
-        return num
+        return self.count_up_to((blocks[i] for i in self._queue), retention, limit)
 
     def add(self, block: Block) -> None:
         block.free_queue = FREE

@@ -118,12 +118,7 @@ class ReuseLearned(EvictionPolicy):
     def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
         if limit is not None and len(self._queues[EMPTY]) >= limit:
             return limit  # blocks with no entry go first, and hold nothing retained
-        num = 0
-        for block in self._in_order():
-            if num == limit or self.retention(block) > retention:
-                break
-            num += 1
-        return num
+        return self.count_up_to(self._in_order(), retention, limit)
 
     def add(self, block: Block) -> None:
         if not block.keys:
