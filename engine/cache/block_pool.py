@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from engine.cache.block import Block, InvariantError, NoFreeBlocksError
-from engine.cache.entry import REASON_VALUE, RETENTION, CheckpointReason, Entry
+from engine.cache.entry import REASON_VALUE, RETENTION, CheckpointReason, Entry, highest_retention
 from engine.cache.eviction import DEFAULT_EVICTION, make_policy
 from engine.events import BlockHashesMoved, BlockRemoved, BlockStored, EventSink, NullSink
 from engine.hashing import BlockHash
@@ -91,17 +91,9 @@ class BlockPool:
         taken = self.eviction.take(num)
         step = self.step
         dirty = self.dirty if self.is_recording else None
-        evict = self.evict if dirty is not None else None
-        entries = self.entries
         for block in taken:
             if block.keys:
-                if evict is not None:
-                    evict(block)
-                else:  # `evict` with no event to build
-                    for key in block.keys:
-                        del entries[key]
-                    block.keys = []
-                    block.retention = 0
+                self.evict(block)
             block.ref_cnt = 1
             block.token_start = None
             block.last_change = step
@@ -113,11 +105,14 @@ class BlockPool:
         """Drop every entry the block holds (it is about to be reused)."""
         if not block.keys:
             return
-        removed = [self.entries.pop(key) for key in block.keys]
+        keys, entries = block.keys, self.entries
         block.keys = []
         block.retention = 0
-        if not self.is_recording:
+        if not self.is_recording:  # nobody listens: no event to build
+            for key in keys:
+                del entries[key]
             return
+        removed = [entries.pop(key) for key in keys]
         self.sink.emit(
             BlockRemoved(
                 block_hashes=[entry.key_hex for entry in removed],
@@ -320,8 +315,7 @@ class BlockPool:
     def retention_of(self, block: Block) -> int:
         """The highest retention among the block's entries, 0 for none, counted from the
         entries (what `Block.retention` must equal). Changes nothing."""
-        entries = self.entries
-        return max((RETENTION[entries[key].reason] for key in block.keys), default=0)
+        return highest_retention(block.keys, self.entries)
 
     def take_dirty(self) -> list[Block]:
         dirty = [self.blocks[i] for i in sorted(self.dirty)]

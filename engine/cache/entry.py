@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -36,6 +37,13 @@ RETENTION = {
     CheckpointReason.MESSAGE: 4,
     CheckpointReason.PIN: 5,
 }
+
+
+def highest_retention(keys: Iterable[BlockHash], entries: Mapping[BlockHash, Entry]) -> int:
+    """The highest retention among the entries of `keys`, 0 for none: a block's level, which
+    the pool keeps as `Block.retention` and both the pool's and the policy's checks derive."""
+    return max((RETENTION[entries[key].reason] for key in keys), default=0)
+
 
 #: Each reason's string, for rows and events (an enum's `.value` is slow on hot paths).
 REASON_VALUE = {reason: reason.value for reason in CheckpointReason}

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from engine.cache.block import Block
-from engine.cache.entry import RETENTION, CheckpointReason, Entry
+from engine.cache.entry import CheckpointReason, Entry, highest_retention
 from engine.hashing import BlockHash
 
 
@@ -40,16 +40,16 @@ class EvictionPolicy(ABC):
 
     def retention(self, block: Block) -> int:
         """The highest retention among the block's entries, 0 for none. Changes nothing."""
-        entries = self.entries
-        return max((RETENTION[entries[key].reason] for key in block.keys), default=0)
+        return highest_retention(block.keys, self.entries)
 
     def count_up_to(self, in_order: Iterable[Block], retention: int, limit: int | None) -> int:
         """`num_free_up_to` for a policy that can list its free blocks `in_order`, the order
         `take` gives them up in: those before the first retained above `retention`, at most
-        `limit`. Changes nothing."""
+        `limit`. Reads the level the pool keeps on each block (`Block.retention`, which its
+        checks hold equal to `retention(block)`). Changes nothing."""
         num = 0
         for block in in_order:
-            if num == limit or self.retention(block) > retention:
+            if num == limit or block.retention > retention:
                 break
             num += 1
         return num
