@@ -235,6 +235,10 @@ class RequestFinished(CacheEvent):
     oldest_unfinished_index: Count = 0
     unit_hashes: UnitHashes = ""  # prompt and output; the store keeps only salted hashes
     match_stop: MatchStop | None = None
+    # what a what-if needs to replay it: the engine's step count when it arrived, and where
+    # its chat messages ended (`checkpoint_offsets`)
+    arrival_step: Count = 0
+    checkpoint_offsets: list[Int] = []
 
     def to_dict(self) -> dict:
         event = super().to_dict()
@@ -254,6 +258,7 @@ class PinUpdated(CacheEvent):
     reason: Text | None = None
     arrival_index: Count | None = None  # its prefill's place in the engine's arrival order
     unit_hashes: UnitHashes = ""  # the pinned prefix's chained unit hashes, as a request's
+    arrival_step: Count | None = None  # the engine's step count when its prefill arrived
 
 
 # --- engines without physical block ids ---------------------------------------------------

@@ -57,6 +57,9 @@ class CacheGeometry(
     hit_alignment: Size | None = None  # the grid every hit length lies on
     max_model_len: Size | None = None  # the longest sequence the engine takes
     max_prefix_wait_steps: Count | None = None  # steps a request waits for a prefix in flight
+    max_num_batched_tokens: Size | None = None  # the token budget of one step
+    max_num_seqs: Size | None = None  # requests running at once
+    long_prefill_threshold: Count | None = None  # a request's chunk cap (0: none)
     eviction: Kind | None = None  # the eviction policy's name (`CacheConfig.eviction`)
     # each group's pool, so a store lays out a new epoch's table before any row comes
     groups: Annotated[dict[PeerGroup, GroupShape], Meta(max_length=MAX_GROUPS)] | None = None

@@ -87,4 +87,6 @@ def request_finished(
         oldest_unfinished_index=oldest_unfinished,
         unit_hashes=short_hashes(request.block_hashes, UNIT_HASH_BYTES),
         match_stop=match_stop(request),
+        arrival_step=request.arrival_step,
+        checkpoint_offsets=list(request.checkpoint_offsets),
     )

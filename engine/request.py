@@ -90,6 +90,7 @@ class Request:
     num_wait_steps: int = 0  # steps spent waiting for a request in flight to compute its prefix
     num_copy_wait_steps: int = 0  # steps spent waiting for its checkpoint's copy to run
     arrival_index: int = 0  # its place in the scheduler's arrival order
+    arrival_step: int = 0  # the engine's step count when it arrived (a what-if replays it there)
     match: AdmissionMatch = AdmissionMatch()  # what its first admission saw
     pin_hits: dict[str, int] = field(default_factory=dict)  # pin id -> boundary the hit covered
     first_token_ts: float | None = None

@@ -72,6 +72,7 @@ class Scheduler:
             self.coordinator.pools,
             self.pin_manager.num_pins,
         )
+        request.arrival_step = self.step_id
         self.arrivals.add(request)
         self.waiting.append(request)
 
@@ -103,6 +104,7 @@ class Scheduler:
         if request is not None:
             self.add_request(request)
             pin.arrival_index = request.arrival_index
+            pin.arrival_step = request.arrival_step
             self.pin_manager.emit(pin)
         return pin
 

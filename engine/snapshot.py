@@ -52,6 +52,9 @@ def cache_geometry(
         hit_alignment=cache.hit_alignment,
         max_model_len=scheduler.max_model_len,
         max_prefix_wait_steps=scheduler.max_prefix_wait_steps,
+        max_num_batched_tokens=scheduler.max_num_batched_tokens,
+        max_num_seqs=scheduler.max_num_seqs,
+        long_prefill_threshold=scheduler.long_prefill_threshold,
         eviction=cache.eviction,
         groups={
             name: GroupShape(block_size=pool.block_size, num_blocks=pool.num_blocks)

@@ -28,6 +28,7 @@ class Pin:
     block_ids: dict[str, list[int]] = field(default_factory=dict)
     unit_hashes: str = ""  # the prefix's chain as `RequestFinished.unit_hashes` carries it
     arrival_index: int | None = None  # its prefill's arrival index, once queued
+    arrival_step: int | None = None  # the scheduler's step count when its prefill was queued
 
     @property
     def is_active(self) -> bool:
@@ -50,4 +51,5 @@ class Pin:
             reason=self.reason,
             arrival_index=self.arrival_index,
             unit_hashes=self.unit_hashes,
+            arrival_step=self.arrival_step,
         )

@@ -1,0 +1,81 @@
+"""What a what-if found: per setting, hit tokens beside the oracle and the bound under its
+memory, and how far that is from what ran."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class SettingResult:
+    """One setting's replay: `hits` per request in arrival order (pins left out)."""
+
+    label: str
+    changes: dict  # the fields the setting set (`WhatIfSetting.changes`)
+    config: dict  # the cache config it ran with, every field
+    num_prompt_tokens: int
+    hit_tokens: int
+    oracle_tokens: int  # what no memory limit and perfect foresight would hit
+    bound_tokens: int  # what the offline policy hits in this setting's memory
+    hits: list[int] = field(default_factory=list)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
+
+    @property
+    def share_of_oracle(self) -> float:
+        return self.hit_tokens / self.oracle_tokens if self.oracle_tokens else 1.0
+
+    @property
+    def share_of_bound(self) -> float:
+        return self.hit_tokens / self.bound_tokens if self.bound_tokens else 1.0
+
+    def as_dict(self, with_hits: bool = False) -> dict:
+        data = asdict(self)
+        if not with_hits:
+            del data["hits"]
+        data.update(
+            hit_rate=self.hit_rate,
+            share_of_oracle=self.share_of_oracle,
+            share_of_bound=self.share_of_bound,
+        )
+        return data
+
+
+@dataclass
+class WhatIfReport:
+    """`as_ran` replays the engine's own settings; `agreement` counts the requests whose
+    replayed hit equals the hit the engine recorded."""
+
+    num_requests: int
+    num_prompt_tokens: int
+    recorded_tokens: int  # the hit tokens the engine reported
+    agreement: int
+    as_ran: SettingResult
+    results: list[SettingResult]
+
+    @property
+    def exact(self) -> bool:
+        return self.agreement == self.num_requests
+
+    def gain(self, result: SettingResult) -> int:
+        """Hit tokens `result` saves beyond what ran (negative: it loses them)."""
+        return result.hit_tokens - self.as_ran.hit_tokens
+
+    def ranked(self) -> list[SettingResult]:
+        """The settings tried, most tokens saved first."""
+        return sorted(self.results, key=self.gain, reverse=True)
+
+    def as_dict(self, with_hits: bool = False) -> dict:
+        return {
+            "num_requests": self.num_requests,
+            "num_prompt_tokens": self.num_prompt_tokens,
+            "recorded_tokens": self.recorded_tokens,
+            "agreement": self.agreement,
+            "exact": self.exact,
+            "as_ran": self.as_ran.as_dict(with_hits),
+            "results": [
+                {**r.as_dict(with_hits), "gain_tokens": self.gain(r)} for r in self.ranked()
+            ],
+        }
