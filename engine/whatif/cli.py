@@ -1,7 +1,9 @@
 """`junction whatif`: replay what an engine ran under other settings and say what each buys.
 
 The input is a trace (`--trace`, run once with the cache options given: what "ran") or a
-recording (`--recording`, `junction whatif --recording-out`'s JSON lines). Each `--try` is one
+recording (`--recording`: `junction whatif --recording-out`'s JSON lines, or a bridged vLLM or
+SGLang engine's from `junction attach --recording-out`, whose settings are then the cache
+options given, Junction's defaults unless said). Each `--try` is one
 setting, `key=value` pairs separated by commas (`--try eviction=lru --try
 block_size=32,mamba_block_size=256 --try mode=vllm --try num_blocks=8192`); with none, a
 standard set is tried: vLLM's rules, every other eviction policy, and half and twice the memory.
@@ -63,6 +65,11 @@ def parse_try(text: str) -> dict:
     return setting
 
 
+#: what a bridged peer's recording tries by default: Junction's engine with the cache options
+#: given, and the peer's own rules in that memory
+PEER_SETTINGS = [{"label": "Junction"}, {"label": "as vLLM would", "mode": "vllm"}]
+
+
 def default_settings(ran_eviction: str, num_blocks: int, num_mamba_blocks: int) -> list[dict]:
     """vLLM's rules, every other eviction policy, half and twice the memory."""
     from engine.cache.eviction import EVICTION_POLICIES
@@ -97,9 +104,15 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         write_atomically(
             args.recording_out, (line.decode() + "\n" for line in dump_lines(recording))
         )
-    if not raw:
+    base = None
+    if recording.geometry.is_peer:  # the cache options are Junction's, to try in its place
+        configs = configs_from_args(args)
+        base = (configs.cache, configs.scheduler)
+        if not raw:
+            settings = parse_settings(PEER_SETTINGS)
+    elif not raw:
         settings = _fitting_defaults(recording)
-    return _run(args, recording, settings)
+    return _run(args, recording, settings, base)
 
 
 def _fitting_defaults(recording) -> list:
@@ -157,7 +170,7 @@ def record_trace(items, cache, scheduler, args: argparse.Namespace):
     return from_events(engine.cache_geometry(), sink.events, args.concurrency)
 
 
-def _run(args: argparse.Namespace, recording, settings) -> int:
+def _run(args: argparse.Namespace, recording, settings, base=None) -> int:
     from rich.console import Console
     from tqdm import tqdm
 
@@ -172,7 +185,7 @@ def _run(args: argparse.Namespace, recording, settings) -> int:
         bar.refresh()
 
     try:
-        report = run_whatif(recording, settings, progress)
+        report = run_whatif(recording, settings, progress, base)
     except ValueError as exc:
         bar.close()
         print(f"junction whatif: {exc}", file=sys.stderr)

@@ -115,9 +115,10 @@ def is_pin_prefill(event: object) -> bool:
 def from_events(
     geometry: CacheGeometry, events: Iterable[object], concurrency: int | None = None
 ) -> Recording:
-    """A recording of one engine epoch from its events (`RequestFinished`, and the `PinUpdated`
-    of each pin prefill queued; others are skipped), with the engine's raw hashes. A request that reported
-    no chain (`unit_hashes` empty) cannot be replayed: `ValueError`."""
+    """A recording of one engine epoch from its events (`RequestFinished`, and the
+    `PinUpdated` of each pin prefill queued; others are skipped), with the engine's raw
+    hashes. A request that reported no chain (`unit_hashes` empty) cannot be replayed:
+    `ValueError`."""
     unit = geometry.prefix_match_unit
     if unit is None:
         raise ValueError("the engine's geometry has no prefix_match_unit: nothing to replay")

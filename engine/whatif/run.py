@@ -266,16 +266,25 @@ def run_whatif(
     recording: Recording,
     settings: Sequence[WhatIfSetting],
     progress: Callable[[int, int], None] | None = None,
+    base: tuple[CacheConfig, SchedulerConfig] | None = None,
 ) -> WhatIfReport:
     """Replay `recording` with its own settings, then with each of `settings`;
     `progress(done, total)` counts the requests replayed over all of them. A setting that
-    cannot be tried raises `ValueError` naming it before anything runs."""
-    ran_cache, ran_scheduler = ran_configs(recording.geometry)
+    cannot be tried raises `ValueError` naming it before anything runs.
+
+    A bridged peer's recording (`geometry.kind`) has no Junction settings of its own: its
+    recorded hits stand as what ran, unreplayed, and each setting applies to `base` (default:
+    Junction's defaults)."""
+    peer = recording.geometry.kind if recording.geometry.is_peer else None
+    if peer is not None:
+        ran_cache, ran_scheduler = base or (CacheConfig(), SchedulerConfig())
+    else:
+        ran_cache, ran_scheduler = ran_configs(recording.geometry)
     configs = [apply(setting, ran_cache, recording.unit) for setting in settings]
     for setting, cache in zip(settings, configs, strict=True):
         check_fits(recording, cache, setting.name())
     prepared = synthetic(recording)
-    total = recording.num_requests * (1 + len(configs))
+    total = recording.num_requests * (len(configs) + (peer is None))
     done = 0
 
     def advance(n: int) -> None:
@@ -284,10 +293,14 @@ def run_whatif(
         if progress is not None:
             progress(done, total)
 
-    as_ran_setting = WhatIfSetting(label="as ran")
-    replayed = replay_setting(recording, ran_cache, ran_scheduler, advance, prepared)
-    as_ran = _result(as_ran_setting, ran_cache, replayed, prepared, recording)
     recorded = [r.num_cached_tokens for r in recording.requests if not r.pin]
+    if peer is not None:
+        as_ran_setting = WhatIfSetting(label=f"{peer} as recorded")
+        replayed = Replayed(recorded, 1)
+    else:
+        as_ran_setting = WhatIfSetting(label="as ran")
+        replayed = replay_setting(recording, ran_cache, ran_scheduler, advance, prepared)
+    as_ran = _result(as_ran_setting, ran_cache, replayed, prepared, recording)
     results = []
     for setting, cache in zip(settings, configs, strict=True):
         replayed = replay_setting(recording, cache, ran_scheduler, advance, prepared)
@@ -299,4 +312,5 @@ def run_whatif(
         agreement=sum(a == b for a, b in zip(as_ran.hits, recorded, strict=True)),
         as_ran=as_ran,
         results=results,
+        peer=peer,
     )

@@ -8,12 +8,21 @@ from engine.whatif.report import SettingResult, WhatIfReport
 
 
 def report_table(report: WhatIfReport) -> Table:
-    agreement = "exact" if report.exact else "not exact"
-    title = (
-        f"what-if: {report.num_requests:,} requests, {report.num_prompt_tokens:,} prompt tokens, "
-        f"{report.recorded_tokens:,} hit as recorded; its own settings replayed reproduce "
-        f"{report.agreement:,} of {report.num_requests:,} requests' hits ({agreement})"
-    )
+    if report.peer is not None:
+        title = (
+            f"what-if for a bridged {report.peer} engine: {report.num_requests:,} request "
+            f"prefixes rebuilt from its stored blocks, {report.num_prompt_tokens:,} tokens; "
+            f"its attention matched {report.recorded_tokens:,} of them (its hits are at most "
+            f"that); each setting is Junction's engine unless it says otherwise"
+        )
+    else:
+        agreement = "exact" if report.exact else "not exact"
+        title = (
+            f"what-if: {report.num_requests:,} requests, {report.num_prompt_tokens:,} prompt "
+            f"tokens, {report.recorded_tokens:,} hit as recorded; its own settings replayed "
+            f"reproduce {report.agreement:,} of {report.num_requests:,} requests' hits "
+            f"({agreement})"
+        )
     table = Table(title=title, title_justify="left")
     for header in (
         "setting",
