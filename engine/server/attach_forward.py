@@ -5,6 +5,10 @@ resend after a reconnect, the bounded outbox. When the outbox overflows, or the 
 batches it no longer holds, the bridge sends an empty snapshot and then its whole table again
 (`PeerTable.events`), so the store's guarantees hold end to end. A bridge start is a new
 epoch: the store drops the old table, and the replay (asked from seq 0) rebuilds it.
+
+Batches, live or the table's, are cut to fit one frame (`frames`). A stored event too large
+for a frame alone (a block of a million tokens) goes without its token ids: the store keeps
+its blocks whole, with no token sample (it keeps only a sample anyway).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from engine.events import PeerMetrics, PeerResync
+import msgspec
+
+from engine.events import PeerBlockStored, PeerMetrics, PeerResync
 from engine.server.outbox import Outbox
 
 if TYPE_CHECKING:
@@ -26,6 +32,44 @@ if TYPE_CHECKING:
 log = logging.getLogger("engine.bridge")
 
 TABLE_EVENTS_PER_BATCH = 5000
+#: a frame's share of the outbox's frame limit the events put in one batch may take (the
+#: sizes below are estimates from above: msgpack ints of up to 5 bytes, hashes as strings)
+FRAME_SHARE = 0.5
+EVENT_OVERHEAD_BYTES = 256
+
+
+def event_bytes(event: CacheEvent) -> int:
+    """At most the msgpack bytes of `event` (its token ids and hashes; the rest a constant)."""
+    tokens = getattr(event, "token_ids", None) or ()
+    hashes = getattr(event, "block_hashes", None) or ()
+    return EVENT_OVERHEAD_BYTES + 5 * len(tokens) + sum(len(h) + 5 for h in hashes)
+
+
+def frames(events: list[CacheEvent], max_bytes: int, max_events: int) -> list[list]:
+    """`events` in order, cut into batches of at most `max_events` whose estimated bytes stay
+    within `max_bytes`; an event larger than that alone loses its token ids (logged)."""
+    batches: list[list] = []
+    batch: list = []
+    size = 0
+    for event in events:
+        n = event_bytes(event)
+        if n > max_bytes and isinstance(event, PeerBlockStored):
+            log.warning(
+                "a stored event of %d blocks and %d token ids is too large for one frame: "
+                "forwarded without its token ids",
+                len(event.block_hashes),
+                len(event.token_ids),
+            )
+            event = msgspec.structs.replace(event, token_ids=[])
+            n = event_bytes(event)
+        if batch and (size + n > max_bytes or len(batch) >= max_events):
+            batches.append(batch)
+            batch, size = [], 0
+        batch.append(event)
+        size += n
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 class Forwarder:
@@ -36,21 +80,30 @@ class Forwarder:
         self.bridge, self.outbox = bridge, outbox
         self.engine_id, self.epoch = engine_id, epoch
 
-    def __call__(self, events: list[CacheEvent]) -> None:
+    @property
+    def frame_bytes(self) -> int:
+        return int(self.outbox.max_frame_bytes * FRAME_SHARE)
+
+    def _put(self, events: list[CacheEvent], ts: float) -> bool:
         from engine.wire import Batch
 
+        return self.outbox.put_batch(
+            lambda seq: Batch(
+                engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, events=events
+            )
+        )
+
+    def __call__(self, events: list[CacheEvent]) -> None:
         if self.outbox.needs_snapshot:
             self.resend_table()
         if not events:
             return
         ts = time.time()
-        put = self.outbox.put_batch(
-            lambda seq: Batch(
-                engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, events=events
-            )
-        )
-        if put:
-            self.bridge.stats.forwarded.inc(len(events))
+        for batch in frames(events, self.frame_bytes, len(events)):
+            if not self._put(batch, ts):
+                break
+            self.bridge.stats.forwarded.inc(len(batch))
+        else:
             return
         # the outbox is full: the table holds these events' effect on the blocks; what it
         # cannot hold (resyncs, metric samples) goes after it
@@ -62,15 +115,10 @@ class Forwarder:
         self.resend_table()
         kept = [e for e in events if type(e) in (PeerResync, PeerMetrics)]
         if kept:
-            self.outbox.put_batch(
-                lambda seq: Batch(
-                    engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, events=kept
-                )
-            )
+            self._put(kept, ts)
 
     def resend_table(self) -> None:
         from engine.server.publisher import put_snapshot
-        from engine.wire import Batch
 
         # an empty table: the peer's blocks have no ids, its table follows as events
         put_snapshot(self.outbox, self.engine_id, self.epoch, [])
@@ -78,15 +126,15 @@ class Forwarder:
         events = self.bridge.table.events(ranks)
         self.bridge.stats.table_resends.inc()
         log.warning("sending the whole table again: %d hashes", len(events) - len(ranks))
-        for start in range(0, len(events), TABLE_EVENTS_PER_BATCH):
-            chunk = events[start : start + TABLE_EVENTS_PER_BATCH]
-            put = self.outbox.put_batch(
-                lambda seq, chunk=chunk: Batch(
-                    engine_id=self.engine_id, epoch=self.epoch, seq=seq, ts=ts, events=chunk
+        for chunk in frames(events, self.frame_bytes, TABLE_EVENTS_PER_BATCH):
+            if not self._put(chunk, ts):
+                log.error(
+                    "the table (%d events) does not fit the outbox (%d bytes, %d frames): "
+                    "raise --outbox-bytes or --outbox-batches; trying again",
+                    len(events),
+                    self.outbox.max_bytes,
+                    self.outbox.max_batches,
                 )
-            )
-            if not put:
-                log.error("the table does not fit the outbox (raise --outbox-bytes); trying again")
                 return
 
 

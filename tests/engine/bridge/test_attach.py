@@ -164,3 +164,61 @@ def test_the_scraper_reads_the_peer_and_survives_it_going_away(caplog) -> None:
         assert f"metrics {url}: " in caplog.text  # ConnectError, or a reset keep-alive
     finally:
         scraper.stop()
+
+
+def _huge(h: str, parent: str | None, num_tokens: int) -> PeerBlockStored:
+    return PeerBlockStored(
+        rank=0,
+        group_idx=1,
+        group="mamba",
+        medium="GPU",
+        block_hashes=[h],
+        parent_block_hash=parent,
+        block_size=num_tokens,
+        token_ids=[7] * num_tokens,
+    )
+
+
+def _drain(outbox: Outbox) -> list:
+    frames = []
+    while outbox.num_buffered:
+        frame = outbox.take(lambda: False, may_ask=False)
+        for payload in frame.encoded(True, outbox.max_frame_bytes):
+            assert len(payload) <= outbox.max_frame_bytes
+            frames.append(decode(payload))
+        outbox.ack(frame.seq)
+    return frames
+
+
+def test_a_batch_larger_than_a_frame_goes_in_frames_and_the_table_too() -> None:
+    """Three stored events of 2^20 token ids each (issue 31: the bridge then resent its table
+    four times a second for good, each too large for a frame)."""
+    bridge = Bridge(BridgeConfig(events="tcp://127.0.0.1:1"), lambda e: None)
+    outbox = Outbox(binary=True)
+    forward = Forwarder(bridge, outbox, "peer-1", 5)
+    events = [_huge("0a", None, 1 << 20), _huge("0b", "0a", 1 << 20), _huge("0c", "0b", 1 << 20)]
+    for event in events:
+        bridge.table.stored(event)
+    forward(events)
+    assert not outbox.needs_snapshot
+    assert bridge.stats.value("junction_bridge_table_resends_total") == 0
+    batches = _drain(outbox)
+    assert len(batches) == 3 and [e for b in batches for e in b.events] == events
+    forward.resend_table()  # the table's events are cut to frames as well
+    snapshot, *table = _drain(outbox)
+    assert isinstance(snapshot, Snapshot) and len(table) == 3
+    assert [e.block_hashes for b in table for e in b.events[1:] or b.events] == [
+        ["0a"],
+        ["0b"],
+        ["0c"],
+    ]
+
+
+def test_an_event_larger_than_a_frame_alone_goes_without_its_token_ids(caplog) -> None:
+    bridge = Bridge(BridgeConfig(events="tcp://127.0.0.1:1"), lambda e: None)
+    outbox = Outbox(binary=True, max_frame_bytes=1 << 20)
+    event = _huge("0a", None, 1 << 20)
+    Forwarder(bridge, outbox, "peer-1", 5)([event, _stored("0b")])
+    (batch,) = _drain(outbox)
+    assert batch.events == [msgspec.structs.replace(event, token_ids=[]), _stored("0b")]
+    assert "too large for one frame: forwarded without its token ids" in caplog.text
