@@ -141,7 +141,10 @@ def test_the_feed_takes_the_attachs_token_only(attach) -> None:
         (["--feed-port", "1"], "--feed-port needs --serve-url"),
         (["--feed-port", "1", "--serve-url", "http://h:1/v1"], "without /v1"),
         (["--feed-port", "1", "--serve-url", "http://h:1"], "--served-model"),
-        ([], "--control-plane (or JUNCTION_CONTROL_PLANE_URL) or --feed-port is required"),
+        (
+            [],
+            "--control-plane (or JUNCTION_CONTROL_PLANE_URL), --feed-port or --recording-out is required",
+        ),
     ],
 )
 def test_wrong_feed_options_exit_2_naming_the_option(options, message) -> None:
