@@ -143,7 +143,8 @@ def test_the_feed_takes_the_attachs_token_only(attach) -> None:
         (["--feed-port", "1", "--serve-url", "http://h:1"], "--served-model"),
         (
             [],
-            "--control-plane (or JUNCTION_CONTROL_PLANE_URL), --feed-port or --recording-out is required",
+            "--control-plane (or JUNCTION_CONTROL_PLANE_URL), --feed-port or --recording-out "
+            "is required",
         ),
     ],
 )
