@@ -20,6 +20,16 @@ the peer's buffer reaches back to its first batch.
 A payload that is no batch is skipped (its seq counted as lost: a `PeerResync`); an event
 that is no event is skipped and the rest of its batch applied. Each gets a log line and a
 `junction_bridge_bad_frames_total{reason}` count.
+
+What a stray or forged message could wreck is checked first (reason `forged`):
+
+- A seq more than `MAX_SEQ_JUMP` past the one wanted, once live messages flow, is held until
+  the next message: if that one follows it (seq + 1) the jump was real and both apply; if not,
+  the held one is dropped (a lone seq of 2^62 would otherwise make every real message after it
+  look like a restart).
+- A seq going backwards, or a live batch that clears the cache, is checked against the replay
+  when there is one: if the replay holds another payload at that seq, the message is dropped
+  (no restart, no clear). A replay that holds the same payload, or none, lets it through.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from engine.bridge.peer_wire import BadBatch, decode_batch
+from engine.bridge.peer_wire import AllBlocksCleared, BadBatch, decode_batch
 from engine.bridge.replay import ReplayClient
 from engine.bridge.stats import BridgeStats
 from engine.bridge.table import PeerTable
@@ -41,6 +51,8 @@ NO_REPLAY = "no replay socket"
 NO_ANSWER = "the replay did not answer"
 NOT_HELD = "the replay no longer holds them"
 BAD_BATCH = "undecodable batch"
+#: the most a live seq may jump ahead of the one wanted before it needs the next one to follow
+MAX_SEQ_JUMP = 1 << 20
 
 
 class RankStream:
@@ -65,6 +77,8 @@ class RankStream:
         self.replayed: dict[int, int] = {}
         self.last_ts: float | None = None
         self.is_restarting = False
+        self.is_live = False  # a live message was applied: seqs are known to flow from here
+        self.held: tuple[int, bytes] | None = None  # a far jump, waiting for its next seq
 
     # ------------------------------------------------------------------ the live socket
     def start(self) -> None:
@@ -75,10 +89,23 @@ class RankStream:
 
     def on_message(self, seq: int, payload: bytes) -> None:
         """One live message."""
+        if self.held is not None:
+            held, self.held = self.held, None
+            if seq == held[0] + 1:
+                self._on_message(*held)  # the jump was real: its successor came
+            else:
+                self._forged(held[0], f"a seq {held[0] - self.next_seq} past {self.next_seq}")
+        if self.is_live and not self.is_restarting and seq - self.next_seq > MAX_SEQ_JUMP:
+            self.held = (seq, payload)
+            return
+        self._on_message(seq, payload)
+
+    def _on_message(self, seq: int, payload: bytes) -> None:
         n = self.next_seq
         if seq == n:
             self.replayed.clear()  # caught up: no duplicate can come any more
-            self._apply(seq, payload)
+            self._apply(seq, payload, live=True)
+            self.is_live = True
             return
         if seq > n:
             self.stats.gaps.labels(self.label).inc()
@@ -87,7 +114,8 @@ class RankStream:
             if seq > self.next_seq:  # still short of it: the rest of the gap is lost
                 self._resync(self.next_seq, seq, NO_REPLAY if self.replay is None else NOT_HELD)
             if seq == self.next_seq:
-                self._apply(seq, payload)
+                self._apply(seq, payload, live=True)
+                self.is_live = True
             elif seq < self.next_seq:  # the replay gave it too
                 self._seen_again(seq, payload)
             return
@@ -103,7 +131,24 @@ class RankStream:
                 "rank %d: seq %d is not what the replay holds for it: skipped", self.rank, seq
             )
             return
+        if self._replay_holds(seq, payload) is False:
+            self._forged(seq, f"a seq back from {self.next_seq - 1} the replay does not hold")
+            return
         self._restart(seq, payload)
+
+    def _replay_holds(self, seq: int, payload: bytes) -> bool | None:
+        """Whether the replay holds `payload` at `seq`: None when it cannot say (no replay
+        socket, no answer, or that seq no longer or not yet held)."""
+        if self.replay is None:
+            return None
+        for held_seq, held in self.replay.fetch(seq).batches:
+            if held_seq == seq:
+                return held == payload
+        return None
+
+    def _forged(self, seq: int, what: str) -> None:
+        self.stats.bad_frames.labels("forged").inc()
+        log.warning("rank %d: seq %d dropped: %s", self.rank, seq, what)
 
     def _restart(self, seq: int, payload: bytes) -> None:
         if seq == 0:
@@ -190,16 +235,22 @@ class RankStream:
         )
         self.next_seq = max(self.next_seq, resumed)
 
-    def _apply(self, seq: int, payload: bytes) -> None:
-        self.next_seq = seq + 1
-        self.stats.next_seq.labels(self.label).set(self.next_seq)
+    def _apply(self, seq: int, payload: bytes, live: bool = False) -> None:
         try:
             batch = decode_batch(payload, self.flavor)
         except BadBatch as exc:
+            self.next_seq = seq + 1
+            self.stats.next_seq.labels(self.label).set(self.next_seq)
             self.stats.bad_frames.labels("payload").inc()
             log.warning("rank %d: seq %d: %s", self.rank, seq, exc)
             self._resync(seq, seq + 1, BAD_BATCH, quiet=True)
             return
+        clears = any(isinstance(e, AllBlocksCleared) for e in batch.events)
+        if live and clears and self._replay_holds(seq, payload) is False:
+            self._forged(seq, "a cache clear the replay does not hold")
+            return  # the seq stays wanted: the real batch there applies when it comes
+        self.next_seq = seq + 1
+        self.stats.next_seq.labels(self.label).set(self.next_seq)
         if batch.bad_events:
             self.stats.bad_frames.labels("event").inc(len(batch.bad_events))
             log.warning(

@@ -9,7 +9,7 @@ import logging
 
 import msgspec
 
-from engine.bridge.stream import BAD_BATCH, NO_REPLAY, NOT_HELD, RESTART
+from engine.bridge.stream import BAD_BATCH, MAX_SEQ_JUMP, NO_REPLAY, NOT_HELD, RESTART
 from engine.events import PeerBlockRemoved, PeerBlockStored, PeerCacheCleared, PeerResync
 from tests.engine.bridge.conftest import FakePeer, Harness, removed, stored
 
@@ -144,23 +144,80 @@ def test_an_unknown_event_tag_is_skipped_and_its_batch_kept(peer, harness, caplo
     assert "unknown event tag 'BlockTeleported'" in caplog.text
 
 
-def test_a_seq_going_backwards_is_taken_for_a_restart(peer, harness, caplog) -> None:
+def forge(peer: FakePeer, seq: int, events: list) -> None:
+    """A message on the live socket at `seq` that the peer never published (its replay does
+    not hold it, its own seq does not move)."""
+    payload = msgspec.msgpack.encode([1.5, events, 0])
+    peer.pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+
+
+def test_a_seq_going_backwards_that_the_replay_contradicts_is_dropped(peer, harness, caplog):
     for h in range(4):
         peer.publish([stored([h])])
     harness.pump()
     with caplog.at_level(logging.WARNING, "engine.bridge"):
-        peer.publish([stored([9])], seq=2)  # not what seq 2 was
+        forge(peer, 2, [stored([9])])  # not what seq 2 was
+        assert harness.pump() == []
+    assert harness.value("junction_bridge_bad_frames_total", reason="forged") == 1
+    assert harness.value("junction_bridge_restarts_total", rank="0") == 0
+    assert "seq 2 dropped: a seq back from 3 the replay does not hold" in caplog.text
+    peer.publish([stored([10])])
+    assert hashes(harness.pump()) == ["0a"]
+    assert harness.bridge.table.hashes(0) == {"attention": {"00", "01", "02", "03", "0a"}}
+
+
+def test_without_a_replay_a_seq_going_backwards_is_taken_for_a_restart(caplog) -> None:
+    peer = FakePeer(replay=False)
+    harness = Harness(peer, use_replay=False)
+    for h in range(4):
+        peer.publish([stored([h])])
+    harness.pump()
+    with caplog.at_level(logging.WARNING, "engine.bridge"):
+        peer.publish([stored([9])], seq=2)
         events = harness.pump()
     assert harness.value("junction_bridge_bad_frames_total", reason="seq_backwards") == 1
     assert harness.value("junction_bridge_restarts_total", rank="0") == 1
     assert "seq went backwards from 3 to 2" in caplog.text
     assert events[0] == PeerCacheCleared(rank=0)
-    assert resyncs(events)[0] == (4, 2, RESTART)
-    # from seq 0 again: the replay gave 0..3 back (the 9 at seq 2 disagrees with it: skipped)
-    assert hashes(events) == ["00", "01", "02", "03"]
-    peer.seq = 4
-    peer.publish([stored([10])])
-    assert hashes(harness.pump()) == ["0a"]
+    assert resyncs(events) == [(4, 2, RESTART), (0, 2, NO_REPLAY)]
+    assert hashes(events) == ["09"]
+    harness.bridge.close()
+    peer.close()
+
+
+def test_a_lone_seq_far_ahead_is_dropped_and_a_real_jump_is_followed(peer, harness, caplog):
+    """A forged seq of 2^62 would make every real message after it look like a restart."""
+    for h in range(4):
+        peer.publish([stored([h])])
+    harness.pump()
+    with caplog.at_level(logging.WARNING, "engine.bridge"):
+        forge(peer, 1 << 62, [{"type": "AllBlocksCleared"}])
+        peer.publish([stored([4])])
+        events = harness.pump()
+    assert hashes(events) == ["04"] and PeerCacheCleared(rank=0) not in events
+    assert harness.value("junction_bridge_bad_frames_total", reason="forged") == 1
+    assert harness.value("junction_bridge_restarts_total", rank="0") == 0
+    assert f"seq {1 << 62} dropped" in caplog.text
+    far = 5 + MAX_SEQ_JUMP + 1  # a real jump (the live socket lost that much): its next follows
+    peer.seq = far
+    peer.publish([stored([5])])
+    peer.publish([stored([6])])
+    events = harness.pump()
+    assert hashes(events) == ["05", "06"] and resyncs(events) == [(5, far, NOT_HELD)]
+
+
+def test_a_cache_clear_the_replay_does_not_hold_is_dropped(peer, harness, caplog) -> None:
+    peer.publish([stored([0])])
+    harness.pump()
+    with caplog.at_level(logging.WARNING, "engine.bridge"):
+        forge(peer, 1, [{"type": "AllBlocksCleared"}])  # at the very seq wanted next
+        peer.publish([stored([1])])  # the real seq 1
+        events = harness.pump()
+    assert PeerCacheCleared(rank=0) not in events and hashes(events) == ["01"]
+    assert "seq 1 dropped: a cache clear the replay does not hold" in caplog.text
+    assert harness.bridge.table.hashes(0) == {"attention": {"00", "01"}}
+    peer.publish([{"type": "AllBlocksCleared"}])  # a real one clears
+    assert harness.pump() == [PeerCacheCleared(rank=0)]
 
 
 def test_a_publisher_restart_clears_the_rank_and_carries_on(peer, harness, caplog) -> None:
