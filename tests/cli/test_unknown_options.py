@@ -53,6 +53,7 @@ def misspelled(option: str) -> str:
 #: What each command requires before it takes an option (its positionals, its required options).
 GIVEN = {
     "replay": ["trace.jsonl"],
+    "whatif": ["--trace", "trace.jsonl"],
     "attach": ["--events", "tcp://127.0.0.1:5557"],
     "pin": ["--text", "You are terse.", "--label", "terse"],
     "unpin": ["pin-id"],
