@@ -1,0 +1,357 @@
+"""Miss-ratio curves of a recording: the hit rate each cache size would have given.
+
+**The LRU curve, in one pass.** LRU has the stack property (Mattson et al., 1970): a cache of
+`C` blocks holds the `C` most recently used keys, so one pass that finds every access's stack
+distance (the distinct keys used since that key was last used) gives the hits at every size
+at once. The model is the attention group alone, at block granularity:
+
+- A request's blocks are the full attention blocks (`Ba` tokens, a multiple of the recording's
+  unit `U`) of its prompt and output; block `k`'s key is the chain hash at the block's last unit.
+- Its hit is the leading prompt blocks the cache holds when it arrives, times `Ba`, capped at
+  `P - 1` floored to `U` (a hit never covers the whole prompt; only full prompt blocks count).
+- Then every one of its blocks is used, deepest first and the root last, and the cache keeps
+  the `C` most recent. A parent is then always more recent than its child, so the held blocks
+  of a chain are its leading ones and the hit at size `C` is the leading prompt blocks whose
+  stack distance is below `C`: a histogram of distances weighted by tokens, cumulated.
+- Requests run one after another (no concurrency), pins are left out, nothing is pinned.
+
+**How the pass is fast.** Keys chain, so the request that last used a request's block `k`
+used its blocks `0..k` too, and the last users along a chain only get older with depth: the
+chain splits into a few *runs* of blocks last used by one earlier request (a shared system
+prompt, the previous turn, new blocks). Within the run of blocks last used by `s`, block `k`'s
+distance is the blocks request `s` used after it (`k - first block of the run`: `s` used the
+root last) plus the blocks still last used by requests between `s` and now. That count is a
+sum over requests less the blocks later runs took from them: a 2-D dominance sum, done offline
+for all runs at once (`_dominance_sums`). The work is a sort of the block keys and
+O(runs log^2 runs) in numpy; no per-block Python.
+
+**SHARDS** (Waldspurger et al., FAST '15), fixed rate: keep a block iff its key, mixed again,
+falls below `R * 2^24` in the top 24 bits; the same pass on the kept blocks gives distances
+in sampled blocks, and a sampled distance `d` stands for `d / R` blocks. Hit tokens are the
+kept blocks' tokens scaled by the share of all prompt-block tokens the sample kept (the
+ratio estimator; SHARDS-adj corrects the same deviation of the sample's size).
+
+**Other policies** (`reuse`, `retention`, `cost`, and the hybrid hit with Mamba states) have
+no stack property: a point of their curve is a real replay (`engine.whatif.run`) of a spatial
+sample of the recording's requests, by the hash of their first unit so that a family sharing
+a prefix is kept or dropped whole, with memory scaled by the rate (`policy_curve`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import NamedTuple
+
+import numpy as np
+
+from engine.config import CacheConfig, SchedulerConfig
+from engine.whatif.recording import RecordedRequest, Recording
+
+_MASK64 = (1 << 64) - 1
+_SAMPLE_BITS = 24  # SHARDS' modulus P = 2^24: a key is kept iff its mixed top 24 bits < R * P
+_SAMPLE_SALT = np.uint64(0x5A4D_5EED_C0FF_EE01)  # apart from `_spread`'s mixing
+_GOLDEN = np.uint64(0x9E37_79B9_7F4A_7C15)
+
+
+@dataclass(frozen=True)
+class BlockStream:
+    """Every attention block of every request, request by request in arrival order, each
+    request's blocks root first."""
+
+    keys: np.ndarray  # uint64 [n]: the chain hash at the block's last unit
+    starts: np.ndarray  # int64 [requests + 1]: request r's blocks are [starts[r], starts[r+1])
+    weights: np.ndarray  # int64 [n]: prompt tokens a hit on the block adds (0: output, past cap)
+    num_prompt_tokens: int  # every request's prompt, hit or not: the curve's denominator
+    block_size: int  # Ba, in tokens
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.starts) - 1
+
+
+def block_stream(recording: Recording, block_size: int | None = None) -> BlockStream:
+    """The blocks of `recording`'s requests (pins left out) at `block_size` tokens (default:
+    the attention block it ran with). Reads the recording; changes nothing."""
+    unit = recording.unit
+    if block_size is None:
+        geometry = recording.geometry
+        block_size = geometry.attention_block_size or geometry.block_size or unit
+    if block_size % unit:
+        raise ValueError(
+            f"block size {block_size} is not a multiple of the recording's unit {unit}"
+        )
+    step = block_size // unit
+    requests = [r for r in recording.requests if not r.pin]
+    counts = np.fromiter((len(r.units) // step for r in requests), np.int64, len(requests))
+    starts = np.zeros(len(requests) + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    chains = (r.units[step - 1 :: step] for r in requests)
+    try:
+        keys = np.fromiter(chain.from_iterable(chains), np.uint64, int(starts[-1]))
+    except OverflowError:  # signed or wider hashes: only equality matters, keep 64 bits
+        chains = (r.units[step - 1 :: step] for r in requests)
+        masked = (u & _MASK64 for u in chain.from_iterable(chains))
+        keys = np.fromiter(masked, np.uint64, int(starts[-1]))
+    prompts = np.fromiter((r.num_prompt_tokens for r in requests), np.int64, len(requests))
+    caps = np.maximum(prompts - 1, 0) // unit * unit  # a hit never covers the whole prompt
+    depth = np.arange(len(keys)) - np.repeat(starts[:-1], counts)
+    prompt_of, cap_of = np.repeat(prompts, counts), np.repeat(caps, counts)
+    weights = np.minimum((depth + 1) * block_size, cap_of) - np.minimum(depth * block_size, cap_of)
+    weights[(depth + 1) * block_size > prompt_of] = 0  # only full prompt blocks hit
+    return BlockStream(keys, starts, weights, int(prompts.sum()), block_size)
+
+
+class Curve(NamedTuple):
+    """Hit tokens against cache size; `hit_rates` is the curve."""
+
+    sizes: np.ndarray  # int64: cache sizes in attention blocks
+    hit_tokens: np.ndarray  # float64: prompt tokens hit at each size (an estimate when sampled)
+    num_prompt_tokens: int  # the denominator: every prompt token of the recording
+
+    @property
+    def hit_rates(self) -> np.ndarray:
+        return self.hit_tokens / max(self.num_prompt_tokens, 1)
+
+
+def stack_distances(keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each block's LRU stack distance when its request arrives, before that request used
+    anything: the distinct keys used since the key's last use (int64, -1 for a first use).
+    Within a request the blocks must be one chain, root first (distinct keys). Pure."""
+    n, num_requests = len(keys), len(starts) - 1
+    if n == 0:
+        return np.zeros(0, np.int64)
+    request_of = np.repeat(np.arange(num_requests), np.diff(starts))
+    last_user = _last_users(keys, request_of)
+    if np.any(last_user == request_of):
+        raise ValueError("a request uses one block key twice: its blocks are not one chain")
+    # runs: a request's consecutive blocks that one earlier request (or none) used last
+    is_first = np.ones(n, bool)
+    is_first[1:] = (last_user[1:] != last_user[:-1]) | (request_of[1:] != request_of[:-1])
+    run_starts = np.flatnonzero(is_first)
+    run_lengths = np.diff(np.append(run_starts, n))
+    run_request, run_user = request_of[run_starts], last_user[run_starts]
+    old = run_user >= 0
+    now, then, taken = run_request[old], run_user[old], run_lengths[old]
+    # blocks still last used by requests strictly between `then` and `now`: all they used,
+    # less what runs of requests before `now` took from them since
+    used_between = starts[now] - starts[then + 1]
+    bases = np.full(len(run_starts), -1, np.int64)
+    bases[old] = used_between - _dominance_sums(now, then, taken, now, then)
+    run_of = np.cumsum(is_first) - 1
+    base = bases[run_of]
+    # request `then` used the run's shallower blocks after this one (it used the root last)
+    distances = base + (np.arange(n) - run_starts[run_of])
+    distances[base < 0] = -1
+    return distances
+
+
+def lru_curve(stream: BlockStream, sizes: Sequence[int]) -> Curve:
+    """The exact LRU curve at `sizes` (attention blocks), in one pass. Pure."""
+    distances = stack_distances(stream.keys, stream.starts)
+    return _curve(distances, stream.weights, sizes, 1.0, 1.0, stream.num_prompt_tokens)
+
+
+def sample_stream(stream: BlockStream, rate: float) -> BlockStream:
+    """SHARDS' spatial sample: the blocks whose mixed key falls under `rate`. Pure."""
+    if not 0 < rate <= 1:
+        raise ValueError(f"sampling rate must be in (0, 1], got {rate}")
+    threshold = np.uint64(round(rate * (1 << _SAMPLE_BITS)))
+    mixed = (stream.keys ^ _SAMPLE_SALT) * _GOLDEN  # the chain hash is a hash: one more mix
+    kept = np.flatnonzero((mixed >> np.uint64(64 - _SAMPLE_BITS)) < threshold)
+    counts = np.bincount(
+        np.searchsorted(stream.starts, kept, "right") - 1, None, stream.num_requests
+    )
+    starts = np.zeros(stream.num_requests + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    keys, weights = stream.keys[kept], stream.weights[kept]
+    return BlockStream(keys, starts, weights, stream.num_prompt_tokens, stream.block_size)
+
+
+def shards_curve(stream: BlockStream, sizes: Sequence[int], rate: float) -> Curve:
+    """The LRU curve estimated from a `rate` spatial sample of the blocks (SHARDS). Pure."""
+    sample = sample_stream(stream, rate)
+    distances = stack_distances(sample.keys, sample.starts)
+    kept = int(sample.weights.sum())
+    share = kept / max(int(stream.weights.sum()), 1)  # the ratio estimator's effective rate
+    return _curve(distances, sample.weights, sizes, rate, share, stream.num_prompt_tokens)
+
+
+def default_sizes(stream: BlockStream, num_points: int = 24) -> np.ndarray:
+    """`num_points` cache sizes, geometric from 1 block to every distinct block of `stream`."""
+    working_set = max(len(np.unique(stream.keys)), 1)
+    grid = np.geomspace(1, working_set, num_points)
+    return np.unique(np.round(grid).astype(np.int64))
+
+
+def _curve(
+    distances: np.ndarray,
+    weights: np.ndarray,
+    sizes: Sequence[int],
+    distance_rate: float,
+    token_rate: float,
+    num_prompt_tokens: int,
+) -> Curve:
+    """Hit tokens at each size: tokens of blocks whose distance, scaled by `1 / distance_rate`,
+    is below the size, scaled by `1 / token_rate`."""
+    sizes = np.asarray(sizes, np.int64)
+    hit = (distances >= 0) & (weights > 0)
+    histogram = np.bincount(distances[hit], weights[hit].astype(np.float64))
+    cumulated = np.concatenate(([0.0], np.cumsum(histogram)))
+    # a sampled distance d stands for d / rate blocks: a hit at size C iff d < C * rate
+    reach = np.ceil(sizes * distance_rate).astype(np.int64)
+    tokens = cumulated[np.clip(reach, 0, len(cumulated) - 1)]
+    return Curve(sizes, tokens / token_rate if token_rate else tokens, num_prompt_tokens)
+
+
+def _last_users(keys: np.ndarray, request_of: np.ndarray) -> np.ndarray:
+    """For each block, the last earlier request that used its key (-1: none).
+
+    One `np.sort` of the mixed key's high bits packed with the position (an argsort costs
+    about ten times more); the rare stretches where two keys share those high bits are
+    sorted again by the whole key."""
+    n = len(keys)
+    bits = max(int(n - 1).bit_length(), 1)
+    low = np.uint64((1 << bits) - 1)
+    spread = _spread(keys)  # a bijection: equal keys stay equal, small keys spread
+    packed = (spread & ~low) | np.arange(n, dtype=np.uint64)
+    packed.sort()
+    order = (packed & low).astype(np.int64)
+    whole = spread[order]
+    high_equal = (packed[1:] >> np.uint64(bits)) == (packed[:-1] >> np.uint64(bits))
+    if np.any(high_equal & (whole[1:] != whole[:-1])):
+        stretch = np.concatenate(([0], np.cumsum(~high_equal)))
+        mixed = np.isin(stretch, stretch[1:][high_equal & (whole[1:] != whole[:-1])])
+        inside = np.flatnonzero(mixed)
+        resort = np.lexsort((order[inside], whole[inside], stretch[inside]))
+        order[inside] = order[inside][resort]
+        whole = spread[order]
+    same = whole[1:] == whole[:-1]
+    last = np.full(n, -1, np.int64)
+    last[order[1:][same]] = request_of[order[:-1][same]]
+    return last
+
+
+def _spread(keys: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a bijection of uint64 that spreads every input bit."""
+    z = keys ^ (keys >> np.uint64(30))
+    z = z * np.uint64(0xBF58_476D_1CE4_E5B9)
+    z = z ^ (z >> np.uint64(27))
+    z = z * np.uint64(0x94D0_49BB_1331_11EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _argsort_ints(values: np.ndarray, bits: int) -> np.ndarray:
+    """The stable argsort of non-negative ints below `2^bits`, by one `np.sort` of the
+    values packed above their positions when both fit in 63 bits."""
+    n = len(values)
+    position_bits = max(int(n - 1).bit_length(), 1)
+    if bits + position_bits > 63:
+        return np.argsort(values, kind="stable")
+    packed = (values.astype(np.int64) << position_bits) | np.arange(n, dtype=np.int64)
+    packed.sort()
+    return packed & ((1 << position_bits) - 1)
+
+
+def _dominance_sums(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, query_x: np.ndarray, query_y: np.ndarray
+) -> np.ndarray:
+    """For each query i, the sum of `w` over the events with `x < query_x[i]` and
+    `y > query_y[i]` (all non-negative ints), offline: the events sorted by x, a query's
+    events with smaller x are a prefix, cut into dyadic blocks (one per set bit of the
+    prefix's length); at each level the blocks are sorted by y with cumulated weights, and
+    one search per query finds its part of one block."""
+    n, sums = len(x), np.zeros(len(query_x), np.int64)
+    if n == 0 or len(query_x) == 0:
+        return sums
+    by_x = _argsort_ints(x, int(x.max()).bit_length())
+    x, y, w = x[by_x], y[by_x], w[by_x]
+    prefix = np.searchsorted(x, query_x, "left")  # the query's events: [0, prefix)
+    y_bits = int(max(int(y.max()), int(query_y.max())) + 1).bit_length()
+    positions = np.arange(n, dtype=np.int64)
+    for level in range(n.bit_length()):
+        has = np.flatnonzero((prefix >> level) & 1)
+        if len(has) == 0:
+            continue
+        # blocks of 2^level events, each sorted by y: [block << y_bits | y] is one sorted key
+        keyed = ((positions >> level) << y_bits) | y
+        order = _argsort_ints(keyed, (n >> level).bit_length() + y_bits)
+        keyed = keyed[order]
+        cumulated = np.concatenate(([0], np.cumsum(w[order])))
+        block = (prefix[has] >> level) - 1  # [block << level, (block + 1) << level)
+        low = np.searchsorted(keyed, (block << y_bits) | (query_y[has] + 1), "left")
+        high = np.minimum((block + 1) << level, n)
+        sums[has] += cumulated[high] - cumulated[low]
+    return sums
+
+
+# --- sampled replays: curves for policies without the stack property ---------------------
+
+
+class PolicyPoint(NamedTuple):
+    """One point of a sampled-replay curve."""
+
+    size: int  # attention blocks of the full-size cache
+    num_blocks: int  # attention blocks the sampled replay ran with
+    num_mamba_blocks: int  # Mamba state slots the sampled replay ran with
+    hit_rate: float  # hit tokens / prompt tokens of the sampled requests
+
+
+def sample_recording(recording: Recording, rate: float) -> Recording:
+    """The requests (and pins) whose first unit's hash falls under `rate`: a family that
+    shares a prefix shares its first unit, so it is kept or dropped whole. Requests with no
+    complete unit are kept when their id's hash falls under `rate`. Pure."""
+    if not 0 < rate <= 1:
+        raise ValueError(f"sampling rate must be in (0, 1], got {rate}")
+    threshold = round(rate * (1 << _SAMPLE_BITS))
+
+    def kept(request: RecordedRequest) -> bool:
+        root = request.units[0] if request.units else hash(request.id)
+        mixed = ((root & _MASK64) ^ int(_SAMPLE_SALT)) * int(_GOLDEN) & _MASK64
+        return mixed >> (64 - _SAMPLE_BITS) < threshold
+
+    requests = [r for r in recording.requests if kept(r)]
+    concurrency = max(1, round(recording.concurrency * rate))
+    return Recording(recording.geometry, recording.unit, requests, concurrency)
+
+
+def policy_curve(
+    recording: Recording,
+    cache_config: CacheConfig,
+    scheduler_config: SchedulerConfig,
+    sizes: Sequence[int],
+    rate: float,
+    progress=None,
+) -> list[PolicyPoint]:
+    """The hit rate of `cache_config`'s policy and rules at each size (attention blocks; the
+    Mamba slots keep the config's ratio to them), each point one real replay of a `rate`
+    sample of the requests by their root with the memory scaled by `rate`. A scaled memory
+    is never below what the longest sampled request needs, as an engine admits nothing
+    larger. `progress`, when given, is called with each point as it is done."""
+    from engine.whatif.run import replay_setting  # the replay imports the whole engine
+
+    sample = sample_recording(recording, rate) if rate < 1 else recording
+    requests = [r for r in sample.requests if not r.pin]
+    if not requests:
+        raise ValueError(f"a {rate} sample of {recording.num_requests} requests is empty")
+    prompt_tokens = sum(r.num_prompt_tokens for r in requests)
+    longest = max(r.num_prompt_tokens + r.num_output_tokens for r in requests)
+    floor_blocks = math.ceil(longest / cache_config.attention_block_size) + 1
+    floor_states = math.ceil(longest / cache_config.mamba_block_size) + 1
+    states_per_block = cache_config.mamba_num_blocks / cache_config.num_blocks
+    points = []
+    for size in sizes:
+        num_blocks = max(round(size * rate), floor_blocks)
+        num_states = max(round(size * states_per_block * rate), floor_states)
+        config = dataclasses.replace(
+            cache_config, num_blocks=num_blocks, num_mamba_blocks=num_states
+        )
+        hits = replay_setting(sample, config, scheduler_config)
+        point = PolicyPoint(int(size), num_blocks, num_states, sum(hits) / prompt_tokens)
+        points.append(point)
+        if progress is not None:
+            progress(point)
+    return points
