@@ -77,7 +77,9 @@ def conversations(
     num_conversations = int(num_requests / mean_turns * 1.3) + 1
     lengths = rng.geometric(1.0 / mean_turns, num_conversations)
     begins = rng.uniform(0, num_conversations, num_conversations)
-    for conversation, (length, begin) in enumerate(zip(lengths.tolist(), begins.tolist())):
+    for conversation, (length, begin) in enumerate(
+        zip(lengths.tolist(), begins.tolist(), strict=True)
+    ):
         gaps = rng.exponential(40.0, length)
         turns.extend((begin + t, conversation, index) for index, t in enumerate(np.cumsum(gaps)))
     turns.sort()

@@ -40,14 +40,18 @@ a prefix is kept or dropped whole, with memory scaled by the rate (`policy_curve
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 
+from engine.cache.coordinator import ATTENTION, MAMBA
+from engine.capacity import blocks_needed
 from engine.config import CacheConfig, SchedulerConfig
 from engine.whatif.recording import RecordedRequest, Recording
 
@@ -175,8 +179,9 @@ def shards_curve(stream: BlockStream, sizes: Sequence[int], rate: float) -> Curv
     """The LRU curve estimated from a `rate` spatial sample of the blocks (SHARDS). Pure."""
     sample = sample_stream(stream, rate)
     distances = stack_distances(sample.keys, sample.starts)
-    kept = int(sample.weights.sum())
-    share = kept / max(int(stream.weights.sum()), 1)  # the ratio estimator's effective rate
+    total = int(stream.weights.sum())
+    # the ratio estimator's rate: the share of prompt-block tokens the sample kept
+    share = (int(sample.weights.sum()) / total if total else 0.0) or 1.0
     return _curve(distances, sample.weights, sizes, rate, share, stream.num_prompt_tokens)
 
 
@@ -195,16 +200,19 @@ def _curve(
     token_rate: float,
     num_prompt_tokens: int,
 ) -> Curve:
-    """Hit tokens at each size: tokens of blocks whose distance, scaled by `1 / distance_rate`,
-    is below the size, scaled by `1 / token_rate`."""
+    """Hit tokens at each size: the tokens of blocks whose distance, scaled by
+    `1 / distance_rate`, is below the size, scaled by `1 / token_rate`."""
     sizes = np.asarray(sizes, np.int64)
     hit = (distances >= 0) & (weights > 0)
     histogram = np.bincount(distances[hit], weights[hit].astype(np.float64))
     cumulated = np.concatenate(([0.0], np.cumsum(histogram)))
-    # a sampled distance d stands for d / rate blocks: a hit at size C iff d < C * rate
-    reach = np.ceil(sizes * distance_rate).astype(np.int64)
-    tokens = cumulated[np.clip(reach, 0, len(cumulated) - 1)]
-    return Curve(sizes, tokens / token_rate if token_rate else tokens, num_prompt_tokens)
+    # a sampled distance d stands for the real distances [d / rate, (d + 1) / rate), spread
+    # evenly: at size C it counts for the part of that span below C (all of it when exact)
+    reach = sizes * distance_rate
+    whole = np.clip(np.floor(reach).astype(np.int64), 0, len(histogram))
+    part = np.where(whole < len(histogram), reach - whole, 0.0)
+    tokens = cumulated[whole] + part * np.append(histogram, 0.0)[whole]
+    return Curve(sizes, tokens / token_rate, num_prompt_tokens)
 
 
 def _last_users(keys: np.ndarray, request_of: np.ndarray) -> np.ndarray:
@@ -300,22 +308,50 @@ class PolicyPoint(NamedTuple):
     hit_rate: float  # hit tokens / prompt tokens of the sampled requests
 
 
-def sample_recording(recording: Recording, rate: float) -> Recording:
-    """The requests (and pins) whose first unit's hash falls under `rate`: a family that
-    shares a prefix shares its first unit, so it is kept or dropped whole. Requests with no
-    complete unit are kept when their id's hash falls under `rate`. Pure."""
+SampleBy = Literal["traffic", "hash"]
+
+
+def sample_recording(recording: Recording, rate: float, by: SampleBy = "traffic") -> Recording:
+    """A `rate` sample of the recording's prefix families: the requests (and pins) whose
+    first unit is a kept root, so a family that shares a prefix is kept or dropped whole.
+
+    `by="hash"` keeps a root when its mixed hash falls under `rate` (spatial sampling, as
+    SHARDS does it). `by="traffic"` ranks the roots by the tokens their requests carry and
+    keeps one in every `1 / rate` down the ranking (systematic sampling): the sample then
+    holds about `rate` of the traffic and families of every size, where a hash may keep or
+    drop the few popular families that carry most of it. A request with no complete unit
+    is its own root. Pure."""
     if not 0 < rate <= 1:
         raise ValueError(f"sampling rate must be in (0, 1], got {rate}")
-    threshold = round(rate * (1 << _SAMPLE_BITS))
-
-    def kept(request: RecordedRequest) -> bool:
-        root = request.units[0] if request.units else hash(request.id)
-        mixed = ((root & _MASK64) ^ int(_SAMPLE_SALT)) * int(_GOLDEN) & _MASK64
-        return mixed >> (64 - _SAMPLE_BITS) < threshold
-
-    requests = [r for r in recording.requests if kept(r)]
-    concurrency = max(1, round(recording.concurrency * rate))
+    roots = [_root(r) for r in recording.requests]
+    if by == "hash":
+        threshold = round(rate * (1 << _SAMPLE_BITS))
+        mixed = {root: ((root ^ int(_SAMPLE_SALT)) * int(_GOLDEN)) & _MASK64 for root in roots}
+        kept = {root for root, m in mixed.items() if m >> (64 - _SAMPLE_BITS) < threshold}
+    else:
+        traffic: Counter[int] = Counter()
+        for root, request in zip(roots, recording.requests, strict=True):
+            traffic[root] += request.num_prompt_tokens + request.num_output_tokens
+        ranked = sorted(traffic, key=lambda root: (-traffic[root], root))
+        # the k-th root is kept when [k * rate, (k + 1) * rate) + 1/2 crosses an integer:
+        # one root from the middle of every run of 1 / rate
+        kept = {
+            root
+            for k, root in enumerate(ranked)
+            if math.floor((k + 1) * rate + 0.5) > math.floor(k * rate + 0.5)
+        }
+    requests = [r for r, root in zip(recording.requests, roots, strict=True) if root in kept]
+    concurrency = recording.concurrency  # None: requests keep their arrival steps
+    if concurrency is not None:  # the window shrinks with the traffic
+        concurrency = max(1, round(concurrency * rate))
     return Recording(recording.geometry, recording.unit, requests, concurrency)
+
+
+def _root(request: RecordedRequest) -> int:
+    if request.units:
+        return request.units[0] & _MASK64
+    digest = hashlib.blake2b(request.id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
 
 
 def policy_curve(
@@ -324,34 +360,52 @@ def policy_curve(
     scheduler_config: SchedulerConfig,
     sizes: Sequence[int],
     rate: float,
-    progress=None,
+    by: SampleBy = "traffic",
+    progress: Callable[[PolicyPoint], None] | None = None,
 ) -> list[PolicyPoint]:
-    """The hit rate of `cache_config`'s policy and rules at each size (attention blocks; the
-    Mamba slots keep the config's ratio to them), each point one real replay of a `rate`
-    sample of the requests by their root with the memory scaled by `rate`. A scaled memory
-    is never below what the longest sampled request needs, as an engine admits nothing
-    larger. `progress`, when given, is called with each point as it is done."""
-    from engine.whatif.run import replay_setting  # the replay imports the whole engine
+    """The hit rate of `cache_config`'s rules and policy at each size (attention blocks; the
+    Mamba slots keep the config's ratio to them): each point one real replay of a `rate`
+    sample of the prefix families (`sample_recording`), with the memory scaled by the share
+    of the traffic the sample kept (about `rate`). A scaled memory is never below what the
+    longest sampled request needs (`engine.capacity.blocks_needed`), as an engine admits
+    nothing larger. `rate` 1 replays the whole recording at the sizes themselves.
+    `progress`, when given, is called with each point as it is done."""
+    from engine.whatif.run import replay_setting  # the replay loads the whole engine
 
-    sample = sample_recording(recording, rate) if rate < 1 else recording
+    sample = sample_recording(recording, rate, by) if rate < 1 else recording
     requests = [r for r in sample.requests if not r.pin]
     if not requests:
         raise ValueError(f"a {rate} sample of {recording.num_requests} requests is empty")
     prompt_tokens = sum(r.num_prompt_tokens for r in requests)
-    longest = max(r.num_prompt_tokens + r.num_output_tokens for r in requests)
-    floor_blocks = math.ceil(longest / cache_config.attention_block_size) + 1
-    floor_states = math.ceil(longest / cache_config.mamba_block_size) + 1
+    longest = max(r.num_prompt_tokens + max(1, r.num_output_tokens) for r in requests)
+    num_pins = sum(1 for r in sample.requests if r.pin)
+    # the memory follows the share of the traffic the sample kept (the ratio estimator's
+    # rate): a family is kept whole, so a sample that caught a popular one is heavier
+    share = _num_tokens(requests) / _num_tokens(recording.requests)
     states_per_block = cache_config.mamba_num_blocks / cache_config.num_blocks
     points = []
     for size in sizes:
-        num_blocks = max(round(size * rate), floor_blocks)
-        num_states = max(round(size * states_per_block * rate), floor_states)
         config = dataclasses.replace(
-            cache_config, num_blocks=num_blocks, num_mamba_blocks=num_states
+            cache_config,
+            num_blocks=max(round(size * share), 1),
+            num_mamba_blocks=max(round(size * states_per_block * share), 1),
         )
-        hits = replay_setting(sample, config, scheduler_config)
-        point = PolicyPoint(int(size), num_blocks, num_states, sum(hits) / prompt_tokens)
+        needs = blocks_needed(longest, config, num_pins)  # what the engine admits at least
+        config = dataclasses.replace(
+            config,
+            num_blocks=max(config.num_blocks, needs[ATTENTION]),
+            num_mamba_blocks=max(config.mamba_num_blocks, needs[MAMBA]),
+        )
+        replayed = replay_setting(sample, config, scheduler_config)
+        hits = sum(replayed.hits)
+        point = PolicyPoint(
+            int(size), config.num_blocks, config.mamba_num_blocks, hits / prompt_tokens
+        )
         points.append(point)
         if progress is not None:
             progress(point)
     return points
+
+
+def _num_tokens(requests: Sequence[RecordedRequest]) -> int:
+    return sum(r.num_prompt_tokens + r.num_output_tokens for r in requests if not r.pin)

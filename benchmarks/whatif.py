@@ -1,0 +1,160 @@
+"""What-if miss-ratio curves in one run: the exact LRU curve beside SHARDS, and the default
+policy's sampled-replay curve beside full replays.
+
+1. A 100k-request recording of a realistic mix (`benchmarks/whatif_traffic.py`: families
+   sharing system prompts, multi-turn conversations; synthetic chains made directly). Its
+   exact LRU curve in one pass and the SHARDS curve at 1% (and, for scale, 5% and 10%), each
+   timed in this run from the same block stream: the speedup, and the largest and the mean
+   difference in hit-rate points over the sizes (targets: >= 20x, <= 2 points at 1%).
+2. A smaller recording replayed by the engine itself (`engine.whatif.run.replay_setting`,
+   the default policy, hybrid hits with Mamba states) at a few memory sizes, in full and on a
+   sample of its prefix families with the memory scaled by the rate (`policy_curve`): the
+   difference in points at each size.
+
+    make bench-whatif
+    .venv/bin/python benchmarks/whatif.py [--requests 100000] [--rate 0.01] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.whatif_traffic import conversations  # noqa: E402
+from engine.config import CacheConfig, SchedulerConfig  # noqa: E402
+from engine.whatif.curves import (  # noqa: E402
+    block_stream,
+    default_sizes,
+    lru_curve,
+    policy_curve,
+    shards_curve,
+)
+
+SPEEDUP_TARGET = 20.0
+ERROR_TARGET = 2.0  # hit-rate points
+EXTRA_RATES = (0.05, 0.1)
+SMALL_SHARES = (0.125, 0.25, 0.5, 1.0)  # memory as shares of the small recording's blocks
+
+
+def timed(call):
+    start = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - start
+
+
+def lru_part(console: Console, num_requests: int, rate: float) -> dict:
+    with tqdm(total=num_requests, desc="recording", unit="req", leave=False) as bar:
+        recording = conversations(num_requests, progress=bar.update)
+    stream, stream_s = timed(lambda: block_stream(recording))
+    sizes = default_sizes(stream, 24)
+    console.print(
+        f"recording: {stream.num_requests:,} requests, {stream.num_prompt_tokens:,} prompt "
+        f"tokens, {len(stream.keys):,} blocks of {stream.block_size} tokens; "
+        f"its block stream in {stream_s:.2f} s (shared by both curves below)"
+    )
+    exact, exact_s = timed(lambda: lru_curve(stream, sizes))
+    rows, curves = [], {}
+    for r in (rate, *(x for x in EXTRA_RATES if x != rate)):
+        curve, seconds = timed(lambda r=r: shards_curve(stream, sizes, r))
+        errors = np.abs(curve.hit_rates - exact.hit_rates) * 100
+        rows.append({"rate": r, "seconds": seconds, "speedup": exact_s / seconds,
+                     "max_error_points": float(errors.max()),
+                     "mean_error_points": float(errors.mean())})  # fmt: skip
+        curves[r] = curve
+    table = Table(title=f"LRU curve: exact one pass {exact_s:.2f} s")
+    for column in ("SHARDS rate", "time", "speedup", "max error", "mean error"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        max_error, mean_error = row["max_error_points"], row["mean_error_points"]
+        table.add_row(f"{row['rate']:.0%}", f"{row['seconds']:.3f} s", f"{row['speedup']:.1f}x",
+                      f"{max_error:.2f} pts", f"{mean_error:.2f} pts")  # fmt: skip
+    console.print(table)
+    curve_table = Table(title="hit rate by cache size")
+    for column in ("blocks", "exact", *(f"SHARDS {r:.0%}" for r in curves)):
+        curve_table.add_column(column, justify="right")
+    for index, size in enumerate(sizes.tolist()):
+        cells = [f"{c.hit_rates[index]:.2%}" for c in curves.values()]
+        curve_table.add_row(f"{size:,}", f"{exact.hit_rates[index]:.2%}", *cells)
+    console.print(curve_table)
+    main = rows[0]
+    met = main["speedup"] >= SPEEDUP_TARGET and main["max_error_points"] <= ERROR_TARGET
+    console.print(
+        f"SHARDS {rate:.0%}: {main['seconds']:.3f} s against {exact_s:.2f} s exact, "
+        f"{main['speedup']:.1f}x faster (target >= {SPEEDUP_TARGET:.0f}x), max error "
+        f"{main['max_error_points']:.2f} points (target <= {ERROR_TARGET:.0f}): "
+        f"{'met' if met else 'NOT met'}"
+    )
+    return {"num_requests": stream.num_requests, "num_blocks": len(stream.keys),
+            "stream_seconds": stream_s, "exact_seconds": exact_s, "shards": rows,
+            "sizes": sizes.tolist(), "exact": exact.hit_rates.tolist(),
+            "shards_curves": {str(r): c.hit_rates.tolist() for r, c in curves.items()}}  # fmt: skip
+
+
+def replay_part(console: Console, num_requests: int, rate: float) -> dict:
+    recording = conversations(
+        num_requests, seed=1, num_families=60, system_len=500, user_len=80, answer_len=100
+    )
+    recording.concurrency = 4
+    stream = block_stream(recording)
+    working_set = len(np.unique(stream.keys))
+    sizes = [max(1, round(working_set * share)) for share in SMALL_SHARES]
+    cache, scheduler = CacheConfig(), SchedulerConfig()
+    console.print(
+        f"\nsampled replays: {num_requests:,} requests, {working_set:,} distinct blocks, "
+        f"policy {cache.eviction!r} (the default), sizes {sizes}, sample rate {rate:.0%}"
+    )
+    with tqdm(total=2 * len(sizes), desc="replays", unit="replay", leave=False) as bar:
+        (full, full_s) = timed(
+            lambda: policy_curve(recording, cache, scheduler, sizes, 1.0, lambda _: bar.update())
+        )
+        (sampled, sampled_s) = timed(
+            lambda: policy_curve(recording, cache, scheduler, sizes, rate, lambda _: bar.update())
+        )
+    table = Table(
+        title=f"policy {cache.eviction!r}: full {full_s:.1f} s, sampled {sampled_s:.1f} s"
+    )
+    for column in ("blocks", "full replay", f"sampled {rate:.0%}", "sampled blocks", "error"):
+        table.add_column(column, justify="right")
+    errors = []
+    for f, s in zip(full, sampled, strict=True):
+        errors.append(abs(f.hit_rate - s.hit_rate) * 100)
+        table.add_row(f"{f.size:,}", f"{f.hit_rate:.2%}", f"{s.hit_rate:.2%}",
+                      f"{s.num_blocks:,}", f"{errors[-1]:.2f} pts")  # fmt: skip
+    console.print(table)
+    console.print(f"sampled replays: max error {max(errors):.2f} points, "
+                  f"{full_s / sampled_s:.1f}x faster than full replays")  # fmt: skip
+    return {"num_requests": num_requests, "rate": rate, "sizes": sizes,
+            "full": [p.hit_rate for p in full], "sampled": [p.hit_rate for p in sampled],
+            "full_seconds": full_s, "sampled_seconds": sampled_s,
+            "max_error_points": max(errors)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=0.01, help="the SHARDS rate to judge")
+    parser.add_argument("--replay-requests", type=int, default=2000)
+    parser.add_argument("--replay-rate", type=float, default=0.25)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    console = Console()
+    figures = {
+        "lru": lru_part(console, args.requests, args.rate),
+        "policy": replay_part(console, args.replay_requests, args.replay_rate),
+    }
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()
