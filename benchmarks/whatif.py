@@ -105,38 +105,51 @@ def replay_part(console: Console, num_requests: int, rate: float) -> dict:
         num_requests, seed=1, num_families=60, system_len=500, user_len=80, answer_len=100
     )
     recording.concurrency = 4
-    stream = block_stream(recording)
-    working_set = len(np.unique(stream.keys))
+    working_set = len(np.unique(block_stream(recording).keys))
     sizes = [max(1, round(working_set * share)) for share in SMALL_SHARES]
     cache, scheduler = CacheConfig(), SchedulerConfig()
     console.print(
         f"\nsampled replays: {num_requests:,} requests, {working_set:,} distinct blocks, "
         f"policy {cache.eviction!r} (the default), sizes {sizes}, sample rate {rate:.0%}"
     )
-    with tqdm(total=2 * len(sizes), desc="replays", unit="replay", leave=False) as bar:
-        (full, full_s) = timed(
-            lambda: policy_curve(recording, cache, scheduler, sizes, 1.0, lambda _: bar.update())
-        )
-        (sampled, sampled_s) = timed(
-            lambda: policy_curve(recording, cache, scheduler, sizes, rate, lambda _: bar.update())
-        )
-    table = Table(
-        title=f"policy {cache.eviction!r}: full {full_s:.1f} s, sampled {sampled_s:.1f} s"
-    )
-    for column in ("blocks", "full replay", f"sampled {rate:.0%}", "sampled blocks", "error"):
+    runs, seconds = {}, {}
+    with tqdm(total=3 * len(sizes), desc="replays", unit="replay", leave=False) as bar:
+        for name, r, by in (("full", 1.0, "traffic"), ("traffic", rate, "traffic"),
+                            ("hash", rate, "hash")):  # fmt: skip
+            runs[name], seconds[name] = timed(
+                lambda r=r, by=by: policy_curve(
+                    recording, cache, scheduler, sizes, r, by, lambda _: bar.update()
+                )
+            )
+    table = Table(title=f"policy {cache.eviction!r}: hit rate by cache size")
+    for column in ("blocks", "full replays", "by traffic", "error", "replay alone", "error",
+                   "by hash", "error", "replay alone", "error"):  # fmt: skip
         table.add_column(column, justify="right")
-    errors = []
-    for f, s in zip(full, sampled, strict=True):
-        errors.append(abs(f.hit_rate - s.hit_rate) * 100)
-        table.add_row(f"{f.size:,}", f"{f.hit_rate:.2%}", f"{s.hit_rate:.2%}",
-                      f"{s.num_blocks:,}", f"{errors[-1]:.2f} pts")  # fmt: skip
+    errors: dict[str, list[float]] = {"traffic": [], "hash": []}
+    alone: dict[str, list[float]] = {"traffic": [], "hash": []}
+    for index, point in enumerate(runs["full"]):
+        cells = [f"{point.size:,}", f"{point.hit_rate:.2%}"]
+        for name in errors:
+            sampled = runs[name][index]
+            errors[name].append(abs(point.hit_rate - sampled.hit_rate) * 100)
+            alone[name].append(abs(point.hit_rate - sampled.replayed_hit_rate) * 100)
+            cells += [f"{sampled.hit_rate:.2%}", f"{errors[name][-1]:.2f}",
+                      f"{sampled.replayed_hit_rate:.2%}", f"{alone[name][-1]:.2f}"]  # fmt: skip
+        table.add_row(*cells)
     console.print(table)
-    console.print(f"sampled replays: max error {max(errors):.2f} points, "
-                  f"{full_s / sampled_s:.1f}x faster than full replays")  # fmt: skip
+    console.print("errors in points; 'replay alone': the sampled replay without the LRU control")
+    for name in errors:
+        console.print(
+            f"sampled replays by {name}, {rate:.0%}: max error {max(errors[name]):.2f} points "
+            f"({max(alone[name]):.2f} for the replays alone), {seconds[name]:.1f} s against "
+            f"{seconds['full']:.1f} s for full replays ({seconds['full'] / seconds[name]:.1f}x "
+            "faster)"
+        )
     return {"num_requests": num_requests, "rate": rate, "sizes": sizes,
-            "full": [p.hit_rate for p in full], "sampled": [p.hit_rate for p in sampled],
-            "full_seconds": full_s, "sampled_seconds": sampled_s,
-            "max_error_points": max(errors)}  # fmt: skip
+            "hit_rates": {name: [p.hit_rate for p in points] for name, points in runs.items()},
+            "seconds": seconds,
+            "max_error_points": {name: max(e) for name, e in errors.items()},
+            "max_error_points_alone": {name: max(e) for name, e in alone.items()}}  # fmt: skip
 
 
 def main() -> None:

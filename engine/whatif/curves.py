@@ -300,12 +300,15 @@ def _dominance_sums(
 
 
 class PolicyPoint(NamedTuple):
-    """One point of a sampled-replay curve."""
+    """One point of a sampled-replay curve: the estimate, and what it is made of."""
 
     size: int  # attention blocks of the full-size cache
     num_blocks: int  # attention blocks the sampled replay ran with
     num_mamba_blocks: int  # Mamba state slots the sampled replay ran with
-    hit_rate: float  # hit tokens / prompt tokens of the sampled requests
+    hit_rate: float  # the estimate: replayed + (lru - sampled_lru), within [0, 1]
+    replayed_hit_rate: float  # the sampled replay's hit tokens / its prompt tokens
+    lru_hit_rate: float  # the exact LRU curve of the whole recording at `size`
+    sampled_lru_hit_rate: float  # the LRU curve of the sample at `num_blocks`
 
 
 SampleBy = Literal["traffic", "hash"]
@@ -369,7 +372,12 @@ def policy_curve(
     of the traffic the sample kept (about `rate`). A scaled memory is never below what the
     longest sampled request needs (`engine.capacity.blocks_needed`), as an engine admits
     nothing larger. `rate` 1 replays the whole recording at the sizes themselves.
-    `progress`, when given, is called with each point as it is done."""
+
+    The replay's hit rate is then corrected by a control variate: the exact LRU curve of the
+    whole recording less the LRU curve of the sample at the replay's memory (each one pass).
+    Which families the sample kept moves both alike; what is left is the sampling error of
+    the difference between the policy and LRU. `progress`, when given, is called with each
+    point as it is done."""
     from engine.whatif.run import replay_setting  # the replay loads the whole engine
 
     sample = sample_recording(recording, rate, by) if rate < 1 else recording
@@ -383,28 +391,42 @@ def policy_curve(
     # rate): a family is kept whole, so a sample that caught a popular one is heavier
     share = _num_tokens(requests) / _num_tokens(recording.requests)
     states_per_block = cache_config.mamba_num_blocks / cache_config.num_blocks
+    # the control variate: a sample heavy in popular families hits more under any policy
+    block_size = cache_config.attention_block_size
+    exact = lru_curve(block_stream(recording, block_size), sizes).hit_rates
+    sampled_blocks = block_stream(sample, block_size)
     points = []
-    for size in sizes:
-        config = dataclasses.replace(
-            cache_config,
-            num_blocks=max(round(size * share), 1),
-            num_mamba_blocks=max(round(size * states_per_block * share), 1),
-        )
-        needs = blocks_needed(longest, config, num_pins)  # what the engine admits at least
-        config = dataclasses.replace(
-            config,
-            num_blocks=max(config.num_blocks, needs[ATTENTION]),
-            num_mamba_blocks=max(config.mamba_num_blocks, needs[MAMBA]),
-        )
-        replayed = replay_setting(sample, config, scheduler_config)
-        hits = sum(replayed.hits)
+    for size, lru in zip(sizes, exact.tolist(), strict=True):
+        config = _scaled(cache_config, size * share, states_per_block, longest, num_pins)
+        replayed = sum(replay_setting(sample, config, scheduler_config).hits) / prompt_tokens
+        sampled_lru = float(lru_curve(sampled_blocks, [config.num_blocks]).hit_rates[0])
+        estimate = min(max(replayed + (lru - sampled_lru), 0.0), 1.0)
         point = PolicyPoint(
-            int(size), config.num_blocks, config.mamba_num_blocks, hits / prompt_tokens
-        )
+            int(size), config.num_blocks, config.mamba_num_blocks, estimate, replayed, lru,
+            sampled_lru,
+        )  # fmt: skip
         points.append(point)
         if progress is not None:
             progress(point)
     return points
+
+
+def _scaled(
+    config: CacheConfig, blocks: float, states_per_block: float, longest: int, num_pins: int
+) -> CacheConfig:
+    """`config` with `blocks` attention blocks and the states that go with them, raised to
+    what a request of `longest` tokens needs (the engine admits nothing larger)."""
+    config = dataclasses.replace(
+        config,
+        num_blocks=max(round(blocks), 1),
+        num_mamba_blocks=max(round(blocks * states_per_block), 1),
+    )
+    needs = blocks_needed(longest, config, num_pins)
+    return dataclasses.replace(
+        config,
+        num_blocks=max(config.num_blocks, needs[ATTENTION]),
+        num_mamba_blocks=max(config.mamba_num_blocks, needs[MAMBA]),
+    )
 
 
 def _num_tokens(requests: Sequence[RecordedRequest]) -> int:

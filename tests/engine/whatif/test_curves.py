@@ -242,9 +242,10 @@ def test_a_full_rate_policy_curve_is_the_replay_at_each_size() -> None:
 
 def test_sampled_replays_stay_near_full_replays() -> None:
     """The default policy with Mamba states, a half sample of 40 families against the whole
-    recording, at a quarter, half and all of its distinct blocks. The bound is loose (10
-    points; measured 7.9): a few popular families carry most of the hits, and a sample keeps
-    a family whole or not at all (docs/benchmarks.md has the figures at scale)."""
+    recording, at a quarter, half and all of its distinct blocks. The bound is loose (3
+    points; measured 0.9, and 4.3 for the replays without the LRU control variate): a few
+    popular families carry most of the hits, and a sample keeps a family whole or not at
+    all (docs/benchmarks.md has the figures at scale)."""
     pytest.importorskip("engine.whatif.run")
     recording = _small_conversations()
     working_set = len(np.unique(block_stream(recording).keys))
@@ -255,5 +256,5 @@ def test_sampled_replays_stay_near_full_replays() -> None:
     assert all(0.3 < p.hit_rate < 0.95 for p in full)  # under pressure, and hitting
     assert full[0].hit_rate < full[-1].hit_rate
     errors = [abs(f.hit_rate - s.hit_rate) for f, s in zip(full, sampled, strict=True)]
-    assert max(errors) < 0.10
+    assert max(errors) < 0.03
     assert all(s.num_blocks < f.num_blocks for f, s in zip(full, sampled, strict=True))
