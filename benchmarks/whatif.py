@@ -43,6 +43,7 @@ from engine.whatif.curves import (  # noqa: E402
 SPEEDUP_TARGET = 20.0
 ERROR_TARGET = 2.0  # hit-rate points
 EXTRA_RATES = (0.05, 0.1)
+NUM_SEEDS = 8  # samples of each rate: the error is a random variable
 SMALL_SHARES = (0.125, 0.25, 0.5, 1.0)  # memory as shares of the small recording's blocks
 
 
@@ -65,21 +66,32 @@ def lru_part(console: Console, num_requests: int, rate: float) -> dict:
     exact, exact_s = timed(lambda: lru_curve(stream, sizes))
     rows, curves = [], {}
     for r in (rate, *(x for x in EXTRA_RATES if x != rate)):
-        curve, seconds = timed(lambda r=r: shards_curve(stream, sizes, r))
+        runs = [timed(lambda r=r, seed=seed: shards_curve(stream, sizes, r, seed))
+                for seed in range(NUM_SEEDS)]  # fmt: skip
+        curve, seconds = runs[0]
+        seconds = float(np.median([s for _, s in runs]))
         errors = np.abs(curve.hit_rates - exact.hit_rates) * 100
+        by_seed = [float(np.abs(c.hit_rates - exact.hit_rates).max() * 100) for c, _ in runs]
         rows.append({"rate": r, "seconds": seconds, "speedup": exact_s / seconds,
                      "max_error_points": float(errors.max()),
-                     "mean_error_points": float(errors.mean())})  # fmt: skip
+                     "mean_error_points": float(errors.mean()),
+                     "max_error_points_by_seed": by_seed})  # fmt: skip
         curves[r] = curve
     table = Table(title=f"LRU curve: exact one pass {exact_s:.2f} s")
-    for column in ("SHARDS rate", "time", "speedup", "max error", "mean error"):
+    for column in ("SHARDS rate", "time", "speedup", "max error", "mean error",
+                   f"max error, median of {NUM_SEEDS} samples", "worst"):  # fmt: skip
         table.add_column(column, justify="right")
     for row in rows:
-        max_error, mean_error = row["max_error_points"], row["mean_error_points"]
+        by_seed = row["max_error_points_by_seed"]
         table.add_row(f"{row['rate']:.0%}", f"{row['seconds']:.3f} s", f"{row['speedup']:.1f}x",
-                      f"{max_error:.2f} pts", f"{mean_error:.2f} pts")  # fmt: skip
+                      f"{row['max_error_points']:.2f} pts", f"{row['mean_error_points']:.2f} pts",
+                      f"{np.median(by_seed):.2f} pts", f"{max(by_seed):.2f} pts")  # fmt: skip
     console.print(table)
-    curve_table = Table(title="hit rate by cache size")
+    console.print(
+        f"time: the median of {NUM_SEEDS} samples (seeds); errors: hit-rate points over the "
+        f"{len(sizes)} sizes, of seed 0's sample, then the largest over each seed's sample"
+    )
+    curve_table = Table(title="hit rate by cache size (SHARDS: seed 0's sample)")
     for column in ("blocks", "exact", *(f"SHARDS {r:.0%}" for r in curves)):
         curve_table.add_column(column, justify="right")
     for index, size in enumerate(sizes.tolist()):
@@ -87,12 +99,15 @@ def lru_part(console: Console, num_requests: int, rate: float) -> dict:
         curve_table.add_row(f"{size:,}", f"{exact.hit_rates[index]:.2%}", *cells)
     console.print(curve_table)
     main = rows[0]
-    met = main["speedup"] >= SPEEDUP_TARGET and main["max_error_points"] <= ERROR_TARGET
+    worst = max(main["max_error_points_by_seed"])
+    fast = main["speedup"] >= SPEEDUP_TARGET
     console.print(
         f"SHARDS {rate:.0%}: {main['seconds']:.3f} s against {exact_s:.2f} s exact, "
-        f"{main['speedup']:.1f}x faster (target >= {SPEEDUP_TARGET:.0f}x), max error "
-        f"{main['max_error_points']:.2f} points (target <= {ERROR_TARGET:.0f}): "
-        f"{'met' if met else 'NOT met'}"
+        f"{main['speedup']:.1f}x faster (target >= {SPEEDUP_TARGET:.0f}x: "
+        f"{'met' if fast else 'NOT met'}); max error {main['max_error_points']:.2f} points "
+        f"for seed 0, {worst:.2f} for the worst of {NUM_SEEDS} samples (target <= "
+        f"{ERROR_TARGET:.0f}: {'met' if main['max_error_points'] <= ERROR_TARGET else 'NOT met'}"
+        f" for seed 0, {'met' if worst <= ERROR_TARGET else 'NOT met'} for all)"
     )
     return {"num_requests": stream.num_requests, "num_blocks": len(stream.keys),
             "stream_seconds": stream_s, "exact_seconds": exact_s, "shards": rows,
@@ -160,7 +175,7 @@ def main() -> None:
     parser.add_argument("--replay-rate", type=float, default=0.25)
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=120)
     figures = {
         "lru": lru_part(console, args.requests, args.rate),
         "policy": replay_part(console, args.replay_requests, args.replay_rate),

@@ -159,13 +159,19 @@ def lru_curve(stream: BlockStream, sizes: Sequence[int]) -> Curve:
     return _curve(distances, stream.weights, sizes, 1.0, 1.0, stream.num_prompt_tokens)
 
 
-def sample_stream(stream: BlockStream, rate: float) -> BlockStream:
-    """SHARDS' spatial sample: the blocks whose mixed key falls under `rate`. Pure."""
+def sample_stream(stream: BlockStream, rate: float, seed: int = 0) -> BlockStream:
+    """SHARDS' spatial sample: the blocks whose mixed key falls under `rate` (`seed` picks
+    another mix, so another sample of the same rate). Pure."""
     if not 0 < rate <= 1:
         raise ValueError(f"sampling rate must be in (0, 1], got {rate}")
-    threshold = np.uint64(round(rate * (1 << _SAMPLE_BITS)))
-    mixed = (stream.keys ^ _SAMPLE_SALT) * _GOLDEN  # the chain hash is a hash: one more mix
-    kept = np.flatnonzero((mixed >> np.uint64(64 - _SAMPLE_BITS)) < threshold)
+    threshold = round(rate * (1 << _SAMPLE_BITS))
+    if threshold >= 1 << _SAMPLE_BITS:
+        kept = np.arange(len(stream.keys))
+    else:
+        mixed = stream.keys ^ _salt(seed)  # the chain hash is a hash: one more mix
+        mixed *= _GOLDEN
+        # the top 24 bits under the threshold: the whole word under it shifted up
+        kept = np.flatnonzero(mixed < np.uint64(threshold << (64 - _SAMPLE_BITS)))
     counts = np.bincount(
         np.searchsorted(stream.starts, kept, "right") - 1, None, stream.num_requests
     )
@@ -175,14 +181,18 @@ def sample_stream(stream: BlockStream, rate: float) -> BlockStream:
     return BlockStream(keys, starts, weights, stream.num_prompt_tokens, stream.block_size)
 
 
-def shards_curve(stream: BlockStream, sizes: Sequence[int], rate: float) -> Curve:
+def shards_curve(stream: BlockStream, sizes: Sequence[int], rate: float, seed: int = 0) -> Curve:
     """The LRU curve estimated from a `rate` spatial sample of the blocks (SHARDS). Pure."""
-    sample = sample_stream(stream, rate)
+    sample = sample_stream(stream, rate, seed)
     distances = stack_distances(sample.keys, sample.starts)
     total = int(stream.weights.sum())
     # the ratio estimator's rate: the share of prompt-block tokens the sample kept
     share = (int(sample.weights.sum()) / total if total else 0.0) or 1.0
     return _curve(distances, sample.weights, sizes, rate, share, stream.num_prompt_tokens)
+
+
+def _salt(seed: int) -> np.uint64:
+    return np.uint64((int(_SAMPLE_SALT) + seed * 0x9E37_79B9) & _MASK64)
 
 
 def default_sizes(stream: BlockStream, num_points: int = 24) -> np.ndarray:
@@ -329,7 +339,8 @@ def sample_recording(recording: Recording, rate: float, by: SampleBy = "traffic"
     roots = [_root(r) for r in recording.requests]
     if by == "hash":
         threshold = round(rate * (1 << _SAMPLE_BITS))
-        mixed = {root: ((root ^ int(_SAMPLE_SALT)) * int(_GOLDEN)) & _MASK64 for root in roots}
+        salt = int(_SAMPLE_SALT)
+        mixed = {root: ((root ^ salt) * int(_GOLDEN)) & _MASK64 for root in roots}
         kept = {root for root, m in mixed.items() if m >> (64 - _SAMPLE_BITS) < threshold}
     else:
         traffic: Counter[int] = Counter()
