@@ -27,14 +27,18 @@ O(runs log^2 runs) in numpy; no per-block Python.
 
 **SHARDS** (Waldspurger et al., FAST '15), fixed rate: keep a block iff its key, mixed again,
 falls below `R * 2^24` in the top 24 bits; the same pass on the kept blocks gives distances
-in sampled blocks, and a sampled distance `d` stands for `d / R` blocks. Hit tokens are the
-kept blocks' tokens scaled by the share of all prompt-block tokens the sample kept (the
-ratio estimator; SHARDS-adj corrects the same deviation of the sample's size).
+in sampled blocks, and a sampled distance `d` stands for the real distances `[d, d + 1) / R`
+(spread evenly). Hit tokens are the kept blocks' tokens scaled by the share of all
+prompt-block tokens the sample kept (the ratio estimator; SHARDS-adj corrects the same
+deviation of the sample's size). Its error is a random variable with a heavy tail on LLM
+traffic: a popular system prompt's few dozen blocks carry a large share of all hits, and 1%
+of them is less than one block, in the sample or not (docs/benchmarks.md has the figures).
 
 **Other policies** (`reuse`, `retention`, `cost`, and the hybrid hit with Mamba states) have
-no stack property: a point of their curve is a real replay (`engine.whatif.run`) of a spatial
-sample of the recording's requests, by the hash of their first unit so that a family sharing
-a prefix is kept or dropped whole, with memory scaled by the rate (`policy_curve`).
+no stack property: a point of their curve is a real replay (`engine.whatif.run`) of a sample
+of the recording's prefix families (by first unit, so a family is kept or dropped whole) with
+the memory scaled by the share of the traffic it kept, corrected by the exact LRU curve as a
+control variate (`policy_curve`).
 """
 
 from __future__ import annotations
