@@ -33,6 +33,7 @@ from engine.server.streaming import add_control_plane_options
 if TYPE_CHECKING:
     from engine.bridge.bridge import Bridge, BridgeConfig
     from engine.bridge.peer_feed import PeerFeed
+    from engine.bridge.prefixes import PeerPrefixes
     from engine.events import CacheEvent
 
 log = logging.getLogger("engine.bridge")
@@ -74,6 +75,20 @@ def add_attach_parser(commands: argparse._SubParsersAction) -> None:
         parser.add_argument("--drop-seqs", action="append", default=[], help=argparse.SUPPRESS)
         add_control_plane_options(parser)
         add_feed_options(parser)
+        parser.add_argument(
+            "--recording-out",
+            metavar="FILE",
+            help="rebuild the peer's request prefixes from its stored blocks and write them "
+            "here as a what-if recording (`junction whatif --recording FILE`), every "
+            "--log-every seconds and at exit",
+        )
+        parser.add_argument(
+            "--recording-unit",
+            type=int,
+            default=16,
+            metavar="TOKENS",
+            help="the match unit the recording hashes at (must divide the peer's block size)",
+        )
         parser.set_defaults(func=cmd_attach, flavor=kind)
 
 
@@ -93,13 +108,20 @@ class Fanout:
     the control plane's forwarder and to the cache feed, each where there is one."""
 
     def __init__(
-        self, scraper=None, forwarder: Forwarder | None = None, feed: PeerFeed | None = None
+        self,
+        scraper=None,
+        forwarder: Forwarder | None = None,
+        feed: PeerFeed | None = None,
+        prefixes: PeerPrefixes | None = None,
     ) -> None:
         self.scraper, self.forwarder, self.feed = scraper, forwarder, feed
+        self.prefixes = prefixes
 
     def __call__(self, events: list[CacheEvent]) -> None:
         if self.scraper is not None:
             events = [*self.scraper.take(), *events]
+        if self.prefixes is not None:
+            self.prefixes.apply(events)
         if self.feed is not None:
             self.feed.on_events(events)
         if self.forwarder is not None:
@@ -110,12 +132,12 @@ def _check(args: argparse.Namespace) -> BridgeConfig:
     """The bridge's config from the options; `ValueError` naming what is wrong."""
     from engine.bridge.bridge import BridgeConfig
 
-    if not args.token:
+    if not args.token and (args.control_plane or args.feed_port is not None):
         raise ValueError("--token (or JUNCTION_API_TOKEN) is required")
-    if not args.control_plane and args.feed_port is None:
+    if not args.control_plane and args.feed_port is None and not args.recording_out:
         raise ValueError(
-            "--control-plane (or JUNCTION_CONTROL_PLANE_URL) or --feed-port is required: "
-            "somewhere for the peer's cache to go"
+            "--control-plane (or JUNCTION_CONTROL_PLANE_URL), --feed-port or --recording-out "
+            "is required: somewhere for the peer's cache to go"
         )
     check_feed_options(args)
     return BridgeConfig(
@@ -145,6 +167,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
             forwarder, link = control_plane_link(args, bridge, time.time_ns())
         if args.feed_port is not None:
             feed, server = open_feed(args, bridge)
+        prefixes = None
+        if args.recording_out:
+            from engine.bridge.prefixes import PeerPrefixes
+
+            prefixes = PeerPrefixes(args.recording_unit)
     except (ValueError, OSError) as exc:
         print(f"junction attach {args.flavor}: {exc}", file=sys.stderr)
         return 2
@@ -156,7 +183,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     scraper = None
     if args.metrics:
         scraper = PeerScraper(args.metrics, args.flavor, stats, args.metrics_interval)
-    bridge.sink = Fanout(scraper, forwarder, feed)
+    bridge.sink = Fanout(scraper, forwarder, feed, prefixes)
     signal.signal(signal.SIGTERM, lambda *_: bridge.stopping.set())
     for part in (link, scraper):
         if part is not None:
@@ -172,10 +199,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
             if time.monotonic() - last_log >= args.log_every:
                 last_log = time.monotonic()
                 _log_progress(bridge, forwarder, link, feed)
+                _write_recording(args, prefixes)
     except KeyboardInterrupt:
         pass
     finally:
         _log_progress(bridge, forwarder, link, feed)
+        _write_recording(args, prefixes)
         bridge.close()
         if scraper is not None:
             scraper.stop()
@@ -184,6 +213,29 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
     return 0
+
+
+def _write_recording(args: argparse.Namespace, prefixes: PeerPrefixes | None) -> None:
+    """The prefixes rebuilt so far, whole, at `--recording-out` (a failed write is logged)."""
+    if prefixes is None:
+        return
+    from engine.replay import write_atomically
+    from engine.whatif.recording import dump_lines
+
+    recording = prefixes.recording(args.flavor)
+    try:
+        write_atomically(
+            args.recording_out, (line.decode() + "\n" for line in dump_lines(recording))
+        )
+    except OSError as exc:
+        log.warning("could not write the recording to %s: %s", args.recording_out, exc)
+        return
+    log.info(
+        "recording: %d request prefixes at %s (%d stored events left out)",
+        prefixes.num_prefixes,
+        args.recording_out,
+        prefixes.num_skipped,
+    )
 
 
 def _log_progress(bridge: Bridge, forwarder: Forwarder | None, link, feed) -> None:

@@ -10,9 +10,10 @@ the token) and connects again. A gap the outbox cannot fill (the store lost fram
 or said 4422) asks the engine thread for a snapshot (`build_snapshot`).
 
 A frame the control plane refuses (4400 a bad frame, 1009 too big, 1011 it failed on it) is
-not sent forever: the sessions stuck at one seq back off like any failure, and after
-`outbox.MAX_REJECTIONS` of them the outbox drops that frame, counts its requests lost, and the
-error says which frame it was (`PublisherStats.last_error`).
+not sent forever (a 1011 for a keepalive ping that went unanswered refuses nothing): the
+sessions stuck at one seq back off like any failure, and after `outbox.MAX_REJECTIONS` of
+them the outbox drops that frame, counts its requests lost, and the error says which frame it
+was (`PublisherStats.last_error`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from engine.wire import (
 log = logging.getLogger("engine.server.publisher")
 
 CLOSE_INTERNAL_ERROR = 1011  # the control plane failed on what we sent
+KEEPALIVE_TIMEOUT = "keepalive ping timeout"  # the reason of websockets' 1011 for a lost pong
 
 INGEST_PATH = "/api/v1/ingest"
 _SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
@@ -272,6 +274,11 @@ class PublisherLink:
     # ------------------------------------------------------------------ errors
     def _closed(self, code: int | None, reason: str | None) -> None:
         where = f"close {code}{f' ({reason})' if reason else ''}"
+        if code == CLOSE_INTERNAL_ERROR and reason == KEEPALIVE_TIMEOUT:
+            # the control plane's keepalive ping went unanswered: the line failed, not a frame
+            # (ours failing closes without waiting for the echo: 1006)
+            self._error(f"connection to the control plane lost ({where})", logging.WARNING)
+            return
         if code == CLOSE_UNAUTHORIZED:
             raise _Refused(f"control plane refused the token ({where})")
         if code == CLOSE_FUTURE_SEQ:

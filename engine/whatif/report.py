@@ -54,10 +54,11 @@ class WhatIfReport:
     agreement: int
     as_ran: SettingResult
     results: list[SettingResult]
+    peer: str | None = None  # a bridged peer's kind: `as_ran` is its recorded hits, unreplayed
 
     @property
     def exact(self) -> bool:
-        return self.agreement == self.num_requests
+        return self.peer is None and self.agreement == self.num_requests
 
     def gain(self, result: SettingResult) -> int:
         """Hit tokens `result` saves beyond what ran (negative: it loses them)."""
@@ -74,6 +75,7 @@ class WhatIfReport:
             "recorded_tokens": self.recorded_tokens,
             "agreement": self.agreement,
             "exact": self.exact,
+            "peer": self.peer,
             "as_ran": self.as_ran.as_dict(with_hits),
             "results": [
                 {**r.as_dict(with_hits), "gain_tokens": self.gain(r)} for r in self.ranked()

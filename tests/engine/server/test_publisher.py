@@ -18,6 +18,7 @@ from cli.main import build_parser, main
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
+from engine.server.outbox import MAX_REJECTIONS
 from engine.server.publisher import EventPublisher
 from engine.server.publisher_link import Backoff, ingest_url
 from engine.wire import (
@@ -95,6 +96,7 @@ class ControlPlane:
         self.lock = threading.Lock()
         self.ack = True
         self.crash_next = False  # read the next frame, then die before committing it
+        self.pongs_lost = 0  # sessions to close at their first frame as a keepalive timeout does
         self.commands: list[Command] = []  # sent after each welcome
         self.num_lost = 0
         self.frame_kinds: set[type] = set()
@@ -150,6 +152,10 @@ class ControlPlane:
             for data in ws:
                 frame = decode(data)
                 self.frame_kinds.add(type(data))
+                if self.pongs_lost:  # what websockets sends when our ping goes unanswered
+                    self.pongs_lost -= 1
+                    self.refuse(ws, 1011, "keepalive ping timeout")
+                    return
                 if self.crash_next:
                     self.crash_next = False
                     self.num_lost += 1
@@ -374,6 +380,26 @@ def test_a_refused_token_is_reported_and_the_engine_keeps_running(plane):
         assert not pub.flush(0.2)
         plane.token = "wrong"  # the operator fixes it: the slow retries get through
         assert pub.flush(10)
+    assert_mirrors(plane, engine)
+
+
+def test_a_keepalive_timeout_refuses_no_frame(plane):
+    """The control plane's keepalive ping unanswered ends the connection with 1011 "keepalive
+    ping timeout": a lost line, not the store refusing the frame, so however often it happens
+    at one seq no finished request is dropped (a 1011 the store sends for a frame it failed
+    on still counts)."""
+    engine = small_engine()
+    harness = Harness(engine, concurrency=4)
+    plane.pongs_lost = MAX_REJECTIONS + 1  # each time at the first frame: one seq, again and again
+    with publisher(plane) as pub:
+        pub.attach(engine)
+        more_requests(harness, 1300)
+        assert wait_until(lambda: plane.close_codes.count(1011) == MAX_REJECTIONS + 1, 20)
+        assert pub.flush(10)
+        stats = pub.stats()
+        assert stats.num_requests_dropped == 0, stats.last_drop
+        assert stats.num_connections == MAX_REJECTIONS + 2
+        assert "lost" in stats.last_error and "keepalive ping timeout" in stats.last_error
     assert_mirrors(plane, engine)
 
 
