@@ -172,10 +172,7 @@ def sample_stream(stream: BlockStream, rate: float, seed: int = 0) -> BlockStrea
     if threshold >= 1 << _SAMPLE_BITS:
         kept = np.arange(len(stream.keys))
     else:
-        mixed = stream.keys ^ _salt(seed)  # the chain hash is a hash: one more mix
-        mixed *= _GOLDEN
-        # the top 24 bits under the threshold: the whole word under it shifted up
-        kept = np.flatnonzero(mixed < np.uint64(threshold << (64 - _SAMPLE_BITS)))
+        kept = _kept(stream.keys, _salt(seed), np.uint64(threshold << (64 - _SAMPLE_BITS)))
     counts = np.bincount(
         np.searchsorted(stream.starts, kept, "right") - 1, None, stream.num_requests
     )
@@ -193,6 +190,22 @@ def shards_curve(stream: BlockStream, sizes: Sequence[int], rate: float, seed: i
     # the ratio estimator's rate: the share of prompt-block tokens the sample kept
     share = (int(sample.weights.sum()) / total if total else 0.0) or 1.0
     return _curve(distances, sample.weights, sizes, rate, share, stream.num_prompt_tokens)
+
+
+def _kept(keys: np.ndarray, salt: np.uint64, bound: np.uint64) -> np.ndarray:
+    """The positions of the keys whose mix falls under `bound` (the top 24 bits under the
+    threshold: the whole word under it shifted up), a cache-sized chunk at a time (twice as
+    fast as whole arrays over millions of keys)."""
+    chunk = 1 << 18
+    mixed = np.empty(min(chunk, len(keys)), np.uint64)
+    found = []
+    for start in range(0, len(keys), chunk):
+        part = keys[start : start + chunk]
+        out = mixed[: len(part)]
+        np.bitwise_xor(part, salt, out=out)  # the chain hash is a hash: one more mix
+        out *= _GOLDEN
+        found.append(np.flatnonzero(out < bound) + start)
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
 def _salt(seed: int) -> np.uint64:

@@ -123,8 +123,8 @@ def test_a_worked_trace() -> None:
     a, b = [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9, 9]
     recording = recording_of([(a, 6), (b, 6), (a, 6)], unit=2, block_size=2)
     stream = block_stream(recording, 2)
-    # B finds A's blocks 0, 1 at distances 0, 1; A again finds 0, 1 (B re-used them) at 0, 1
-    # and its block 2 at 4 (B's blocks 2, 1, 0 and A's... above it: 0, 1 and B's block 2)
+    # A leaves the stack a0 a1 a2 (root on top); B finds a0, a1 at 0, 1 and leaves a0 a1 b2
+    # a2; A again finds a0, a1 at 0, 1 and a2 under three blocks
     assert stack_distances(stream.keys, stream.starts).tolist() == [-1, -1, -1, 0, 1, -1, 0, 1, 3]
     # the cap: a 6-token prompt hits at most 5, floored to the unit: 4
     assert lru_curve(stream, [0, 1, 2, 3, 4]).hit_tokens.tolist() == [0, 4, 8, 8, 8]
