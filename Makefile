@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint bench-lookup bench-ttft bench-vllm bench-pressure venv demo run peer
+.PHONY: test lint bench-lookup bench-ttft bench-vllm bench-pressure bench-whatif venv demo run peer
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -59,3 +59,7 @@ $(PEER_STAMP): benchmarks/peer/requirements.txt benchmarks/peer/build.sh
 	rm -f $(PEER_STAMP)
 	bash benchmarks/peer/build.sh
 	touch $(PEER_STAMP)
+
+# what-if miss-ratio curves: the exact LRU curve beside SHARDS (100k requests), sampled replays
+bench-whatif: venv
+	$(PY) benchmarks/whatif.py

@@ -1,0 +1,190 @@
+"""What-if miss-ratio curves in one run: the exact LRU curve beside SHARDS, and the default
+policy's sampled-replay curve beside full replays.
+
+1. A 100k-request recording of a realistic mix (`benchmarks/whatif_traffic.py`: families
+   sharing system prompts, multi-turn conversations; synthetic chains made directly). Its
+   exact LRU curve in one pass and the SHARDS curve at 1% (and, for scale, 5% and 10%), each
+   timed in this run from the same block stream: the speedup, and the largest and the mean
+   difference in hit-rate points over the sizes (targets: >= 20x, <= 2 points at 1%).
+2. A smaller recording replayed by the engine itself (`engine.whatif.run.replay_setting`,
+   the default policy, hybrid hits with Mamba states) at a few memory sizes, in full and on a
+   sample of its prefix families with the memory scaled by the rate (`policy_curve`): the
+   difference in points at each size.
+
+    make bench-whatif
+    .venv/bin/python benchmarks/whatif.py [--requests 100000] [--rate 0.01] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.whatif_traffic import conversations  # noqa: E402
+from engine.config import CacheConfig, SchedulerConfig  # noqa: E402
+from engine.whatif.curves import (  # noqa: E402
+    block_stream,
+    default_sizes,
+    lru_curve,
+    policy_curve,
+    shards_curve,
+)
+
+SPEEDUP_TARGET = 20.0
+ERROR_TARGET = 2.0  # hit-rate points
+EXTRA_RATES = (0.05, 0.1)
+NUM_SEEDS = 8  # samples of each rate: the error is a random variable
+EXACT_RUNS = 3  # the exact pass is timed as the median of three (the machine is shared)
+SMALL_SHARES = (0.125, 0.25, 0.5, 1.0)  # memory as shares of the small recording's blocks
+
+
+def timed(call):
+    start = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - start
+
+
+def lru_part(console: Console, num_requests: int, rate: float) -> dict:
+    with tqdm(total=num_requests, desc="recording", unit="req", leave=False) as bar:
+        recording = conversations(num_requests, progress=bar.update)
+    stream, stream_s = timed(lambda: block_stream(recording))
+    sizes = default_sizes(stream, 24)
+    console.print(
+        f"recording: {stream.num_requests:,} requests, {stream.num_prompt_tokens:,} prompt "
+        f"tokens, {len(stream.keys):,} blocks of {stream.block_size} tokens; "
+        f"its block stream in {stream_s:.2f} s (shared by both curves below)"
+    )
+    exact_runs = [timed(lambda: lru_curve(stream, sizes)) for _ in range(EXACT_RUNS)]
+    exact, exact_s = exact_runs[0][0], float(np.median([s for _, s in exact_runs]))
+    rows, curves = [], {}
+    for r in (rate, *(x for x in EXTRA_RATES if x != rate)):
+        runs = [timed(lambda r=r, seed=seed: shards_curve(stream, sizes, r, seed))
+                for seed in range(NUM_SEEDS)]  # fmt: skip
+        curve, seconds = runs[0]
+        seconds = float(np.median([s for _, s in runs]))
+        errors = np.abs(curve.hit_rates - exact.hit_rates) * 100
+        by_seed = [float(np.abs(c.hit_rates - exact.hit_rates).max() * 100) for c, _ in runs]
+        rows.append({"rate": r, "seconds": seconds, "speedup": exact_s / seconds,
+                     "max_error_points": float(errors.max()),
+                     "mean_error_points": float(errors.mean()),
+                     "max_error_points_by_seed": by_seed})  # fmt: skip
+        curves[r] = curve
+    table = Table(title=f"LRU curve: exact one pass {exact_s:.2f} s (median of {EXACT_RUNS})")
+    for column in ("SHARDS rate", "time", "speedup", "max error", "mean error",
+                   f"max error, median of {NUM_SEEDS} samples", "worst"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for row in rows:
+        by_seed = row["max_error_points_by_seed"]
+        table.add_row(f"{row['rate']:.0%}", f"{row['seconds']:.3f} s", f"{row['speedup']:.1f}x",
+                      f"{row['max_error_points']:.2f} pts", f"{row['mean_error_points']:.2f} pts",
+                      f"{np.median(by_seed):.2f} pts", f"{max(by_seed):.2f} pts")  # fmt: skip
+    console.print(table)
+    console.print(
+        f"time: the median of {NUM_SEEDS} samples (seeds); errors: hit-rate points over the "
+        f"{len(sizes)} sizes, of seed 0's sample, then the largest over each seed's sample"
+    )
+    curve_table = Table(title="hit rate by cache size (SHARDS: seed 0's sample)")
+    for column in ("blocks", "exact", *(f"SHARDS {r:.0%}" for r in curves)):
+        curve_table.add_column(column, justify="right")
+    for index, size in enumerate(sizes.tolist()):
+        cells = [f"{c.hit_rates[index]:.2%}" for c in curves.values()]
+        curve_table.add_row(f"{size:,}", f"{exact.hit_rates[index]:.2%}", *cells)
+    console.print(curve_table)
+    main = rows[0]
+    worst = max(main["max_error_points_by_seed"])
+    fast = main["speedup"] >= SPEEDUP_TARGET
+    console.print(
+        f"SHARDS {rate:.0%}: {main['seconds']:.3f} s against {exact_s:.2f} s exact, "
+        f"{main['speedup']:.1f}x faster (target >= {SPEEDUP_TARGET:.0f}x: "
+        f"{'met' if fast else 'NOT met'}); max error {main['max_error_points']:.2f} points "
+        f"for seed 0, {worst:.2f} for the worst of {NUM_SEEDS} samples (target <= "
+        f"{ERROR_TARGET:.0f}: {'met' if main['max_error_points'] <= ERROR_TARGET else 'NOT met'}"
+        f" for seed 0, {'met' if worst <= ERROR_TARGET else 'NOT met'} for all)"
+    )
+    return {"num_requests": stream.num_requests, "num_blocks": len(stream.keys),
+            "stream_seconds": stream_s, "exact_seconds": exact_s, "shards": rows,
+            "sizes": sizes.tolist(), "exact": exact.hit_rates.tolist(),
+            "shards_curves": {str(r): c.hit_rates.tolist() for r, c in curves.items()}}  # fmt: skip
+
+
+def replay_part(console: Console, num_requests: int, rate: float) -> dict:
+    recording = conversations(
+        num_requests, seed=1, num_families=60, system_len=500, user_len=80, answer_len=100
+    )
+    recording.concurrency = 4
+    working_set = len(np.unique(block_stream(recording).keys))
+    sizes = [max(1, round(working_set * share)) for share in SMALL_SHARES]
+    cache, scheduler = CacheConfig(), SchedulerConfig()
+    console.print(
+        f"\nsampled replays: {num_requests:,} requests, {working_set:,} distinct blocks, "
+        f"policy {cache.eviction!r} (the default), sizes {sizes}, sample rate {rate:.0%}"
+    )
+    runs, seconds = {}, {}
+    with tqdm(total=3 * len(sizes), desc="replays", unit="replay", leave=False) as bar:
+        for name, r, by in (("full", 1.0, "traffic"), ("traffic", rate, "traffic"),
+                            ("hash", rate, "hash")):  # fmt: skip
+            runs[name], seconds[name] = timed(
+                lambda r=r, by=by: policy_curve(
+                    recording, cache, scheduler, sizes, r, by, lambda _: bar.update()
+                )
+            )
+    table = Table(title=f"policy {cache.eviction!r}: hit rate by cache size")
+    for column in ("blocks", "full replays", "by traffic", "error", "replay alone", "error",
+                   "by hash", "error", "replay alone", "error"):  # fmt: skip
+        table.add_column(column, justify="right")
+    errors: dict[str, list[float]] = {"traffic": [], "hash": []}
+    alone: dict[str, list[float]] = {"traffic": [], "hash": []}
+    for index, point in enumerate(runs["full"]):
+        cells = [f"{point.size:,}", f"{point.hit_rate:.2%}"]
+        for name in errors:
+            sampled = runs[name][index]
+            errors[name].append(abs(point.hit_rate - sampled.hit_rate) * 100)
+            alone[name].append(abs(point.hit_rate - sampled.replayed_hit_rate) * 100)
+            cells += [f"{sampled.hit_rate:.2%}", f"{errors[name][-1]:.2f}",
+                      f"{sampled.replayed_hit_rate:.2%}", f"{alone[name][-1]:.2f}"]  # fmt: skip
+        table.add_row(*cells)
+    console.print(table)
+    console.print("errors in points; 'replay alone': the sampled replay without the LRU control")
+    for name in errors:
+        console.print(
+            f"sampled replays by {name}, {rate:.0%}: max error {max(errors[name]):.2f} points "
+            f"({max(alone[name]):.2f} for the replays alone), {seconds[name]:.1f} s against "
+            f"{seconds['full']:.1f} s for full replays ({seconds['full'] / seconds[name]:.1f}x "
+            "faster)"
+        )
+    return {"num_requests": num_requests, "rate": rate, "sizes": sizes,
+            "hit_rates": {name: [p.hit_rate for p in points] for name, points in runs.items()},
+            "seconds": seconds,
+            "max_error_points": {name: max(e) for name, e in errors.items()},
+            "max_error_points_alone": {name: max(e) for name, e in alone.items()}}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=0.01, help="the SHARDS rate to judge")
+    parser.add_argument("--replay-requests", type=int, default=2000)
+    parser.add_argument("--replay-rate", type=float, default=0.25)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    console = Console(width=120)
+    figures = {
+        "lru": lru_part(console, args.requests, args.rate),
+        "policy": replay_part(console, args.replay_requests, args.replay_rate),
+    }
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()
