@@ -1,6 +1,9 @@
-"""What-if miss-ratio curves in one run: the exact LRU curve beside SHARDS, and the default
-policy's sampled-replay curve beside full replays.
+"""What-if replays and miss-ratio curves in one run: replays against real ones, the exact LRU
+curve beside SHARDS, and the default policy's sampled-replay curve beside full replays.
 
+0. Four traces under memory pressure, each run for real once and recorded: its recording
+   replayed with its own settings (requests whose recorded hit it gives back) and with four
+   other settings (requests whose hit equals a real replay of the trace with that setting).
 1. A 100k-request recording of a realistic mix (`benchmarks/whatif_traffic.py`: families
    sharing system prompts, multi-turn conversations; synthetic chains made directly). Its
    exact LRU curve in one pass and the SHARDS curve at 1% (and, for scale, 5% and 10%), each
@@ -32,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.whatif_traffic import conversations  # noqa: E402
 from engine.config import CacheConfig, SchedulerConfig  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.replay import replay  # noqa: E402
 from engine.whatif.curves import (  # noqa: E402
     block_stream,
     default_sizes,
@@ -39,6 +44,10 @@ from engine.whatif.curves import (  # noqa: E402
     policy_curve,
     shards_curve,
 )
+from engine.whatif.recording import ChainSink, from_events  # noqa: E402
+from engine.whatif.run import run_whatif  # noqa: E402
+from engine.whatif.settings import WhatIfSetting, apply  # noqa: E402
+from engine.workloads import build_workload  # noqa: E402
 
 SPEEDUP_TARGET = 20.0
 ERROR_TARGET = 2.0  # hit-rate points
@@ -169,6 +178,53 @@ def replay_part(console: Console, num_requests: int, rate: float) -> dict:
             "max_error_points_alone": {name: max(e) for name, e in alone.items()}}  # fmt: skip
 
 
+#: the agreement part: (workload, with pins, replay window, blocks, Mamba slots), each under
+#: memory pressure (four times the memory hits more)
+AGREEMENT_TRACES = (
+    ("multi_turn", True, 4, 600, 150),
+    ("agentic", True, 8, 600, 150),
+    ("chat_agentic", False, 4, 600, 150),
+    ("prefix_repetition", False, 4, 400, 100),
+)
+AGREEMENT_SETTINGS = (
+    WhatIfSetting(eviction="lru"),
+    WhatIfSetting(block_size=32, mamba_block_size=256),
+    WhatIfSetting(mode="vllm"),
+    WhatIfSetting(num_blocks=2400, num_mamba_blocks=600),
+)
+
+
+def agreement_part(console: Console) -> dict:
+    """What-if against real replays: each trace run for real once (what ran, recorded), its
+    recording replayed with its own settings (must give back every recorded hit) and with
+    each setting (must equal a real replay of the trace with it), request by request."""
+    table = Table(title="what-if replays against real ones, request by request")
+    for column in ("trace", "requests", "own settings", *(s.name() for s in AGREEMENT_SETTINGS)):
+        table.add_column(column, justify="right")
+    figures = {}
+    for kind, pins, window, blocks, states in AGREEMENT_TRACES:
+        items = build_workload({"kind": kind}).items(with_pins=pins)
+        cache = CacheConfig(num_blocks=blocks, num_mamba_blocks=states)
+        sink = ChainSink()
+        engine = Engine(cache, SchedulerConfig(), runner="null", sink=sink)
+        records, _ = replay(engine, items, concurrency=window)
+        recorded = [r["num_cached_tokens"] for r in records if r["type"] == "request"]
+        recording = from_events(engine.cache_geometry(), sink.events, window)
+        report = run_whatif(recording, AGREEMENT_SETTINGS)
+        cells = [kind, f"{len(recorded):,}", f"{report.agreement}/{len(recorded)}"]
+        equal = []
+        for setting, result in zip(AGREEMENT_SETTINGS, report.results, strict=True):
+            real_engine = Engine(apply(setting, cache, recording.unit), runner="null")
+            real, _ = replay(real_engine, items, concurrency=window)
+            real_hits = [r["num_cached_tokens"] for r in real if r["type"] == "request"]
+            equal.append(sum(a == b for a, b in zip(result.hits, real_hits, strict=True)))
+            cells.append(f"{equal[-1]}/{len(recorded)}")
+        table.add_row(*cells)
+        figures[kind] = {"requests": len(recorded), "own": report.agreement, "settings": equal}
+    console.print(table)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000)
@@ -179,6 +235,7 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(width=120)
     figures = {
+        "agreement": agreement_part(console),
         "lru": lru_part(console, args.requests, args.rate),
         "policy": replay_part(console, args.replay_requests, args.replay_rate),
     }
