@@ -42,6 +42,19 @@ def add_whatif_parser(commands: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE[,KEY=VALUE]",
         help="a setting to try (keys: " + ", ".join(_setting_keys()) + "); repeat for more",
     )
+    cmd.add_argument(
+        "--curve",
+        action="store_true",
+        help="also the hit rate against memory: the exact LRU curve (one pass) and the "
+        "policy that ran, by sampled replays (--curve-rate)",
+    )
+    cmd.add_argument(
+        "--curve-rate",
+        type=float,
+        default=0.25,
+        metavar="R",
+        help="the share of prefix families each curve replay keeps (1: full replays)",
+    )
     cmd.add_argument("--json", help="write the report here as JSON, with per-request hits")
     cmd.add_argument("--recording-out", help="write the recording here (JSON lines)")
     cmd.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -184,6 +197,12 @@ def _run(args: argparse.Namespace, recording, settings, base=None) -> int:
         bar.n = done
         bar.refresh()
 
+    if args.curve and not 0 < args.curve_rate <= 1:
+        print(
+            f"junction whatif: --curve-rate must lie in (0, 1], got {args.curve_rate}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     try:
         report = run_whatif(recording, settings, progress, base)
     except ValueError as exc:
@@ -191,9 +210,74 @@ def _run(args: argparse.Namespace, recording, settings, base=None) -> int:
         print(f"junction whatif: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     bar.close()
-    Console(width=None if sys.stdout.isatty() else 132).print(report_table(report))
+    console = Console(width=None if sys.stdout.isatty() else 132)
+    console.print(report_table(report))
+    if args.curve:
+        try:
+            console.print(_curve_table(args, recording, base))
+        except ValueError as exc:
+            print(f"junction whatif: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if args.json:
         from engine.replay import write_atomically
 
         write_atomically(args.json, [json.dumps(report.as_dict(with_hits=True)) + "\n"])
     return 0
+
+
+#: fewer requests than this are replayed whole for the curve, whatever `--curve-rate` says
+MIN_SAMPLED_REQUESTS = 2000
+#: the curve's sizes, as shares of the memory that ran
+CURVE_SHARES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def _curve_table(args: argparse.Namespace, recording, base):
+    """Hit rate against memory: the exact LRU curve and the policy that ran (sampled)."""
+    from rich.table import Table
+    from tqdm import tqdm
+
+    from engine.whatif.curves import block_stream, lru_curve, policy_curve
+    from engine.whatif.settings import ran_configs
+
+    cache, scheduler = base if base is not None else ran_configs(recording.geometry)
+    # a small recording has too few prefix families to sample: it is replayed whole
+    rate = args.curve_rate if recording.num_requests >= MIN_SAMPLED_REQUESTS else 1.0
+    ratio = cache.mamba_num_blocks / cache.num_blocks
+    sizes = [
+        size
+        for size in sorted({max(1, round(cache.num_blocks * share)) for share in CURVE_SHARES})
+        if _fits(recording, cache, size, max(1, round(size * ratio)))
+    ]
+    exact = lru_curve(block_stream(recording, cache.attention_block_size), sizes).hit_rates
+    with tqdm(total=len(sizes), desc="curve", disable=args.quiet or None, file=sys.stderr) as bar:
+        points = policy_curve(
+            recording, cache, scheduler, sizes, rate, progress=lambda _: bar.update()
+        )
+    how = (
+        "full replays"
+        if rate == 1
+        else f"replays of a {rate:.0%} sample of the prefix families, corrected by the exact "
+        "LRU curve"
+    )
+    table = Table(title=f"hit rate against memory ({cache.eviction}: {how})", title_justify="left")
+    for header in ("attention blocks", "Mamba slots", "LRU, attention only", cache.eviction):
+        table.add_column(header, justify="right")
+    for size, lru, point in zip(sizes, exact.tolist(), points, strict=True):
+        table.add_row(
+            f"{size:,}", f"{max(1, round(size * ratio)):,}", f"{lru:.1%}", f"{point.hit_rate:.1%}"
+        )
+    return table
+
+
+def _fits(recording, cache, num_blocks: int, num_mamba_blocks: int) -> bool:
+    """Whether pools of these sizes hold the recording's longest request (and its pins)."""
+    import dataclasses
+
+    from engine.whatif.run import check_fits
+
+    sized = dataclasses.replace(cache, num_blocks=num_blocks, num_mamba_blocks=num_mamba_blocks)
+    try:
+        check_fits(recording, sized, "curve")
+    except ValueError:
+        return False
+    return True

@@ -24,9 +24,12 @@ def test_a_trace_is_recorded_then_replayed_under_each_setting(tmp_path, capsys):
     assert labels == ["big", "lru"]  # ranked: more memory saves the most
     assert data["results"][0]["gain_tokens"] > 0 and len(data["results"][0]["hits"]) == 32
 
-    # the recording replays alone, with no trace: the same answer
-    assert main(["whatif", "--recording", str(recording), "--try", "num_blocks=2400"]) == 0
-    assert "big" not in capsys.readouterr().out
+    # the recording replays alone, with no trace, and draws its curve
+    args = ["whatif", "--recording", str(recording), "--try", "num_blocks=2400", "--curve"]
+    assert main([*args, "--quiet"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "big" not in out and "hit rate against memory (reuse: full replays)" in out
+    assert "│ 2,400 │ 600 │" in out  # four times the memory that ran, its LRU and reuse rates
 
 
 def test_what_cannot_be_tried_is_said_with_exit_2(tmp_path, capsys):
