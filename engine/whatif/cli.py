@@ -1,4 +1,5 @@
-"""`junction whatif`: replay what an engine ran under other settings and say what each buys.
+"""`junction whatif`'s local half: replay a trace or a recording under other settings and say
+what each buys (the command's parser, and its `--engine` half, are `client/whatif_cli.py`'s).
 
 The input is a trace (`--trace`, run once with the cache options given: what "ran") or a
 recording (`--recording`: `junction whatif --recording-out`'s JSON lines, or a bridged vLLM or
@@ -16,52 +17,10 @@ import json
 import sys
 from pathlib import Path
 
-from engine.options import EXIT_BAD_INPUT, add_cache_options, add_model_options, configs_from_args
+from engine.options import EXIT_BAD_INPUT, configs_from_args
 
 
-def add_whatif_parser(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser(
-        "whatif", help="replay a trace or recording under other settings, hashes only"
-    )
-    source = cmd.add_mutually_exclusive_group(required=True)
-    source.add_argument("--trace", help="a replay trace: run it once with the cache options")
-    source.add_argument("--recording", help="a recording's JSON lines (--recording-out)")
-    add_cache_options(cmd)
-    add_model_options(cmd)
-    cmd.add_argument(
-        "--concurrency",
-        type=int,
-        default=1,
-        help="--trace: requests in flight, as `junction replay --concurrency` (default 1)",
-    )
-    cmd.add_argument(
-        "--try",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE[,KEY=VALUE]",
-        help="a setting to try (keys: " + ", ".join(_setting_keys()) + "); repeat for more",
-    )
-    cmd.add_argument(
-        "--curve",
-        action="store_true",
-        help="also the hit rate against memory: the exact LRU curve (one pass) and the "
-        "policy that ran, by sampled replays (--curve-rate)",
-    )
-    cmd.add_argument(
-        "--curve-rate",
-        type=float,
-        default=0.25,
-        metavar="R",
-        help="the share of prefix families each curve replay keeps (1: full replays)",
-    )
-    cmd.add_argument("--json", help="write the report here as JSON, with per-request hits")
-    cmd.add_argument("--recording-out", help="write the recording here (JSON lines)")
-    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
-    cmd.set_defaults(func=cmd_whatif)
-
-
-def _setting_keys() -> list[str]:
+def setting_keys() -> list[str]:
     from engine.whatif.settings import WhatIfSetting
 
     return list(WhatIfSetting.model_fields)

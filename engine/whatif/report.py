@@ -81,3 +81,23 @@ class WhatIfReport:
                 {**r.as_dict(with_hits), "gain_tokens": self.gain(r)} for r in self.ranked()
             ],
         }
+
+
+def report_from_dict(data: dict) -> WhatIfReport:
+    """`WhatIfReport.as_dict`'s JSON back (the control plane's stored report); a result that
+    left its hits out has none."""
+
+    def result(item: dict) -> SettingResult:
+        fields = {name: item[name] for name in SettingResult.__dataclass_fields__ if name in item}
+        fields.setdefault("hits", [])
+        return SettingResult(**fields)
+
+    return WhatIfReport(
+        num_requests=data["num_requests"],
+        num_prompt_tokens=data["num_prompt_tokens"],
+        recorded_tokens=data["recorded_tokens"],
+        agreement=data["agreement"],
+        as_ran=result(data["as_ran"]),
+        results=[result(item) for item in data["results"]],
+        peer=data.get("peer"),
+    )

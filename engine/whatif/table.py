@@ -43,7 +43,10 @@ def report_table(report: WhatIfReport) -> Table:
 
 def _cells(report: WhatIfReport, result: SettingResult) -> list[str]:
     gain = report.gain(result)
-    changed = sum(a != b for a, b in zip(result.hits, report.as_ran.hits, strict=True))
+    if result.hits and report.as_ran.hits:
+        changed = f"{sum(a != b for a, b in zip(result.hits, report.as_ran.hits, strict=True)):,}"
+    else:
+        changed = "-"  # a stored report keeps no per-request hits
     per_request = gain / report.num_requests if report.num_requests else 0.0
     return [
         result.label,
@@ -53,5 +56,5 @@ def _cells(report: WhatIfReport, result: SettingResult) -> list[str]:
         f"{result.share_of_bound:.1%}",
         f"{gain:+,}",
         f"{per_request:+,.1f}",
-        f"{changed:,}",
+        changed,
     ]
