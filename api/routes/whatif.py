@@ -54,7 +54,7 @@ def create_whatif(
     try:
         settings = parse_settings(body.settings)
     except ValueError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     try:
         epoch = resolve_epoch(session, engine.engine_id, body.epoch)
     except NoRecording as exc:
@@ -70,7 +70,7 @@ def create_whatif(
         try:
             apply(setting, ran, geometry.prefix_match_unit)
         except ValueError as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     broker_url = state.settings.broker_url
     try:
         run = runs.submit_run(
