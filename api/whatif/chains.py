@@ -2,7 +2,8 @@
 what-if replays it with, kept at ingest in the transaction that salts it for miss attribution
 (`api.attribution.record`), and bounded like `shared_units`: by the attribution window (on
 `finished_ts`) and a per-engine cap, `JUNCTION_WHATIF_MAX_REQUESTS`, the oldest finished going
-first. A request without unit hashes (an engine that does not report them) is not kept. The
+first. A request of an engine that reports neither unit hashes nor a match stop (another
+engine, an older version) is not kept. A pin is kept as a request of its `boundary` tokens. The
 rows are read only by `api.whatif.recording`; no route serves them. Nothing here commits.
 """
 
@@ -29,12 +30,13 @@ def keep(
     finished: Iterable[tuple[RequestFinished, list[int]]],
     pins: Iterable[tuple[PinUpdated, float, list[int]]],
 ) -> None:
-    """Keep the salted chains of `finished` requests and materialized `pins` (with the ts of the
+    """Keep the salted chains of `finished` requests (those of an engine that reports them: a
+    request shorter than a unit has an empty one) and materialized `pins` (with the ts of the
     frame that reported them); a request or pin of an epoch and arrival index kept already (a
     snapshot reports the pins again) stays as it is."""
     rows: dict[int, dict] = {}
     for event, chain in finished:
-        if chain:
+        if chain or event.match_stop is not None:
             rows[event.arrival_index] = {
                 "engine_id": engine_id,
                 "epoch": epoch,
@@ -54,7 +56,7 @@ def keep(
                 "engine_id": engine_id,
                 "epoch": epoch,
                 "arrival_index": pin.arrival_index,
-                "num_prompt_tokens": pin.num_tokens,
+                "num_prompt_tokens": pin.boundary,  # what the pin keeps of its prefix
                 "num_output_tokens": 0,
                 "num_cached_tokens": 0,
                 "arrival_step": pin.arrival_step,
