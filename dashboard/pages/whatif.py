@@ -173,8 +173,13 @@ def show_run(run: dict) -> None:
     )
 
 
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
 def runs_of(engine_id: str) -> None:
-    """The engine's runs, and the one chosen (the newest, or the one just started)."""
+    """The engine's runs, and the one chosen (the one just started, the `?run=` of the URL,
+    else the newest)."""
 
     def body() -> None:
         with api_errors(api):
@@ -196,7 +201,7 @@ def runs_of(engine_id: str) -> None:
                 },
             )
             ids = [run["id"] for run in runs]
-            wanted = st.session_state.get(CHOSEN)
+            wanted = st.session_state.get(CHOSEN) or _int(st.query_params.get("run"))
             chosen = st.selectbox(
                 "Report of run",
                 ids,
