@@ -1,7 +1,7 @@
 """The `junction` command line: one parser gathering each package's subcommands.
 
 Every package offers its own through an `add_*_parser(commands)` function, imported here and
-nowhere else, so no package needs one above it: the engine (`replay`, `serve`, `attach`,
+nowhere else, so no package needs one above it: the engine (`replay`, `whatif`, `serve`, `attach`,
 `bench`), the control plane (`api`, `migrate`, `pin`, `unpin`, `pins`), the jobs (`worker`,
 `beat`), the dashboard and the stack (`up`). Each command loads its heavy libraries only when
 it runs. Settings the environment gets wrong are said one line each (`client.settings_errors`),
@@ -21,6 +21,7 @@ from engine.bench.cli import add_bench_parser
 from engine.server.attach import add_attach_parser
 from engine.server.cli import add_serve_parser
 from engine.server.replay_cli import add_replay_parser
+from engine.whatif.cli import add_whatif_parser
 from jobs.cli import add_jobs_parsers
 from router.cli import add_route_parser
 from stack.cli import add_up_parser
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     # the order of `junction --help`
     add_replay_parser(commands)
+    add_whatif_parser(commands)
     add_serve_parser(commands)
     add_attach_parser(commands)
     add_route_parser(commands)

@@ -9,10 +9,12 @@ at multiples of `unit`, and nothing finer.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator
 
 import msgspec
 
+from engine.events import PinUpdated, RequestFinished
 from engine.geometry import CacheGeometry
 
 
@@ -36,8 +38,9 @@ class Recording(msgspec.Struct, forbid_unknown_fields=True):
     geometry: CacheGeometry
     unit: int  # tokens per hash of every chain
     requests: list[RecordedRequest] = []
-    # requests in flight at once when no arrival steps were recorded (a trace's replay window)
-    concurrency: int = 1
+    # None: requests enter at the steps they arrived in (a live engine's traffic); N: at most
+    # N in flight, the next entering as one finishes (a trace replayed `--concurrency N`)
+    concurrency: int | None = None
 
     @property
     def num_requests(self) -> int:
@@ -58,7 +61,7 @@ _HEADER = msgspec.json.Encoder()
 class _Header(msgspec.Struct, forbid_unknown_fields=True):
     geometry: CacheGeometry
     unit: int
-    concurrency: int = 1
+    concurrency: int | None = None
 
 
 def dump_lines(recording: Recording) -> Iterator[bytes]:
@@ -89,3 +92,76 @@ def load_lines(lines: Iterable[bytes | str]) -> Recording:
     if header is None:
         raise ValueError("the recording is empty: its first line must be the header")
     return Recording(header.geometry, header.unit, requests, header.concurrency)
+
+
+def chain_of(unit_hashes: str) -> list[int]:
+    """An event's `unit_hashes` (8 bytes a unit, hex) as the signed 64-bit integers the store
+    keeps its salted ones as."""
+    raw = bytes.fromhex(unit_hashes)
+    return list(struct.unpack(f">{len(raw) // 8}q", raw))
+
+
+def is_pin_prefill(event: object) -> bool:
+    """A pin's prefill entering the engine: its `pending` event once queued (it has an arrival
+    index then). The prefill runs and caches its prefix whether the pin then holds or fails,
+    so a what-if replays it either way."""
+    return (
+        isinstance(event, PinUpdated)
+        and event.state == "pending"
+        and event.arrival_index is not None
+    )
+
+
+def from_events(
+    geometry: CacheGeometry, events: Iterable[object], concurrency: int | None = None
+) -> Recording:
+    """A recording of one engine epoch from its events (`RequestFinished`, and the `PinUpdated`
+    of each pin prefill queued; others are skipped), with the engine's raw hashes. A request that reported
+    no chain (`unit_hashes` empty) cannot be replayed: `ValueError`."""
+    unit = geometry.prefix_match_unit
+    if unit is None:
+        raise ValueError("the engine's geometry has no prefix_match_unit: nothing to replay")
+    requests = []
+    for event in events:
+        if isinstance(event, RequestFinished):
+            if not event.unit_hashes and event.num_prompt_tokens >= unit:
+                raise ValueError(f"request {event.request_id!r} reported no unit hashes")
+            requests.append(
+                RecordedRequest(
+                    event.request_id,
+                    chain_of(event.unit_hashes),
+                    event.num_prompt_tokens,
+                    event.num_output_tokens,
+                    event.num_cached_tokens,
+                    event.arrival_index,
+                    event.arrival_step,
+                    list(event.checkpoint_offsets),
+                )
+            )
+        elif is_pin_prefill(event):
+            requests.append(
+                RecordedRequest(
+                    event.pin_id,
+                    chain_of(event.unit_hashes),
+                    event.boundary,
+                    arrival_index=event.arrival_index or 0,
+                    arrival_step=event.arrival_step,
+                    pin=True,
+                )
+            )
+    requests.sort(key=lambda r: r.arrival_index)
+    return Recording(geometry, unit, requests, concurrency)
+
+
+class ChainSink:
+    """An event sink that keeps only what a recording needs (finished requests, pin
+    prefills), so recording a long trace holds no block events."""
+
+    is_recording = True
+
+    def __init__(self) -> None:
+        self.events: list[RequestFinished | PinUpdated] = []
+
+    def emit(self, event: object) -> None:
+        if isinstance(event, RequestFinished) or is_pin_prefill(event):
+            self.events.append(event)

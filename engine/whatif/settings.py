@@ -60,9 +60,7 @@ class WhatIfSetting(BaseModel):
             "num_blocks": "blocks",
             "num_mamba_blocks": "states",
         }
-        parts = [
-            f"{words[k]} {v}" if k in words else str(v) for k, v in self.changes().items()
-        ]
+        parts = [f"{words[k]} {v}" if k in words else str(v) for k, v in self.changes().items()]
         return ", ".join(parts) or "as ran"
 
 
@@ -91,9 +89,6 @@ def ran_configs(geometry: CacheGeometry) -> tuple[CacheConfig, SchedulerConfig]:
         "max_model_len": geometry.max_model_len,
         "max_prefix_wait_steps": geometry.max_prefix_wait_steps,
     }
-    if cache["checkpoint_interval"] == 0 and geometry.checkpoint_mode == "inline":
-        # the hello reports the effective interval: 0 there may mean "not fine-grained"
-        cache["checkpoint_interval"] = None if geometry.partial_hits is False else 0
     return (
         CacheConfig(**{k: v for k, v in cache.items() if v is not None}),
         SchedulerConfig(**{k: v for k, v in scheduler.items() if v is not None}),
@@ -130,8 +125,13 @@ def parse_settings(raw: list[dict]) -> list[WhatIfSetting]:
         try:
             settings.append(WhatIfSetting.model_validate(item))
         except ValidationError as exc:
-            fields = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'setting'}: {e['msg']}" for e in exc.errors()
-            )
+            fields = "; ".join(_problem(e) for e in exc.errors())
             raise ValueError(f"what-if setting {index}: {fields}") from exc
     return settings
+
+
+def _problem(error: dict) -> str:
+    where = ".".join(map(str, error["loc"])) or "setting"
+    if error["type"] == "extra_forbidden":
+        return f"{where}: unknown field (fields: {', '.join(WhatIfSetting.model_fields)})"
+    return f"{where}: {error['msg']}"
