@@ -93,8 +93,9 @@ def record_frames(
     buckets: dict[int, dict],
     check_cap: bool = False,
 ) -> None:
-    """Record the frames' sequences (`finished` in event order, materialized `pins` with the
-    batch ts as their finish), then attribute every request whose earlier arrivals have all
+    """Record the frames' sequences (`finished` in event order, `pins` reported with the batch
+    ts as their finish: the materialized ones for attribution, every queued prefill for what-if
+    replays), then attribute every request whose earlier arrivals have all
     finished and keep the others pending, and keep every chain for what-if replays; with
     `check_cap` (every `CAP_CHECK_EVERY`th seq, and snapshots), prune the units and the chains
     past the window and the caps. The attributed requests' totals are added to `buckets`
@@ -102,11 +103,9 @@ def record_frames(
     grid = HitGrid.of(geometry)
     # the requests attribution needs (a match stop) and those a what-if replays (a chain)
     finished = [e for e in finished if e.match_stop is not None or e.unit_hashes]
-    pins = [
-        (pin, ts)
-        for pin, ts in pins
-        if pin.state == "materialized" and pin.arrival_index is not None and pin.unit_hashes
-    ]
+    # a pin's prefill, once queued (it has an arrival index), caches its prefix whether the pin
+    # then holds or fails: a what-if replays it; attribution counts the materialized ones
+    pins = [(pin, ts) for pin, ts in pins if pin.arrival_index is not None and pin.unit_hashes]
     if grid is not None and (finished or pins):
         _record(session, engine_id, epoch, grid, finished, pins, config, bucket_s, buckets)
     if check_cap:
@@ -148,7 +147,8 @@ def _record(
         shared_units.merge(units, chain, epoch, event.arrival_index, event.finished_ts)
         subjects.append(_subject(event, epoch, chain[: event.num_prompt_tokens // grid.unit]))
     for (pin, ts), chain in zip(pins, pin_chains, strict=True):
-        shared_units.merge(units, chain, epoch, pin.arrival_index, ts)
+        if pin.state == "materialized":
+            shared_units.merge(units, chain, epoch, pin.arrival_index, ts)
     written = shared_units.upsert(session, engine_id, units)
     oldest = max((event.oldest_unfinished_index for event in reported), default=0)
     due = [s for s in subjects if s.arrival_index < oldest]

@@ -3,8 +3,9 @@ what-if replays it with, kept at ingest in the transaction that salts it for mis
 (`api.attribution.record`), and bounded like `shared_units`: by the attribution window (on
 `finished_ts`) and a per-engine cap, `JUNCTION_WHATIF_MAX_REQUESTS`, the oldest finished going
 first. A request of an engine that reports neither unit hashes nor a match stop (another
-engine, an older version) is not kept. A pin is kept as a request of its `boundary` tokens. The
-rows are read only by `api.whatif.recording`; no route serves them. Nothing here commits.
+engine, an older version) is not kept. A pin's prefill, once queued, is kept as a request of
+its `boundary` tokens (whether the pin then held or failed, the prefill cached its prefix).
+The rows are read only by `api.whatif.recording`; no route serves them. Nothing here commits.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ def keep(
     pins: Iterable[tuple[PinUpdated, float, list[int]]],
 ) -> None:
     """Keep the salted chains of `finished` requests (those of an engine that reports them: a
-    request shorter than a unit has an empty one) and materialized `pins` (with the ts of the
-    frame that reported them); a request or pin of an epoch and arrival index kept already (a
-    snapshot reports the pins again) stays as it is."""
+    request shorter than a unit has an empty one) and of the `pins` whose prefill was queued
+    (any report with an arrival index: pending once queued, or the state a snapshot carries;
+    with the ts of the frame that reported it); a request or pin of an epoch and arrival index
+    kept already (a pin's later reports, a snapshot's) stays as it is."""
     rows: dict[int, dict] = {}
     for event, chain in finished:
         if chain or event.match_stop is not None:

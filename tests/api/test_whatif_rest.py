@@ -75,7 +75,7 @@ def test_post_queues_a_run_and_its_message(client, settings, recorded, engine_ru
     ("settings_", "named"),
     [
         ([{"block_size": 0}], "what-if setting 0: block_size: Input should be greater than 0"),
-        ([{}, {"warp": 1}], "what-if setting 1: warp: Extra inputs are not permitted"),
+        ([{}, {"warp": 1}], "what-if setting 1: warp: unknown field (fields: label, mode,"),
         ([{"eviction": "fifo"}], "what-if setting 0: eviction: Input should be"),
         ([{"prefix_match_unit": 8}], "prefix_match_unit 8 is not a multiple of the recording's"),
     ],

@@ -103,6 +103,24 @@ def test_a_snapshot_keeps_the_chains_of_the_requests_it_carries(session, engine_
     assert len(stored(session)) == len(rows)
 
 
+def test_a_pin_prefill_is_kept_once_queued_held_or_not(session, engine_run):
+    """Its pending report (once queued) keeps its chain; attribution waits for it to hold."""
+    from api.store.models import SharedUnit
+
+    hello = factories.parse(factories.hello(engine_run))
+    apply_hello(session, hello)
+    (pending,) = [
+        e.to_dict()
+        for e in engine_run.sink.events
+        if e.type == "PinUpdated" and e.state == "pending"
+    ]
+    apply_batch(session, hello, factories.parse(factories.batches(engine_run, [pending])[0]))
+    (row,) = stored(session).values()
+    assert row.pin and row.arrival_index == pending["arrival_index"]
+    assert row.num_prompt_tokens == pending["boundary"]
+    assert session.scalar(select(func.count()).select_from(SharedUnit)) == 0
+
+
 def test_requests_of_an_engine_that_reports_no_chain_are_not_kept(session, engine_run):
     hello = factories.parse(factories.hello(engine_run))
     apply_hello(session, hello)
