@@ -102,10 +102,10 @@ def curve_figure(frame: pd.DataFrame) -> go.Figure:
             go.Scatter(
                 x=ran["memory"],
                 y=ran["hit_rate"],
-                name=AS_RAN,
+                name="what ran",
                 mode="markers",
                 marker={"symbol": "star", "size": 16, "color": "#222222"},
-                hovertemplate="as ran: %{y:.1%}<extra></extra>",
+                hovertemplate="what ran: %{y:.1%}<extra></extra>",
             )
         )
     fig.update_layout(

@@ -85,7 +85,7 @@ def test_the_curve_draws_the_families_tried_at_several_memories():
     assert [(t.name, t.mode) for t in fig.data] == [
         ("as ran", "lines+markers"),
         ("eviction lru", "lines+markers"),
-        ("as ran", "markers"),  # the star: what ran
+        ("what ran", "markers"),  # the star
     ]
     as_ran, lru, star = fig.data
     assert list(as_ran.x) == [0.5, 1.0, 2.0] and list(as_ran.y) == [0.2, 0.4, 0.6]
