@@ -256,6 +256,10 @@ class RequestOut(_Out):
     arrival_index: int | None = None  # null: recorded before engines reported it
     oldest_unfinished_index: int | None = None
     match_stop: MatchStopOut | None = None
+    # the engine's step count when it arrived, and where its chat messages ended (what a
+    # what-if replays it with; null: recorded before engines reported them)
+    arrival_step: int | None = None
+    checkpoint_offsets: list[int] | None = None
     attribution: RequestAttribution | None = None  # null: the engine reported no match stop
 
 

@@ -73,7 +73,6 @@ from engine.wire import (
 
 BLOCKS: Table = Block.__table__
 REQUESTS: Table = Request.__table__
-REQUEST_COLUMNS = frozenset(REQUESTS.c.keys())
 BATCHES: Table = EventBatch.__table__
 ENGINES: Table = Engine.__table__
 _EVENTS = msgspec.json.Encoder()  # a batch's events as `event_batches` keeps them
@@ -484,9 +483,6 @@ def _insert_requests(
     for event in finished:
         row = msgspec.to_builtins(event)  # lists for tuples, as JSON columns hold them
         del row["type"], row["unit_hashes"]  # attribution keeps only salted hashes
-        # what only a what-if replays (`arrival_step`, `checkpoint_offsets`) is
-        # `request_chains`' (`api.whatif.chains`), not a column here
-        row = {name: value for name, value in row.items() if name in REQUEST_COLUMNS}
         values.append({"engine_id": engine_id, "epoch": epoch, **row})
         bucket = bucket_row(buckets, engine_id, event.finished_ts, bucket_s)
         bucket["num_requests"] += 1

@@ -207,6 +207,10 @@ class Request(Base):
     arrival_index: Mapped[int | None] = mapped_column(BigInteger)
     oldest_unfinished_index: Mapped[int | None] = mapped_column(BigInteger)
     match_stop: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    # what a what-if replays it with (None: recorded before engines reported them); its
+    # salted chain is `request_chains`'
+    arrival_step: Mapped[int | None] = mapped_column(BigInteger)
+    checkpoint_offsets: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class AttributionSalt(Base):

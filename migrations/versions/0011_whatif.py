@@ -1,11 +1,12 @@
 """What-if replays: each finished request's salted chain, and the replays run over them.
 
 `request_chains` keeps, per engine, epoch and arrival index, a finished request's (or a
-materialized pin's) salted unit chain of prompt and output, its lengths, its hit, its arrival
-step and its chat messages' ends: what `api.whatif.recording` replays. Salted as
+queued pin prefill's) salted unit chain of prompt and output, its lengths, its hit, its
+arrival step and its chat messages' ends: what `api.whatif.recording` replays. Salted as
 `shared_units` is, bounded by `JUNCTION_WHATIF_MAX_REQUESTS` and the attribution window, never
-served. `whatif_runs` holds each replay queued by `POST /api/v1/engines/{id}/whatif`: its
-settings, status, progress and report.
+served; `requests` keeps each request's `arrival_step` and `checkpoint_offsets` too (the
+event's new fields, served with it). `whatif_runs` holds each replay queued by
+`POST /api/v1/engines/{id}/whatif`: its settings, status, progress and report.
 
 Revision ID: 0011
 Revises: 0010
@@ -36,6 +37,10 @@ def _engine_fk() -> sa.ForeignKeyConstraint:
 
 
 def upgrade() -> None:
+    op.add_column("requests", sa.Column("arrival_step", sa.BigInteger(), nullable=True))
+    op.add_column(
+        "requests", sa.Column("checkpoint_offsets", sa.JSON(none_as_null=True), nullable=True)
+    )
     op.create_table(
         "request_chains",
         sa.Column("engine_id", sa.String(128), nullable=False),
@@ -84,3 +89,6 @@ def downgrade() -> None:
     op.drop_table("whatif_runs")
     op.drop_index(CHAINS_INDEX, table_name="request_chains")
     op.drop_table("request_chains")
+    # No batch mode (see 0006): SQLite (3.35+) drops columns itself.
+    op.drop_column("requests", "checkpoint_offsets")
+    op.drop_column("requests", "arrival_step")
