@@ -21,8 +21,11 @@ class NoRecording(LookupError):
 
 
 def latest_epoch(session: Session, engine_id: str) -> int | None:
-    """The newest epoch of the engine with a chain kept, or None."""
-    query = select(func.max(RequestChain.epoch)).where(RequestChain.engine_id == engine_id)
+    """The newest epoch of the engine with a request's chain kept (a pin's alone, sent again
+    after a restart, is nothing to replay), or None."""
+    query = select(func.max(RequestChain.epoch)).where(
+        RequestChain.engine_id == engine_id, RequestChain.pin.is_(False)
+    )
     return session.scalar(query)
 
 
