@@ -180,3 +180,22 @@ def test_no_route_serves_a_chain(client: TestClient, session, engine_run):
     assert engine_run.engine_id in served  # the routes did find the engine
     assert not [u for u in units if str(u) in served or f"{u & (2**64 - 1):016x}" in served]
     assert not [chain for chain in packed if chain[:32] in served]
+
+
+def test_a_restart_s_pin_alone_does_not_hide_the_epoch_that_ran(session, engine_run):
+    factories.ingest(session, engine_run)
+    later = engine_run.epoch + 1
+    hello = factories.parse(factories.hello(engine_run, epoch=later))
+    apply_hello(session, hello)
+    (pending,) = [
+        e.to_dict()
+        for e in engine_run.sink.events
+        if e.type == "PinUpdated" and e.state == "pending"
+    ]
+    apply_batch(
+        session, hello, factories.parse(factories.batches(engine_run, [pending], epoch=later)[0])
+    )
+    assert {row.epoch for row in stored(session).values()} == {engine_run.epoch, later}
+    assert load_recording(session, engine_run.engine_id).num_requests == 8
+    with pytest.raises(NoRecording, match=f"in epoch {later}"):
+        load_recording(session, engine_run.engine_id, epoch=later)
