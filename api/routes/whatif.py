@@ -30,6 +30,7 @@ EXAMPLE = {
     ]
 }
 Body = Annotated[WhatIfBody, Depends(json_body.JsonBody(WhatIfBody))]
+UNAUTHORIZED = {401: {"description": "no bearer token, or a wrong one"}}
 
 
 @router.post(
@@ -37,6 +38,8 @@ Body = Annotated[WhatIfBody, Depends(json_body.JsonBody(WhatIfBody))]
     response_model=WhatIfRunOut,
     status_code=status.HTTP_202_ACCEPTED,
     responses={
+        **UNAUTHORIZED,
+        403: {"description": "the read-only token cannot queue a what-if"},
         404: {"description": "no engine of that id"},
         409: {"description": "the engine has no recorded request chains (in that epoch)"},
         413: {"description": "the body is over JUNCTION_MAX_BODY_BYTES"},
@@ -93,7 +96,7 @@ def create_whatif(
 @router.get(
     "/engines/{engine_id}/whatif",
     response_model=WhatIfRunPage,
-    responses={404: {"description": "no engine of that id"}},
+    responses={**UNAUTHORIZED, 404: {"description": "no engine of that id"}},
 )
 def list_whatif(
     engine: EngineDep,
@@ -115,7 +118,7 @@ def list_whatif(
 @router.get(
     "/whatif/{run_id}",
     response_model=WhatIfRunOut,
-    responses={404: {"description": "no what-if run of that id"}},
+    responses={**UNAUTHORIZED, 404: {"description": "no what-if run of that id"}},
 )
 def get_whatif(
     run_id: Annotated[int, Path(ge=1, le=MAX_INT64)], session: SessionDep
