@@ -24,6 +24,7 @@ from api.routes import (
     pins,
     replicas,
     requests,
+    whatif,
 )
 from api.routes.peers import blocks as peer_blocks
 from api.routes.peers import views as peer_views
@@ -61,6 +62,7 @@ ROUTERS = (
     junctions,
     ingest,
     benchmarks,
+    whatif,
     replicas,
 )
 # Routes whose bodies may be larger than `max_body_bytes`, and the setting of their limit.

@@ -256,6 +256,10 @@ class RequestOut(_Out):
     arrival_index: int | None = None  # null: recorded before engines reported it
     oldest_unfinished_index: int | None = None
     match_stop: MatchStopOut | None = None
+    # the engine's step count when it arrived, and where its chat messages ended (what a
+    # what-if replays it with; null: recorded before engines reported them)
+    arrival_step: int | None = None
+    checkpoint_offsets: list[int] | None = None
     attribution: RequestAttribution | None = None  # null: the engine reported no match stop
 
 
@@ -572,3 +576,52 @@ class DeadLetterPage(BaseModel):
     offset: int
     limit: int
     dead_letters: list[DeadLetterOut]
+
+
+# ---------------------------------------------------------------------------- what-if
+#: The most settings one what-if run tries.
+MAX_WHATIF_SETTINGS = 32
+WhatIfStatus = Literal["queued", "running", "done", "failed"]
+
+
+class WhatIfBody(BaseModel):
+    """`POST /engines/{engine_id}/whatif`: the settings to try (each an
+    `engine.whatif.settings.WhatIfSetting`: the fields it changes from what the engine ran
+    with, `{}` replays what ran) over one epoch's recorded requests (default: the newest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    settings: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=MAX_WHATIF_SETTINGS)]
+    epoch: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+
+
+class WhatIfRunOut(_Out):
+    """A what-if run: `progress_done` of `progress_total` requests replayed (each setting's
+    replays counted); `result` (once done) the report: `num_requests`, `num_prompt_tokens`,
+    `recorded_tokens` (the hits the engine reported), `agreement` (the requests whose replay
+    with the engine's own settings hit what they recorded), `exact`, `as_ran` and `results`
+    (one per setting, most tokens saved first: `label`, `changes`, `config`, `hit_tokens`,
+    `oracle_tokens`, `bound_tokens`, `hit_rate`, `share_of_oracle`, `share_of_bound`,
+    `gain_tokens`); `error` why a failed run failed."""
+
+    id: int
+    engine_id: str
+    epoch: int
+    status: WhatIfStatus
+    settings: list[dict[str, Any]]
+    progress_done: int
+    progress_total: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    attempts: int
+    worker: str | None
+    result: dict[str, Any] | None
+
+
+class WhatIfRunPage(BaseModel):
+    total: int
+    offset: int
+    limit: int
+    runs: list[WhatIfRunOut]

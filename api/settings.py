@@ -101,6 +101,13 @@ class Settings(BaseSettings):
     attribution_window_s: float = 86400.0
     attribution_max_units: int = 1_000_000
 
+    # What-if replays (`api.whatif`): the finished requests whose salted chains are kept per
+    # engine for a replay (the oldest finished go first; none outlives the attribution window,
+    # and no route serves them), and the what-if runs kept in all (past it, the oldest finished
+    # go; a new run is refused while that many are queued or running).
+    whatif_max_requests: int = 100_000
+    whatif_max_runs: int = 1000
+
     # Engines without physical block ids (`api.peers.blocks`: vLLM, SGLang through `junction
     # attach`): the token ids kept of each block (its first ones), the most blocks kept per
     # engine (stores past it are refused and recorded as a resync), the seconds their churn
@@ -169,6 +176,8 @@ class Settings(BaseSettings):
         "dead_letters_per_engine",
         "dead_letter_frame_bytes",
         "peer_max_blocks",
+        "whatif_max_requests",
+        "whatif_max_runs",
         "peer_window_s",
         "peer_max_samples",
         "replica_heartbeat_s",

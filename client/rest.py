@@ -117,6 +117,15 @@ class ApiClient(JsonClient):
         """The standard suite's specs (defaults filled in): the presets of a run's form."""
         return self.call("GET", "/benchmarks/suite")
 
+    def whatif_runs(self, engine_id: str, limit: int = 50, status: str | None = None) -> dict:
+        """An engine's what-if runs, newest first: `{"total", "offset", "limit", "runs"}`."""
+        params = {"limit": limit, "status": status}
+        return self.call("GET", f"/engines/{engine_id}/whatif", params=params)
+
+    def whatif(self, run_id: int) -> dict:
+        """One what-if run: status, progress and, once done, its report (`result`)."""
+        return self.call("GET", f"/whatif/{run_id}")
+
     # ------------------------------------------------------------------ writes (token)
     def create_pin(self, body: dict) -> dict:
         return self.call("POST", "/pins", json=body)
@@ -126,6 +135,14 @@ class ApiClient(JsonClient):
 
     def create_benchmark(self, spec: dict) -> dict:
         return self.call("POST", "/benchmarks", json=spec)
+
+    def create_whatif(self, engine_id: str, settings: list[dict], epoch: int | None = None) -> dict:
+        """Queue a replay of the engine's recorded requests under each of `settings` (the
+        fields each changes from what ran); the queued run."""
+        body: dict = {"settings": settings}
+        if epoch is not None:
+            body["epoch"] = epoch
+        return self.call("POST", f"/engines/{engine_id}/whatif", json=body)
 
     def error_reason(self, response: httpx.Response) -> str:
         return error_detail(response)

@@ -12,6 +12,7 @@ navigation = st.navigation(
         st.Page("pages/checkpoints.py", title="Checkpoints", icon=":material/push_pin:"),
         st.Page("pages/peer_cache.py", title="Peer cache", icon=":material/account_tree:"),
         st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/speed:"),
+        st.Page("pages/whatif.py", title="What-if", icon=":material/alt_route:"),
     ]
 )
 navigation.run()

@@ -73,7 +73,10 @@ class Reporter:
     `every_s`, and from a thread of its own a heartbeat every `heartbeat_s` while the run
     lasts (a long step sends no progress, but its worker is alive). Raises `RunTakenOver`
     from the callback once a write finds the run taken away; store errors are logged, not
-    raised (progress is a courtesy; the final write is what counts)."""
+    raised (progress is a courtesy; the final write is what counts). `what` names the run in
+    messages; `write` is the store's write (a subclass's for other runs: `jobs.whatif`)."""
+
+    what = "benchmark run"
 
     def __init__(
         self,
@@ -95,12 +98,12 @@ class Reporter:
 
     def __call__(self, fraction: float, message: str = "") -> None:
         if self.is_lost:
-            raise RunTakenOver(f"benchmark run {self.run_id} was taken over")
+            raise RunTakenOver(f"{self.what} {self.run_id} was taken over")
         self._pending = (fraction, message)
         if time.monotonic() - self._last_write >= self.every_s:
             self.flush()
         if self.is_lost:
-            raise RunTakenOver(f"benchmark run {self.run_id} was taken over")
+            raise RunTakenOver(f"{self.what} {self.run_id} was taken over")
 
     def flush(self) -> None:
         """Write the latest progress (or only the heartbeat, when there is none)."""
@@ -110,14 +113,16 @@ class Reporter:
             fraction, message = pending if pending is not None else (None, None)
             try:
                 with self.sessions() as session:
-                    owned = store.record_progress(
-                        session, self.run_id, self.attempt, fraction, message
-                    )
+                    owned = self.write(session, fraction, message)
             except SQLAlchemyError as exc:
-                log.warning("benchmark run %s: progress not written: %s", self.run_id, exc)
+                log.warning("%s %s: progress not written: %s", self.what, self.run_id, exc)
                 return
             self.num_writes += 1
             self.is_lost = self.is_lost or not owned
+
+    def write(self, session: Session, fraction: Any, message: str | None) -> bool:
+        """Write the progress (None: only the heartbeat); False: the run was taken over."""
+        return store.record_progress(session, self.run_id, self.attempt, fraction, message)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):

@@ -4,6 +4,7 @@
 `run_benchmark` is acked late and rejected (so redelivered) when its worker process dies; it
 retries the store's transient errors a few times; a run whose task gives up is marked failed
 with the reason (`on_failure`), and one whose worker vanished is failed by the sweep.
+`run_whatif` is the same for a what-if run (`jobs.whatif`); the sweep takes both kinds.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any
 from celery import Task
 
 from api.runs.benchmarks import Busy
-from api.runs.broker import TASK_RUN
-from jobs import runs
+from api.runs.broker import TASK_RUN, TASK_WHATIF
+from jobs import runs, whatif
 from jobs.app import TASK_SUITE, TASK_SWEEP, app
 
 #: Looks at a run another worker holds before leaving it to that worker.
@@ -26,6 +27,13 @@ class RunTask(Task):
         run_id = args[0] if args else kwargs.get("run_id")
         if run_id is not None:
             runs.record_failure(int(run_id), exc)
+
+
+class WhatIfTask(Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        run_id = args[0] if args else kwargs.get("run_id")
+        if run_id is not None:
+            whatif.record_failure(int(run_id), exc)
 
 
 @app.task(
@@ -48,6 +56,26 @@ def run_benchmark(self: Task, run_id: int) -> dict[str, Any]:
     return outcome._asdict()
 
 
+@app.task(
+    name=TASK_WHATIF,
+    bind=True,
+    base=WhatIfTask,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=runs.TRANSIENT_ERRORS,
+    max_retries=2,
+    retry_backoff=5,
+    retry_backoff_max=60,
+)
+def run_whatif(self: Task, run_id: int) -> dict[str, Any]:
+    outcome = whatif.run_whatif_run(run_id, worker=self.request.hostname)
+    if isinstance(outcome, Busy):  # another worker's attempt is alive: look again later
+        if self.request.retries < BUSY_MAX_RETRIES:
+            raise self.retry(countdown=outcome.retry_in_s, max_retries=BUSY_MAX_RETRIES)
+        return {"run_id": run_id, "status": "busy"}
+    return outcome._asdict()
+
+
 @app.task(name=TASK_SUITE)
 def enqueue_suite() -> list[int]:
     return runs.enqueue_suite(
@@ -56,5 +84,9 @@ def enqueue_suite() -> list[int]:
 
 
 @app.task(name=TASK_SWEEP)
-def sweep_stale_runs(stale_after_s: float = runs.STALE_AFTER_S) -> list[int]:
-    return runs.sweep_stale_runs(stale_after_s)
+def sweep_stale_runs(stale_after_s: float = runs.STALE_AFTER_S) -> dict[str, list[int]]:
+    """Fail the benchmark and what-if runs whose worker was lost; their ids by kind."""
+    return {
+        "benchmarks": runs.sweep_stale_runs(stale_after_s),
+        "whatif": whatif.sweep_stale_runs(stale_after_s),
+    }

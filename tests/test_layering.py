@@ -83,6 +83,8 @@ API_MAY_IMPORT = {
     "engine.workloads.oracle": "the hit a request could have had: miss attribution's oracle",
     "engine.model.tokenizer": "a pin's text to token ids, rendered as the engine renders it",
     "engine.trace": "a pin's segments to token ids, as a trace's lines are read",
+    "engine.whatif.recording": "the recording a what-if replays, read from the kept chains",
+    "engine.whatif.settings": "a what-if's settings, checked before it is queued",
 }
 #: What the dashboard may import of the project: the client, and itself.
 DASHBOARD_MAY_IMPORT = ("client", "dashboard")

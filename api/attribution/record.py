@@ -16,12 +16,12 @@ batches whatever the number of requests: one upsert of the units (on PostgreSQL 
 their records back), one read of the other records a request needs (on SQLite, all of them),
 one delete of the pending rows now due (`RETURNING` them), one insert each of attributions and
 pending rows, their bucket totals added to the caller's (one upsert for both), and on every
-`shared_units.CAP_CHECK_EVERY`th seq a bounded prune.
+`shared_units.CAP_CHECK_EVERY`th seq a bounded prune. The same salted chains (each unit salted
+once) are kept whole, request by request, for what-if replays (`api.whatif.chains`).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -35,6 +35,7 @@ from api.attribution.misses import HitGrid, MatchStop, split_misses
 from api.settings import Settings
 from api.store import bulk
 from api.store.models import Attribution, PendingAttribution
+from api.whatif import chains as request_chains
 from engine.events import PinUpdated, RequestFinished
 from engine.geometry import CacheGeometry
 from engine.workloads.oracle import capped_hit
@@ -45,11 +46,13 @@ ATTRIBUTIONS: Table = Attribution.__table__
 
 @dataclass(frozen=True)
 class AttributionConfig:
-    """The attribution settings (`JUNCTION_ATTRIBUTION_*`); `salt` None: the store's own."""
+    """The attribution settings (`JUNCTION_ATTRIBUTION_*`); `salt` None: the store's own;
+    `max_requests` the request chains kept for what-if replays (`JUNCTION_WHATIF_MAX_REQUESTS`)."""
 
     salt: bytes | None = None
     window_s: float = 86400.0
     max_units: int = 1_000_000
+    max_requests: int = 100_000
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AttributionConfig:
@@ -58,6 +61,7 @@ class AttributionConfig:
             unit_salt.setting_salt(secret.get_secret_value()) if secret is not None else None,
             settings.attribution_window_s,
             settings.attribution_max_units,
+            settings.whatif_max_requests,
         )
 
 
@@ -75,14 +79,6 @@ class Subject(NamedTuple):
     units: list[int]  # its salted prompt chain
 
 
-def _pack(units: Sequence[int]) -> bytes:
-    return struct.pack(f">{len(units)}q", *units)
-
-
-def _unpack(data: bytes) -> list[int]:
-    return list(struct.unpack(f">{len(data) // 8}q", data))
-
-
 # ---------------------------------------------------------------------------- ingest
 def record_frames(
     session: Session,
@@ -97,22 +93,24 @@ def record_frames(
     buckets: dict[int, dict],
     check_cap: bool = False,
 ) -> None:
-    """Record the frames' sequences (`finished` in event order, materialized `pins` with the
-    batch ts as their finish), then attribute every request whose earlier arrivals have all
-    finished and keep the others pending; with `check_cap` (every `CAP_CHECK_EVERY`th seq, and
-    snapshots), prune the units past the window and the cap. The attributed requests' totals
-    are added to `buckets` (`bucket_row`'s), which the caller writes with its own."""
+    """Record the frames' sequences (`finished` in event order, `pins` reported with the batch
+    ts as their finish: the materialized ones for attribution, every queued prefill for what-if
+    replays), then attribute every request whose earlier arrivals have all
+    finished and keep the others pending, and keep every chain for what-if replays; with
+    `check_cap` (every `CAP_CHECK_EVERY`th seq, and snapshots), prune the units and the chains
+    past the window and the caps. The attributed requests' totals are added to `buckets`
+    (`bucket_row`'s), which the caller writes with its own."""
     grid = HitGrid.of(geometry)
-    reported = [event for event in finished if event.match_stop is not None]
-    pins = [
-        (pin, ts)
-        for pin, ts in pins
-        if pin.state == "materialized" and pin.arrival_index is not None and pin.unit_hashes
-    ]
-    if grid is not None and (reported or pins):
-        _record(session, engine_id, epoch, grid, reported, pins, config, bucket_s, buckets)
+    # the requests attribution needs (a match stop) and those a what-if replays (a chain)
+    finished = [e for e in finished if e.match_stop is not None or e.unit_hashes]
+    # a pin's prefill, once queued (it has an arrival index), caches its prefix whether the pin
+    # then holds or fails: a what-if replays it; attribution counts the materialized ones
+    pins = [(pin, ts) for pin, ts in pins if pin.arrival_index is not None and pin.unit_hashes]
+    if grid is not None and (finished or pins):
+        _record(session, engine_id, epoch, grid, finished, pins, config, bucket_s, buckets)
     if check_cap:
         shared_units.prune(session, engine_id, now_ts, config.window_s, config.max_units, True)
+        request_chains.prune(session, engine_id, now_ts, config.window_s, config.max_requests)
 
 
 def _record(
@@ -120,26 +118,37 @@ def _record(
     engine_id: str,
     epoch: int,
     grid: HitGrid,
-    reported: list[RequestFinished],
+    finished: list[RequestFinished],
     pins: list[tuple[PinUpdated, float]],
     config: AttributionConfig,
     bucket_s: int,
     buckets: dict[int, dict],
 ) -> None:
-    """`record_frames` for the requests that reported their match stop and the materialized
-    pins, on the engine's hit grid."""
+    """`record_frames` for the finished requests that reported their match stop or a chain
+    and the materialized pins, on the engine's hit grid."""
     salt = config.salt or unit_salt.store_salt(session)
+    seen: dict[bytes, int] = {}  # the frames' chains share their prefixes: salt each unit once
+    chains = [unit_salt.salted_chain(event.unit_hashes, salt, seen) for event in finished]
+    pin_chains = [unit_salt.salted_chain(pin.unit_hashes, salt, seen) for pin, _ in pins]
+    request_chains.keep(
+        session,
+        engine_id,
+        epoch,
+        zip(finished, chains, strict=True),
+        [(pin, ts, chain) for (pin, ts), chain in zip(pins, pin_chains, strict=True)],
+    )
     units: dict[int, list] = {}
     subjects = []
-    seen: dict[bytes, int] = {}  # the frames' chains share their prefixes: salt each unit once
-    for event in reported:
-        chain = unit_salt.salted_chain(event.unit_hashes, salt, seen)
+    reported = []
+    for event, chain in zip(finished, chains, strict=True):
+        if event.match_stop is None:
+            continue
+        reported.append(event)
         shared_units.merge(units, chain, epoch, event.arrival_index, event.finished_ts)
         subjects.append(_subject(event, epoch, chain[: event.num_prompt_tokens // grid.unit]))
-    for pin, ts in pins:
-        shared_units.merge(
-            units, unit_salt.salted_chain(pin.unit_hashes, salt, seen), epoch, pin.arrival_index, ts
-        )
+    for (pin, ts), chain in zip(pins, pin_chains, strict=True):
+        if pin.state == "materialized":
+            shared_units.merge(units, chain, epoch, pin.arrival_index, ts)
     written = shared_units.upsert(session, engine_id, units)
     oldest = max((event.oldest_unfinished_index for event in reported), default=0)
     due = [s for s in subjects if s.arrival_index < oldest]
@@ -179,7 +188,7 @@ def _subject(event: RequestFinished, epoch: int, units: list[int]) -> Subject:
 
 def _pending_row(engine_id: str, subject: Subject) -> dict:
     row = subject._asdict()
-    row["units"] = _pack(subject.units)
+    row["units"] = unit_salt.pack(subject.units)
     return {"engine_id": engine_id, **row}
 
 
@@ -191,7 +200,7 @@ def _take_pending(session: Session, engine_id: str, where, below: int | None) ->
     fields = [f for f in Subject._fields if f != "units"]
     columns = [PENDING.c[f] for f in fields]
     taken = delete(PENDING).where(*conditions).returning(*columns, PENDING.c.units)
-    return [Subject(*row[:-1], _unpack(row[-1])) for row in session.execute(taken)]
+    return [Subject(*row[:-1], unit_salt.unpack(row[-1])) for row in session.execute(taken)]
 
 
 def _attribute(

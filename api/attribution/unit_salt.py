@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import struct
+from collections.abc import Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -43,6 +45,15 @@ def salted_chain(unit_hashes: str, salt: bytes, seen: dict[bytes, int] | None = 
             salted = seen[unit] = int.from_bytes(digest, signed=True)
         chain.append(salted)
     return chain
+
+
+def pack(units: Sequence[int]) -> bytes:
+    """A salted chain as the store keeps it: 8 big-endian signed bytes a unit."""
+    return struct.pack(f">{len(units)}q", *units)
+
+
+def unpack(data: bytes) -> list[int]:
+    return list(struct.unpack(f">{len(data) // 8}q", data))
 
 
 def store_salt(session: Session) -> bytes:

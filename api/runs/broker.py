@@ -1,7 +1,8 @@
 """The API's side of the Celery broker: how a queued run's message is put on it.
 
-The API sends `TASK_RUN` by name, so it imports neither the tasks nor the engine; the worker
-that runs it is `jobs.app`, which takes the transport options and the task's name from here.
+The API sends `TASK_RUN` (a benchmark run) and `TASK_WHATIF` (a what-if run) by name, so it
+imports neither the tasks nor the engine's runners; the worker that runs them is `jobs.app`,
+which takes the transport options and the tasks' names from here.
 Celery and kombu load on the first message sent, not at import.
 """
 
@@ -14,6 +15,7 @@ if TYPE_CHECKING:  # Celery itself loads on the first message sent
     from celery import Celery
 
 TASK_RUN = "junction.run_benchmark"
+TASK_WHATIF = "junction.run_whatif"
 #: Redis redelivers a message not acked within this (acks are late: after the run). Longer
 #: than any run, so a live run is never delivered twice; a lost one is swept well before.
 VISIBILITY_TIMEOUT_S = 12 * 3600
@@ -49,13 +51,23 @@ def producer(broker_url: str) -> Celery:
 
 
 def send_run(broker_url: str, run_id: int, task_id: str) -> None:
-    """Put run `run_id`'s message on the broker, or raise `BrokerUnavailable` saying where."""
+    """Put benchmark run `run_id`'s message on the broker, or raise `BrokerUnavailable`."""
+    send_task(broker_url, TASK_RUN, run_id, task_id)
+
+
+def send_whatif(broker_url: str, run_id: int, task_id: str) -> None:
+    """Put what-if run `run_id`'s message on the broker, or raise `BrokerUnavailable`."""
+    send_task(broker_url, TASK_WHATIF, run_id, task_id)
+
+
+def send_task(broker_url: str, task: str, run_id: int, task_id: str) -> None:
+    """Send `task(run_id)` as `task_id`, or raise `BrokerUnavailable` saying where."""
     from kombu.exceptions import OperationalError as KombuOperationalError
     from kombu.utils.url import maybe_sanitize_url
 
     try:
         producer(broker_url).send_task(
-            TASK_RUN,
+            task,
             args=[run_id],
             task_id=task_id,
             retry=True,

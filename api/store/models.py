@@ -12,6 +12,9 @@ Miss attribution (`api.attribution.record`) keeps `shared_units` (each engine's 
 hashes, bounded), `pending_attributions` (requests waiting for the ones that arrived before
 them) and `attributions` (each request's split of the tokens it missed), salted by the
 one-row `attribution_salts` when no salt is set.
+What-if replays (`api.whatif`) keep `request_chains` (each finished request's salted chain of
+prompt and output, bounded, never served) and `whatif_runs` (a replay's settings, progress and
+report).
 """
 
 from __future__ import annotations
@@ -204,6 +207,10 @@ class Request(Base):
     arrival_index: Mapped[int | None] = mapped_column(BigInteger)
     oldest_unfinished_index: Mapped[int | None] = mapped_column(BigInteger)
     match_stop: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    # what a what-if replays it with (None: recorded before engines reported them); its
+    # salted chain is `request_chains`'
+    arrival_step: Mapped[int | None] = mapped_column(BigInteger)
+    checkpoint_offsets: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class AttributionSalt(Base):
@@ -282,6 +289,30 @@ class Attribution(Base):
     missed_evicted: Mapped[int] = mapped_column(Integer, default=0)
     missed_restarted: Mapped[int] = mapped_column(Integer, default=0)
     missed_copy_pending: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class RequestChain(Base):
+    """A finished request (or, `pin`, a materialized pin's prefix) as a what-if replays it:
+    `units`, its salted chain of prompt and output (`api.attribution.unit_salt`, 8 bytes a
+    unit, as `pending_attributions` packs them), its lengths, the hit it had, when it arrived
+    (`arrival_step`) and where its chat messages ended. Never served by any route."""
+
+    __tablename__ = "request_chains"
+    __table_args__ = (Index("ix_request_chains_engine_finished", "engine_id", "finished_ts"),)
+
+    engine_id: Mapped[str] = mapped_column(
+        ForeignKey(ENGINE_FK, ondelete="CASCADE"), primary_key=True
+    )
+    epoch: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    arrival_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    num_prompt_tokens: Mapped[int] = mapped_column(Integer)
+    num_output_tokens: Mapped[int] = mapped_column(Integer)
+    num_cached_tokens: Mapped[int] = mapped_column(Integer)
+    arrival_step: Mapped[int | None] = mapped_column(BigInteger)
+    checkpoint_offsets: Mapped[list[Any]] = mapped_column(default=list)
+    pin: Mapped[bool] = mapped_column(Boolean, default=False)
+    units: Mapped[bytes] = mapped_column(LargeBinary)
+    finished_ts: Mapped[float] = mapped_column(Float)
 
 
 class DeadLetter(Base):
@@ -485,3 +516,36 @@ class PeerResyncRecord(Base):
     resumed_seq: Mapped[int] = mapped_column(BigInteger)
     reason: Mapped[str] = mapped_column(Text)
     ts: Mapped[float] = mapped_column(Float)
+
+
+class WhatIfRun(Base):
+    """A what-if replay of an engine's recorded chains (`request_chains` of `epoch`) under
+    `settings` (`engine.whatif.settings.WhatIfSetting`s as JSON), queued by `POST
+    /engines/{id}/whatif` and run by a Celery worker (`jobs.whatif`).
+
+    `status` goes queued -> running -> done | failed; `progress_done` of `progress_total`
+    requests replayed; `result` the report (`WhatIfReport.as_dict()`); `error` why it failed.
+    `heartbeat_at` and `attempts` fence a worker's writes as a benchmark run's do."""
+
+    __tablename__ = "whatif_runs"
+    __table_args__ = (
+        Index("ix_whatif_runs_engine_created", "engine_id", "created_at"),
+        Index("ix_whatif_runs_status_finished", "status", "finished_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    engine_id: Mapped[str] = mapped_column(ForeignKey(ENGINE_FK, ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    settings: Mapped[list[Any]] = mapped_column(default=list)
+    progress_done: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    progress_total: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column()
+    finished_at: Mapped[datetime | None] = mapped_column()
+    heartbeat_at: Mapped[datetime | None] = mapped_column()
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    task_id: Mapped[str | None] = mapped_column(String(64))
+    worker: Mapped[str | None] = mapped_column(Text)

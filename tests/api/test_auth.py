@@ -50,7 +50,7 @@ def test_the_routes_are_all_there() -> None:
         "/healthz",
         "/metrics",
     }
-    assert len(V1_READS) >= 13 and len(V1_WRITES) == 4, V1_ROUTES
+    assert len(V1_READS) >= 13 and len(V1_WRITES) == 5, V1_ROUTES
 
 
 @pytest.mark.parametrize("path", V1_READS)
@@ -109,6 +109,8 @@ def test_the_read_token_reads_but_cannot_write(
     assert gone.status_code == 403
     assert client.delete(f"{API_PREFIX}/engines/unknown", headers=READ).status_code == 403
     assert client.post(f"{API_PREFIX}/benchmarks", json={}, headers=READ).status_code == 403
+    whatif = f"{API_PREFIX}/engines/{engine_run.engine_id}/whatif"
+    assert client.post(whatif, json={"settings": [{}]}, headers=READ).status_code == 403
     assert client.get(f"{API_PREFIX}/engines/{engine_run.engine_id}", headers=READ).is_success
     with client.websocket_connect(INGEST, headers=READ) as ws:  # nor stream events
         with pytest.raises(WebSocketDisconnect) as closed:

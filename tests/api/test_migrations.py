@@ -20,6 +20,7 @@ NOW = datetime(2026, 11, 29, tzinfo=UTC)
 ATTRIBUTION_TABLES = {"attribution_salts", "shared_units", "pending_attributions", "attributions"}
 PEER_TABLES = {"peer_blocks", "peer_churn_buckets", "peer_metric_samples", "peer_resyncs"}
 REPLICA_TABLES = {"replicas"}
+WHATIF_TABLES = {"request_chains", "whatif_runs"}
 TABLES = (
     ATTRIBUTION_TABLES
     | PEER_TABLES
@@ -35,6 +36,7 @@ TABLES = (
         "dead_letters",
     }
     | REPLICA_TABLES
+    | WHATIF_TABLES
 )
 
 
@@ -162,7 +164,8 @@ def test_0002_keeps_the_pins_an_engine_reported(empty_database_url: str) -> None
             ("held", "e1", "materialized", 96, True, 0),
         ]
         migrate.downgrade(empty_database_url, "0001")
-        later = {"pin_targets", "dead_letters"} | ATTRIBUTION_TABLES | PEER_TABLES | REPLICA_TABLES
+        later = {"pin_targets", "dead_letters"} | ATTRIBUTION_TABLES | PEER_TABLES
+        later |= REPLICA_TABLES | WHATIF_TABLES
         assert table_names(empty_database_url) == TABLES - later
         with db.connect() as connection:
             old = connection.execute(
@@ -197,7 +200,8 @@ def test_0008_adds_the_peer_tables_and_takes_them_back(empty_database_url: str) 
                 )
             )
         migrate.downgrade(empty_database_url, "0007")
-        assert table_names(empty_database_url) == TABLES - PEER_TABLES - REPLICA_TABLES
+        later = PEER_TABLES | REPLICA_TABLES | WHATIF_TABLES
+        assert table_names(empty_database_url) == TABLES - later
         columns = {c["name"] for c in inspect(db).get_columns("engines")}
         assert "num_peer_blocks" not in columns
         with db.connect() as connection:
@@ -230,7 +234,7 @@ def test_0009_adds_replicas_and_keeps_the_engines(empty_database_url: str) -> No
         indexes = {i["name"] for i in inspect(db).get_indexes("event_batches")}
         assert "ix_event_batches_received_at" in indexes
         migrate.downgrade(empty_database_url, "0008")
-        assert table_names(empty_database_url) == TABLES - REPLICA_TABLES
+        assert table_names(empty_database_url) == TABLES - REPLICA_TABLES - WHATIF_TABLES
         columns = {c["name"] for c in inspect(db).get_columns("engines")}
         assert not {"replica_id", "connection_id"} & columns
         indexes = {i["name"] for i in inspect(db).get_indexes("event_batches")}

@@ -25,6 +25,7 @@ import httpx
 import psycopg
 import pytest
 
+from api.attribution import unit_salt
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.events import UNIT_HASH_BYTES
@@ -92,6 +93,10 @@ def test_no_secret_token_run_nor_raw_unit_hash_is_stored_or_served(api):
     raw = {int.from_bytes(bytes.fromhex(unit), signed=True) for unit in units}
     salted = {value for where, value in stored if where.startswith("shared_units.hash")}
     assert salted and not (salted & raw)
+    # and so do the what-if's request chains: the same salted units, never the raw ones
+    kept = [bytes(v) for where, v in stored if where == "request_chains.units"]
+    chained = {unit for value in kept for unit in unit_salt.unpack(value)}
+    assert chained and chained <= salted and not (chained & raw)
 
 
 def dump_rest(base: str, root: str) -> list[tuple[str, str | bytes]]:

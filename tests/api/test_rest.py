@@ -248,6 +248,8 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/api/v1/engines/{engine_id}/peer-summary",
         "/api/v1/engines/{engine_id}/peer-tree",
         "/api/v1/engines/{engine_id}/suggested-junctions",
+        "/api/v1/engines/{engine_id}/whatif",
+        "/api/v1/whatif/{run_id}",
         "/api/v1/events",
         "/api/v1/pins",
         "/api/v1/pins/{pin_id}",
@@ -264,6 +266,10 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
     assert set(paths["/api/v1/pins/{pin_id}"]) == {"get", "delete"}
     assert paths["/api/v1/pins"]["post"]["security"] == [{"HTTPBearer": []}]
     assert paths["/api/v1/benchmarks"]["post"]["security"] == [{"HTTPBearer": []}]
+    whatif = paths["/api/v1/engines/{engine_id}/whatif"]
+    assert set(whatif) == {"get", "post"} and whatif["post"]["security"] == [{"HTTPBearer": []}]
+    codes = {"202", "401", "403", "404", "409", "413", "422", "429", "503"}
+    assert set(whatif["post"]["responses"]) == codes
 
 
 def test_a_starting_app_forgets_old_connections(settings, engine_run, ingested) -> None:

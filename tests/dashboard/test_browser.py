@@ -6,7 +6,7 @@ README's); a prefix pinned through the form becomes materialized on the live eng
 the block table of a 100,000-block engine renders in under 3 seconds. The miss attribution's
 views (the Overview's stacked reasons and remedies, the Requests page's reasons) render for an
 engine that replayed the known cases. The Peer cache page renders for a vLLM engine fed by
-hash-keyed peer events."""
+hash-keyed peer events. The What-if page draws a done run's curve and ranked settings."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from tests.dashboard.conftest import Stack, chromium_or_skip
 from tests.dashboard.peer_engine import PEER_ENGINE, ensure_peer_engine
 from tests.dashboard.test_attribution_pages import ATTRIBUTION_ENGINE, ensure_attribution_engine
 from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
+from tests.dashboard.whatif_run import ensure_whatif
 from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
 
@@ -282,5 +283,33 @@ def test_the_peer_cache_page_in_a_browser(
             page.get_by_text(f"{PEER_ENGINE} is a vLLM engine").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1000)
             shoot(page, screenshots, "peer_cache_block_tables")
+        finally:
+            browser.close()
+
+
+def test_the_whatif_page_in_a_browser(
+    chromium: str, stack: Stack, dashboard_url: str, screenshots: Path
+):
+    """A done what-if of the replayed engine: the agreement line, the curve of hit rate
+    against memory, and the settings ranked by tokens saved."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.dashboard.conftest import REPLAY_ENGINE
+
+    run = ensure_whatif(stack)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:  # tall: the report is below the form
+            page = browser.new_page(viewport={"width": 1440, "height": 2000})
+            page.goto(f"{dashboard_url}/")  # the app's navigation first: it names the pages
+            page.get_by_text("What-if").first.wait_for(timeout=60_000)
+            page.goto(f"{dashboard_url}/whatif?engine={REPLAY_ENGINE}&run={run['id']}")
+            page.get_by_text("Token hit rate against memory").first.wait_for(timeout=60_000)
+            pause_live_refresh(page)
+            page.get_by_text("Replaying its own settings reproduces").first.wait_for(timeout=30_000)
+            page.get_by_text("most tokens saved first").first.wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1500)
+            shoot(page, screenshots, "whatif")
         finally:
             browser.close()

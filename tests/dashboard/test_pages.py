@@ -411,7 +411,8 @@ def test_unreachable_api_names_the_url(monkeypatch: pytest.MonkeyPatch):
     url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("JUNCTION_CONTROL_PLANE_URL", url)
     monkeypatch.setenv("JUNCTION_API_TOKEN", TOKEN)
-    for page in ("overview", "block_tables", "requests", "checkpoints", "benchmarks", "peer_cache"):
+    pages = ("overview", "block_tables", "requests", "checkpoints", "benchmarks", "peer_cache")
+    for page in (*pages, "whatif"):
         at = open_page(page)
         assert at.error, page
         assert f"{url}/api/v1/" in at.error[0].value
@@ -433,6 +434,7 @@ def test_empty_store_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyP
             "checkpoints": "No pin yet",
             "benchmarks": "No benchmark run yet",
             "peer_cache": "No vLLM or SGLang engine is attached",
+            "whatif": "No engine has connected",
         }.items():
             assert hint in texts(open_page(page)), page
     finally:

@@ -1,0 +1,130 @@
+"""What-if runs: replay an engine's recorded requests (their salted unit chains, kept at
+ingest) under other settings on a Celery worker (`jobs.whatif`), and read the reports back.
+
+A run is a row of the store (`api.whatif.runs`) that a worker takes, reports progress on, and
+ends done (with its report) or failed (with the reason). The chains themselves are never
+served: a report holds token counts only."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+
+from api.deps import MAX_INT64, READ, EngineDep, Offset, RequireWrite, SessionDep, StateDep
+from api.guards import json_body
+from api.runs.broker import BrokerUnavailable, send_whatif
+from api.schemas import WhatIfBody, WhatIfRunOut, WhatIfRunPage, WhatIfStatus
+from api.store.models import WhatIfRun
+from api.whatif import runs
+from api.whatif.recording import NoRecording, resolve_epoch
+from engine.whatif.settings import apply, parse_settings, ran_configs
+
+router = APIRouter(tags=["whatif"], dependencies=[READ])
+MAX_LIMIT = 1000
+EXAMPLE = {
+    "settings": [
+        {"label": "as vLLM would", "mode": "vllm"},
+        {"eviction": "lru"},
+        {"num_blocks": 4096, "num_mamba_blocks": 256},
+    ]
+}
+Body = Annotated[WhatIfBody, Depends(json_body.JsonBody(WhatIfBody))]
+UNAUTHORIZED = {401: {"description": "no bearer token, or a wrong one"}}
+
+
+@router.post(
+    "/engines/{engine_id}/whatif",
+    response_model=WhatIfRunOut,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        **UNAUTHORIZED,
+        403: {"description": "the read-only token cannot queue a what-if"},
+        404: {"description": "no engine of that id"},
+        409: {"description": "the engine has no recorded request chains (in that epoch)"},
+        413: {"description": "the body is over JUNCTION_MAX_BODY_BYTES"},
+        422: {"description": "a setting is not valid, or cannot be tried (`detail` names it)"},
+        429: {"description": "JUNCTION_WHATIF_MAX_RUNS runs are queued or running"},
+        503: {"description": "the Celery broker is unreachable; nothing was queued"},
+    },
+    openapi_extra=json_body.openapi(WhatIfBody, examples=[EXAMPLE]),
+)
+def create_whatif(
+    _: RequireWrite, body: Body, engine: EngineDep, session: SessionDep, state: StateDep
+) -> WhatIfRunOut:
+    """Queue a replay of the engine's recorded requests (one epoch: the newest by default)
+    under each of `settings`, beside its own settings; a worker runs it (`junction worker`)."""
+    try:
+        settings = parse_settings(body.settings)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    try:
+        epoch = resolve_epoch(session, engine.engine_id, body.epoch)
+    except NoRecording as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
+    geometry = engine.geometry
+    try:
+        ran, _scheduler = ran_configs(geometry)
+    except ValueError as exc:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"the engine's settings cannot be replayed: {exc}"
+        ) from exc
+    for setting in settings:
+        try:
+            apply(setting, ran, geometry.prefix_match_unit)
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    broker_url = state.settings.broker_url
+    try:
+        run = runs.submit_run(
+            session,
+            engine.engine_id,
+            epoch,
+            [setting.model_dump(exclude_none=True) for setting in settings],
+            lambda run_id, task_id: send_whatif(broker_url, run_id, task_id),
+            state.settings.whatif_max_runs,
+        )
+    except runs.TooManyRuns as exc:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from exc
+    except BrokerUnavailable as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, f"{exc}; the what-if was not queued"
+        ) from exc
+    return WhatIfRunOut.model_validate(run)
+
+
+@router.get(
+    "/engines/{engine_id}/whatif",
+    response_model=WhatIfRunPage,
+    responses={**UNAUTHORIZED, 404: {"description": "no engine of that id"}},
+)
+def list_whatif(
+    engine: EngineDep,
+    session: SessionDep,
+    run_status: Annotated[WhatIfStatus | None, Query(alias="status")] = None,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+) -> WhatIfRunPage:
+    """The engine's what-if runs, newest first; `status` keeps the runs in that state."""
+    total, rows = runs.list_runs(session, engine.engine_id, run_status, limit, offset)
+    return WhatIfRunPage(
+        total=total,
+        offset=offset,
+        limit=limit,
+        runs=[WhatIfRunOut.model_validate(row) for row in rows],
+    )
+
+
+@router.get(
+    "/whatif/{run_id}",
+    response_model=WhatIfRunOut,
+    responses={**UNAUTHORIZED, 404: {"description": "no what-if run of that id"}},
+)
+def get_whatif(
+    run_id: Annotated[int, Path(ge=1, le=MAX_INT64)], session: SessionDep
+) -> WhatIfRunOut:
+    """One what-if run: its status, progress and, once done, its report."""
+    run = session.get(WhatIfRun, run_id)
+    if run is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"what-if run {run_id} not found")
+    return WhatIfRunOut.model_validate(run)

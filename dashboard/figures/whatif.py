@@ -1,0 +1,154 @@
+"""A what-if report (`GET /whatif/{id}`'s `result`): the settings tried as a table ranked by
+tokens saved, hit rate against memory for the settings that vary it (the curve), and the
+agreement of the replay of what ran with what the engine recorded."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+
+AS_RAN = "as ran"
+MEMORY_FIELDS = ("num_blocks", "num_mamba_blocks")
+COLUMNS = [
+    "setting",
+    "family",
+    "memory",
+    "num_blocks",
+    "num_mamba_blocks",
+    "hit_tokens",
+    "hit_rate",
+    "share_of_oracle",
+    "share_of_bound",
+    "gain_tokens",
+    "is_as_ran",
+]
+PALETTE = ("#4c9be8", "#d1495b", "#6a4c93", "#edae49", "#00798c", "#30638e", "#8d6a9f")
+
+
+def results_frame(report: dict) -> pd.DataFrame:
+    """One row per setting, what ran first: its hit tokens and rates, its gain over what ran,
+    its memory (`memory`: the attention pool's size over what ran, else the Mamba pool's) and
+    its `family` (what it changes besides memory: settings of one family differ only there)."""
+    as_ran = report.get("as_ran")
+    if not as_ran:
+        return pd.DataFrame(columns=COLUMNS)
+    ran = as_ran.get("config", {})
+    rows = [_row(as_ran, ran, 0, is_as_ran=True)]
+    rows += [_row(r, ran, r.get("gain_tokens", 0)) for r in report.get("results", [])]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _row(result: dict, ran: dict, gain: int, is_as_ran: bool = False) -> dict:
+    config = result.get("config", {})
+    changes = {k: v for k, v in (result.get("changes") or {}).items() if k not in MEMORY_FIELDS}
+    family = ", ".join(f"{k} {v}" for k, v in sorted(changes.items())) or AS_RAN
+    return {
+        "setting": AS_RAN if is_as_ran else result.get("label") or family,
+        "family": family,
+        "memory": _memory(config, ran),
+        "num_blocks": config.get("num_blocks"),
+        "num_mamba_blocks": config.get("num_mamba_blocks"),
+        "hit_tokens": result.get("hit_tokens", 0),
+        "hit_rate": result.get("hit_rate", 0.0),
+        "share_of_oracle": result.get("share_of_oracle", 0.0),
+        "share_of_bound": result.get("share_of_bound", 0.0),
+        "gain_tokens": gain,
+        "is_as_ran": is_as_ran,
+    }
+
+
+def _memory(config: dict, ran: dict) -> float:
+    """The setting's memory over what ran: the attention pool's ratio, else the Mamba one's."""
+    ratios = [
+        config[name] / ran[name] for name in MEMORY_FIELDS if config.get(name) and ran.get(name)
+    ]
+    moved = [ratio for ratio in ratios if abs(ratio - 1.0) > 1e-9]
+    return moved[0] if moved else 1.0
+
+
+def curve_families(frame: pd.DataFrame) -> list[str]:
+    """The families tried at more than one memory (what ran counts in its own family)."""
+    if frame.empty:
+        return []
+    sizes = frame.groupby("family", sort=False)["memory"].nunique()
+    return [family for family, n in sizes.items() if n > 1]
+
+
+def curve_figure(frame: pd.DataFrame) -> go.Figure:
+    """Hit rate against memory (× what ran, log scale), a line per family tried at more than
+    one memory; what ran is the starred point."""
+    fig = go.Figure()
+    for index, family in enumerate(curve_families(frame)):
+        points = frame[frame["family"] == family].sort_values("memory")
+        color = PALETTE[index % len(PALETTE)]
+        fig.add_trace(
+            go.Scatter(
+                x=points["memory"],
+                y=points["hit_rate"],
+                name=family,
+                mode="lines+markers",
+                line={"color": color},
+                marker={"size": 9, "color": color},
+                customdata=points[["setting", "hit_tokens"]].to_numpy(),
+                hovertemplate="%{customdata[0]}<br>memory ×%{x:.2g}: %{y:.1%} "
+                "(%{customdata[1]:,} tokens)<extra></extra>",
+            )
+        )
+    ran = frame[frame["is_as_ran"]]
+    if not ran.empty:
+        fig.add_trace(
+            go.Scatter(
+                x=ran["memory"],
+                y=ran["hit_rate"],
+                name="what ran",
+                mode="markers",
+                marker={"symbol": "star", "size": 16, "color": "#222222"},
+                hovertemplate="what ran: %{y:.1%}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=360,
+        margin={"l": 60, "r": 20, "t": 30, "b": 50},
+        xaxis={"title": "memory (× what ran)", "type": "log"},
+        yaxis={"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return fig
+
+
+def ranked_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The settings tried, most tokens saved first (what ran among them, at a gain of 0)."""
+    if frame.empty:
+        return pd.DataFrame(
+            columns=["setting", "hit tokens", "% of oracle", "% of bound", "gain vs as ran"]
+        )
+    ranked = frame.sort_values(["gain_tokens", "is_as_ran"], ascending=[False, False])
+    return pd.DataFrame(
+        {
+            "setting": ranked["setting"],
+            "hit tokens": ranked["hit_tokens"],
+            "hit rate": ranked["hit_rate"] * 100,
+            "% of oracle": ranked["share_of_oracle"] * 100,
+            "% of bound": ranked["share_of_bound"] * 100,
+            "gain vs as ran": ranked["gain_tokens"],
+        }
+    ).reset_index(drop=True)
+
+
+def agreement_text(report: dict) -> str:
+    """The line that says how far the replay of what ran is to be trusted."""
+    agreement, total = report.get("agreement", 0), report.get("num_requests", 0)
+    recorded = report.get("recorded_tokens", 0)
+    replayed = (report.get("as_ran") or {}).get("hit_tokens", 0)
+    text = (
+        f"Replaying its own settings reproduces {agreement:,} of {total:,} requests' hits "
+        f"({replayed:,} hit tokens replayed, {recorded:,} recorded)"
+    )
+    return text + (": exact." if report.get("exact") else ".")
+
+
+def settings_text(settings: list[dict]) -> str:
+    """A run's settings in one line, as its table row shows them."""
+    return "; ".join(s.get("label") or json.dumps(s, sort_keys=True) for s in settings)

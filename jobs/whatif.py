@@ -1,0 +1,139 @@
+"""What a what-if task does, as plain functions that run without a worker: run one what-if
+run (the engine's recording read from the store, replayed under each setting by
+`engine.whatif.run.run_whatif`, its progress written at most once a second), and sweep the
+runs whose worker was lost. The store is `api.whatif.runs` over `JUNCTION_DATABASE_URL` (or
+the `sessions` given)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from api.runs.benchmarks import Busy, Skipped, Started
+from api.settings import get_settings
+from api.whatif import runs as store
+from api.whatif.recording import load_recording
+from engine.whatif.recording import Recording
+from jobs.runs import (
+    HEARTBEAT_S,
+    STALE_AFTER_S,
+    TRANSIENT_ERRORS,
+    Done,
+    Reporter,
+    RunTakenOver,
+    Sessions,
+    describe,
+    store_sessions,
+)
+
+log = logging.getLogger(__name__)
+
+#: Progress reaches the store at most this often; the last word always does.
+PROGRESS_EVERY_S = 1.0
+#: `run_whatif(recording, settings, progress)`, as `engine.whatif.run` has it.
+Runner = Callable[..., Any]
+
+
+class WhatIfReporter(Reporter):
+    """A `jobs.runs.Reporter` whose progress is (requests replayed, of how many)."""
+
+    what = "what-if run"
+
+    def write(self, session: Session, fraction: Any, message: str | None) -> bool:
+        return store.record_progress(session, self.run_id, self.attempt, fraction)
+
+    def progress(self, done: int, total: int) -> None:
+        """`run_whatif`'s progress callback."""
+        self((int(done), int(total)))
+
+
+def run_whatif_run(
+    run_id: int,
+    *,
+    sessions: Sessions | None = None,
+    worker: str | None = None,
+    runner: Runner | None = None,
+    progress_every_s: float = PROGRESS_EVERY_S,
+    heartbeat_s: float = HEARTBEAT_S,
+) -> Done | Busy | Skipped:
+    """Run what-if run `run_id`: take it (`store.start_run`), load the engine's recording of
+    its epoch, replay it with `runner` (default `engine.whatif.run.run_whatif`) writing
+    progress, then store the report (`WhatIfReport.as_dict()`) and mark it done.
+
+    A recording, setting or replay that raises marks the run failed with `describe(exc)` and
+    re-raises; store errors (`TRANSIENT_ERRORS`) propagate for the task to retry. `Busy`:
+    another worker's attempt is alive; `Skipped`: nothing to do (gone, done or failed)."""
+    sessions = sessions or store_sessions()
+    with sessions() as session:
+        taken = store.start_run(session, run_id, worker)
+    if not isinstance(taken, Started):
+        return taken
+    log.info("what-if run %s: attempt %s started", run_id, taken.attempt)
+    reporter = WhatIfReporter(sessions, run_id, taken.attempt, progress_every_s, heartbeat_s)
+    try:
+        with reporter:
+            report = replay(sessions, taken.spec, reporter.progress, runner)
+    except RunTakenOver:
+        log.warning("what-if run %s: attempt %s was taken over", run_id, taken.attempt)
+        return Done(run_id, "superseded")
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception as exc:
+        reason = describe(exc)
+        log.warning("what-if run %s failed: %s", run_id, reason)
+        with sessions() as session:
+            store.fail_run(session, run_id, reason, attempt=taken.attempt)
+        raise
+    with sessions() as session:
+        owned = store.finish_run(session, run_id, taken.attempt, report)
+    log.info("what-if run %s: attempt %s done", run_id, taken.attempt)
+    return Done(run_id, "done" if owned else "superseded")
+
+
+def replay(
+    sessions: Sessions,
+    spec: dict[str, Any],
+    progress: Callable[[int, int], None],
+    runner: Runner | None = None,
+) -> dict[str, Any]:
+    """The report (as JSON) of `spec`'s settings replayed over its engine's recording."""
+    from engine.whatif.settings import parse_settings
+
+    settings = parse_settings(spec["settings"])
+    with sessions() as session:
+        recording = load_recording(
+            session, spec["engine_id"], spec["epoch"], get_settings().whatif_max_requests
+        )
+    return _run(runner, recording, settings, progress).as_dict()
+
+
+def _run(runner: Runner | None, recording: Recording, settings: Sequence, progress) -> Any:
+    if runner is None:
+        from engine.whatif.run import run_whatif as runner  # the engine loads when a run starts
+    return runner(recording, settings, progress)
+
+
+def record_failure(run_id: int, exc: BaseException, sessions: Sessions | None = None) -> bool:
+    """Mark the run failed with `exc` unless it is done or failed already (a task that gave
+    up). Best effort: the sweep is the backstop."""
+    try:
+        with (sessions or store_sessions())() as session:
+            return store.fail_run(session, run_id, describe(exc))
+    except SQLAlchemyError as error:
+        log.error("what-if run %s: could not record its failure (%s): %s", run_id, exc, error)
+        return False
+
+
+def sweep_stale_runs(
+    stale_after_s: float = STALE_AFTER_S, sessions: Sessions | None = None
+) -> list[int]:
+    """Fail the running what-if runs with no heartbeat for `stale_after_s`; their ids."""
+    with (sessions or store_sessions())() as session:
+        swept = store.sweep_stale_runs(session, stale_after_s)
+    if swept:
+        log.warning("what-if runs %s: worker lost, marked failed", swept)
+    return swept
