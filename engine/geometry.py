@@ -26,6 +26,7 @@ from engine.events import ID_PATTERN, INT64_MAX, Count, Count32, PeerGroup, Text
 Size = Annotated[int, Meta(ge=1, le=INT64_MAX)]  # tokens of a block, a unit, a grid: > 0
 MAX_GROUPS = 64  # groups one hello may describe
 MAX_RANKS = 4096  # data-parallel ranks one bridge may name
+Share = Annotated[float, Meta(ge=0.0, le=1.0)]  # a share of a pool
 Kind = Annotated[str, Meta(min_length=1, max_length=64, pattern=ID_PATTERN)]
 _SIZED_GROUPS = ("attention", "mamba")  # the groups with a top-level `<group>_block_size`
 
@@ -60,6 +61,7 @@ class CacheGeometry(
     max_num_batched_tokens: Size | None = None  # the token budget of one step
     max_num_seqs: Size | None = None  # requests running at once
     long_prefill_threshold: Count | None = None  # a request's chunk cap (0: none)
+    pin_max_share: Share | None = None  # the share of each group's blocks pins may hold
     eviction: Kind | None = None  # the eviction policy's name (`CacheConfig.eviction`)
     # each group's pool, so a store lays out a new epoch's table before any row comes
     groups: Annotated[dict[PeerGroup, GroupShape], Meta(max_length=MAX_GROUPS)] | None = None

@@ -55,6 +55,7 @@ def cache_geometry(
         max_num_batched_tokens=scheduler.max_num_batched_tokens,
         max_num_seqs=scheduler.max_num_seqs,
         long_prefill_threshold=scheduler.long_prefill_threshold,
+        pin_max_share=cache.pin_max_share,
         eviction=cache.eviction,
         groups={
             name: GroupShape(block_size=pool.block_size, num_blocks=pool.num_blocks)

@@ -17,8 +17,8 @@ from api.runs.broker import BrokerUnavailable, send_whatif
 from api.schemas import WhatIfBody, WhatIfRunOut, WhatIfRunPage, WhatIfStatus
 from api.store.models import WhatIfRun
 from api.whatif import runs
-from api.whatif.recording import NoRecording, resolve_epoch
-from engine.whatif.settings import apply, parse_settings, ran_configs
+from api.whatif.recording import NoRecording, request_sizes, resolve_epoch
+from engine.whatif.settings import apply, check_memory, parse_settings, ran_configs
 
 router = APIRouter(tags=["whatif"], dependencies=[READ])
 MAX_LIMIT = 1000
@@ -69,9 +69,11 @@ def create_whatif(
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"the engine's settings cannot be replayed: {exc}"
         ) from exc
+    longest, pins = request_sizes(session, engine.engine_id, epoch)
     for setting in settings:
         try:
-            apply(setting, ran, geometry.prefix_match_unit)
+            config = apply(setting, ran, geometry.prefix_match_unit)
+            check_memory(config, longest, pins, setting.name())
         except ValueError as exc:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     broker_url = state.settings.broker_url

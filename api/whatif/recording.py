@@ -65,6 +65,31 @@ def resolve_epoch(session: Session, engine_id: str, epoch: int | None = None) ->
     return epoch
 
 
+def request_sizes(session: Session, engine_id: str, epoch: int) -> tuple[int, list[int]]:
+    """The epoch's longest request (prompt + output tokens, at least one output) and its pins'
+    lengths: what a setting's memory must hold (`engine.whatif.settings.check_memory`)."""
+    # max(P + max(1, O)) is max(max(P + O), max(P) + 1): a request of no output adds one
+    total, prompt = session.execute(
+        select(
+            func.max(RequestChain.num_prompt_tokens + RequestChain.num_output_tokens),
+            func.max(RequestChain.num_prompt_tokens),
+        ).where(
+            RequestChain.engine_id == engine_id,
+            RequestChain.epoch == epoch,
+            RequestChain.pin.is_(False),
+        )
+    ).one()
+    longest = max(total or 0, (prompt or -1) + 1)
+    pins = session.scalars(
+        select(RequestChain.num_prompt_tokens).where(
+            RequestChain.engine_id == engine_id,
+            RequestChain.epoch == epoch,
+            RequestChain.pin.is_(True),
+        )
+    ).all()
+    return int(longest), list(pins)
+
+
 def load_recording(
     session: Session, engine_id: str, epoch: int | None = None, limit: int = DEFAULT_LIMIT
 ) -> Recording:

@@ -18,9 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import NamedTuple
 
-from engine.cache.coordinator import ATTENTION, MAMBA
 from engine.cache.manager import BlockCopy
-from engine.capacity import blocks_needed
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.events import NullSink
@@ -30,7 +28,7 @@ from engine.runners.base import Runner
 from engine.trace import TracePin, TraceRequest
 from engine.whatif.recording import RecordedRequest, Recording
 from engine.whatif.report import SettingResult, WhatIfReport
-from engine.whatif.settings import WhatIfSetting, apply, ran_configs
+from engine.whatif.settings import WhatIfSetting, apply, check_memory, ran_configs
 from engine.workloads.bound import Budget, bound
 from engine.workloads.oracle import oracle
 
@@ -244,16 +242,7 @@ def check_fits(recording: Recording, cache: CacheConfig, label: str) -> None:
         default=0,
     )
     pins = [r.num_prompt_tokens for r in recording.requests if r.pin]
-    needs = blocks_needed(longest, cache, len(pins))
-    needs[ATTENTION] += sum(-(-n // cache.attention_block_size) for n in pins)  # held pinned
-    has = {ATTENTION: cache.num_blocks, MAMBA: cache.mamba_num_blocks}
-    for group, need in needs.items():
-        if need > has[group]:
-            field = "num_blocks" if group == ATTENTION else "num_mamba_blocks"
-            raise ValueError(
-                f"what-if setting {label!r}: the longest request ({longest} tokens) needs "
-                f"{need} {group} blocks, but {field} is {has[group]}: raise {field}"
-            )
+    check_memory(cache, longest, pins, label)
 
 
 def _as_request(item: TracePin | TraceRequest) -> TraceRequest:

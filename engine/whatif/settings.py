@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.cache.coordinator import ATTENTION, MAMBA
 from engine.cache.eviction import EVICTION_POLICIES
+from engine.capacity import blocks_needed
 from engine.config import CacheConfig, SchedulerConfig
 from engine.geometry import CacheGeometry
 from engine.modes import MODE_CACHE_OPTIONS, MODES
@@ -81,6 +83,7 @@ def ran_configs(geometry: CacheGeometry) -> tuple[CacheConfig, SchedulerConfig]:
         "checkpoint_interval": geometry.checkpoint_interval,
         "eagle": geometry.eagle,
         "eviction": geometry.eviction,
+        "pin_max_share": geometry.pin_max_share,
     }
     scheduler = {
         "max_num_batched_tokens": geometry.max_num_batched_tokens,
@@ -116,6 +119,22 @@ def apply(setting: WhatIfSetting, ran: CacheConfig, recorded_unit: int) -> Cache
             f"finer, so choose block sizes and a unit that are multiples of {recorded_unit}"
         )
     return config
+
+
+def check_memory(cache: CacheConfig, longest: int, pins: list[int], label: str) -> None:
+    """`ValueError` naming the setting when its pools could not hold a request of `longest`
+    prompt + output tokens even alone, beside pins of `pins` tokens (what the engine would
+    refuse it for)."""
+    needs = blocks_needed(max(longest, 1), cache, len(pins))
+    needs[ATTENTION] += sum(-(-n // cache.attention_block_size) for n in pins)  # held pinned
+    has = {ATTENTION: cache.num_blocks, MAMBA: cache.mamba_num_blocks}
+    for group, need in needs.items():
+        if need > has[group]:
+            field = "num_blocks" if group == ATTENTION else "num_mamba_blocks"
+            raise ValueError(
+                f"what-if setting {label!r}: the longest request ({longest} tokens) needs "
+                f"{need} {group} blocks, but {field} is {has[group]}: raise {field}"
+            )
 
 
 def parse_settings(raw: list[dict]) -> list[WhatIfSetting]:

@@ -78,6 +78,10 @@ def test_post_queues_a_run_and_its_message(client, settings, recorded, engine_ru
         ([{}, {"warp": 1}], "what-if setting 1: warp: unknown field (fields: label, mode,"),
         ([{"eviction": "fifo"}], "what-if setting 0: eviction: Input should be"),
         ([{"prefix_match_unit": 8}], "prefix_match_unit 8 is not a multiple of the recording's"),
+        (
+            [{"num_blocks": 4}],
+            "blocks 4': the longest request (648 tokens) needs 79 attention blocks, but",
+        ),
     ],
 )
 def test_a_bad_setting_is_422_naming_the_field(client, recorded, settings_, named):

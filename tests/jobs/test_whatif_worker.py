@@ -98,6 +98,7 @@ def test_a_redis_worker_runs_a_posted_whatif_to_done(redis_whatif) -> None:
         from_events(engine.cache_geometry(), engine.sink.events), parse_settings(SETTINGS)
     )
     assert report == direct.as_dict()
+    assert report["exact"] and report["agreement"] == 8  # and gives back every recorded hit
     assert {r["label"] for r in report["results"]} == {"as vLLM would", "lru", "memory ×2"}
     gains = [r["gain_tokens"] for r in report["results"]]
     assert gains == sorted(gains, reverse=True)

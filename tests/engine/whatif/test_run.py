@@ -123,9 +123,14 @@ def sized(cache: CacheConfig, items, slack: int) -> CacheConfig:
     slack=st.integers(0, 12),
     other=st.sampled_from(EXACT_POLICIES),
     ran=st.sampled_from(EXACT_POLICIES),
+    pin_share=st.sampled_from([0.1, 0.25, 1.0]),
 )
-def test_any_trace_replays_exactly_from_its_hashes(geometry, items, window, slack, other, ran):
-    cache = dataclasses.replace(sized(geometry, items, slack), eviction=ran)
+def test_any_trace_replays_exactly_from_its_hashes(
+    geometry, items, window, slack, other, ran, pin_share
+):
+    cache = dataclasses.replace(
+        sized(geometry, items, slack), eviction=ran, pin_max_share=pin_share
+    )
     recording, recorded = record(items, cache, window, window)
     tried = WhatIfSetting(eviction=other, num_blocks=cache.num_blocks + 4)
     report = run_whatif(recording, [tried])
