@@ -6,6 +6,7 @@ equalities the same)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from api.settings import Settings
 from api.store.db import make_engine, make_sessionmaker
+from cli.main import main
 from engine.engine import Engine
 from engine.whatif.recording import from_events
 from engine.whatif.run import run_whatif
@@ -24,6 +26,7 @@ from engine.whatif.settings import parse_settings
 from tests.api import factories
 from tests.api.conftest import AUTH, TOKEN, Postgres
 from tests.jobs.processes import WorkerProcess
+from tests.uvicorn_thread import uvicorn_thread
 
 ENGINE = "whatif-redis"
 SETTINGS = [
@@ -36,9 +39,9 @@ SETTINGS = [
 @pytest.fixture
 def redis_whatif(
     postgres: Postgres, postgres_template: str, redis_server: str, tmp_path: Path
-) -> Iterator[tuple[TestClient, WorkerProcess, Engine]]:
-    """The app (in process) and a `junction worker` on a fresh PostgreSQL store that holds the
-    engine's recorded requests, and an empty Redis database."""
+) -> Iterator[tuple[TestClient, WorkerProcess, Engine, str]]:
+    """The app (in process, and served at the URL yielded) and a `junction worker` on a fresh
+    PostgreSQL store that holds the engine's recorded requests, and an empty Redis database."""
     name = postgres.create("junction_whatif", template=postgres_template)
     url = postgres.url(name)
     db = make_engine(url)
@@ -63,8 +66,11 @@ def redis_whatif(
     worker.start()
     try:
         worker.wait_ready()
-        with TestClient(create_app(settings), headers=AUTH) as client:
-            yield client, worker, engine
+        with (
+            TestClient(create_app(settings), headers=AUTH) as client,
+            uvicorn_thread(create_app(settings)) as api_url,
+        ):
+            yield client, worker, engine, api_url
     finally:
         worker.stop()
         broker.flushdb()
@@ -73,7 +79,7 @@ def redis_whatif(
 
 
 def test_a_redis_worker_runs_a_posted_whatif_to_done(redis_whatif) -> None:
-    client, worker, engine = redis_whatif
+    client, worker, engine, _ = redis_whatif
     posted = client.post(f"/api/v1/engines/{ENGINE}/whatif", json={"settings": SETTINGS})
     assert posted.status_code == 202, posted.text
     run_id, seen = posted.json()["id"], set()
@@ -107,3 +113,21 @@ def test_a_redis_worker_runs_a_posted_whatif_to_done(redis_whatif) -> None:
         assert result["hit_tokens"] <= result["oracle_tokens"]
     listed = client.get(f"/api/v1/engines/{ENGINE}/whatif").json()
     assert [r["id"] for r in listed["runs"]] == [run_id]
+
+
+def test_junction_whatif_engine_queues_follows_and_prints_the_run(redis_whatif, tmp_path, capsys):
+    _, worker, engine, api_url = redis_whatif
+    out = tmp_path / "report.json"
+    args = ["whatif", "--engine", ENGINE, "--control-plane", api_url, "--token", TOKEN]
+    assert main([*args, "--try", "eviction=lru", "--quiet", "--json", str(out)]) == 0, worker.log()
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "reproduce 8 of 8 requests' hits (exact)" in printed and "│ lru │" in printed
+    report = json.loads(out.read_text())
+    direct = run_whatif(
+        from_events(engine.cache_geometry(), engine.sink.events),
+        parse_settings([{"eviction": "lru"}]),
+    )
+    assert report == direct.as_dict()
+    # what the control plane refuses is said, exit 2
+    assert main([*args, "--try", "num_blocks=4", "--quiet"]) == 2
+    assert "needs 79 attention blocks, but num_blocks is 4" in capsys.readouterr().err
