@@ -11,14 +11,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.runs import benchmarks as store
-from api.runs.benchmarks import Busy, Send, Skipped
+from api.runs.benchmarks import Busy, Send, Skipped, Started
 from api.runs.specs import standard_suite
 from api.settings import get_settings
 from api.store.db import make_engine, make_sessionmaker
@@ -156,34 +156,58 @@ def run_benchmark_run(
     A spec or benchmark that raises marks the run failed with `describe(exc)` and re-raises;
     store errors (`TRANSIENT_ERRORS`) propagate for the task to retry. `Busy`: another
     worker's attempt is alive; `Skipped`: nothing to do (gone, finished or failed)."""
-    sessions = sessions or store_sessions()
-    with sessions() as session:
-        taken = store.start_run(session, run_id, worker)
-    if not isinstance(taken, store.Started):
-        return taken
-    log.info("benchmark run %s: attempt %s started", run_id, taken.attempt)
-    reporter = Reporter(sessions, run_id, taken.attempt, progress_every_s, heartbeat_s)
-    try:
-        with reporter:
-            from engine.bench import BenchmarkSpec, run_benchmark
 
-            spec = BenchmarkSpec.model_validate(taken.spec)
-            results = (runner or run_benchmark)(spec, progress=reporter)
+    def work(taken: store.Started, reporter: Reporter) -> dict:
+        from engine.bench import BenchmarkSpec, run_benchmark
+
+        spec = BenchmarkSpec.model_validate(taken.spec)
+        return (runner or run_benchmark)(spec, progress=reporter)
+
+    reporter = partial(Reporter, every_s=progress_every_s, heartbeat_s=heartbeat_s)
+    return run_attempt(
+        store, "benchmark run", run_id, worker, sessions or store_sessions(), reporter, work,
+        "finished",
+    )  # fmt: skip
+
+
+def run_attempt(
+    life: Any,
+    kind: str,
+    run_id: int,
+    worker: str | None,
+    sessions: Sessions,
+    reporter: Callable[..., Reporter],
+    work: Callable[[Any, Reporter], dict],
+    done: str,
+) -> Done | Busy | Skipped:
+    """One attempt at a run of `life` (a store module's `start_run`, `fail_run`,
+    `finish_run`): take it, `work(taken, reporter)` with a heartbeat going, then store what
+    it returns and mark it `done`. What `work` raises marks the run failed with
+    `describe(exc)` and is raised again; store errors (`TRANSIENT_ERRORS`) propagate for the
+    task to retry; a run taken over meanwhile is left to its new attempt."""
+    with sessions() as session:
+        taken = life.start_run(session, run_id, worker)
+    if not isinstance(taken, Started):
+        return taken
+    log.info("%s %s: attempt %s started", kind, run_id, taken.attempt)
+    try:
+        with reporter(sessions, run_id, taken.attempt) as beating:
+            result = work(taken, beating)
     except RunTakenOver:
-        log.warning("benchmark run %s: attempt %s was taken over", run_id, taken.attempt)
+        log.warning("%s %s: attempt %s was taken over", kind, run_id, taken.attempt)
         return Done(run_id, "superseded")
     except TRANSIENT_ERRORS:
         raise
     except Exception as exc:
         reason = describe(exc)
-        log.warning("benchmark run %s failed: %s", run_id, reason)
+        log.warning("%s %s failed: %s", kind, run_id, reason)
         with sessions() as session:
-            store.fail_run(session, run_id, reason, attempt=taken.attempt)
+            life.fail_run(session, run_id, reason, attempt=taken.attempt)
         raise
     with sessions() as session:
-        owned = store.finish_run(session, run_id, taken.attempt, results)
-    log.info("benchmark run %s: attempt %s %s", run_id, taken.attempt, "finished")
-    return Done(run_id, "finished" if owned else "superseded")
+        owned = life.finish_run(session, run_id, taken.attempt, result)
+    log.info("%s %s: attempt %s %s", kind, run_id, taken.attempt, done)
+    return Done(run_id, done if owned else "superseded")
 
 
 def record_failure(run_id: int, exc: BaseException, sessions: Sessions | None = None) -> bool:

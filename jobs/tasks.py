@@ -36,44 +36,37 @@ class WhatIfTask(Task):
             whatif.record_failure(int(run_id), exc)
 
 
-@app.task(
-    name=TASK_RUN,
-    bind=True,
-    base=RunTask,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=runs.TRANSIENT_ERRORS,
-    max_retries=2,
-    retry_backoff=5,
-    retry_backoff_max=60,
-)
-def run_benchmark(self: Task, run_id: int) -> dict[str, Any]:
-    outcome = runs.run_benchmark_run(run_id, worker=self.request.hostname)
-    if isinstance(outcome, Busy):  # another worker's attempt is alive: look again later
-        if self.request.retries < BUSY_MAX_RETRIES:
-            raise self.retry(countdown=outcome.retry_in_s, max_retries=BUSY_MAX_RETRIES)
-        return {"run_id": run_id, "status": "busy"}  # that attempt keeps it; the sweep watches
-    return outcome._asdict()
+#: What every run task is: acked late and redelivered when its worker dies, retrying the
+#: store's transient errors a few times.
+RUN_TASK = {
+    "bind": True,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": runs.TRANSIENT_ERRORS,
+    "max_retries": 2,
+    "retry_backoff": 5,
+    "retry_backoff_max": 60,
+}
 
 
-@app.task(
-    name=TASK_WHATIF,
-    bind=True,
-    base=WhatIfTask,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=runs.TRANSIENT_ERRORS,
-    max_retries=2,
-    retry_backoff=5,
-    retry_backoff_max=60,
-)
-def run_whatif(self: Task, run_id: int) -> dict[str, Any]:
-    outcome = whatif.run_whatif_run(run_id, worker=self.request.hostname)
-    if isinstance(outcome, Busy):  # another worker's attempt is alive: look again later
-        if self.request.retries < BUSY_MAX_RETRIES:
-            raise self.retry(countdown=outcome.retry_in_s, max_retries=BUSY_MAX_RETRIES)
+def _outcome(task: Task, run_id: int, outcome: Any) -> dict[str, Any]:
+    """A run's outcome as the task's result; `Busy` (another worker's attempt is alive) is
+    looked at again later, a few times, then left to that attempt (the sweep watches it)."""
+    if isinstance(outcome, Busy):
+        if task.request.retries < BUSY_MAX_RETRIES:
+            raise task.retry(countdown=outcome.retry_in_s, max_retries=BUSY_MAX_RETRIES)
         return {"run_id": run_id, "status": "busy"}
     return outcome._asdict()
+
+
+@app.task(name=TASK_RUN, base=RunTask, **RUN_TASK)
+def run_benchmark(self: Task, run_id: int) -> dict[str, Any]:
+    return _outcome(self, run_id, runs.run_benchmark_run(run_id, worker=self.request.hostname))
+
+
+@app.task(name=TASK_WHATIF, base=WhatIfTask, **RUN_TASK)
+def run_whatif(self: Task, run_id: int) -> dict[str, Any]:
+    return _outcome(self, run_id, whatif.run_whatif_run(run_id, worker=self.request.hostname))
 
 
 @app.task(name=TASK_SUITE)

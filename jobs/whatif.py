@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -21,12 +22,11 @@ from engine.whatif.recording import Recording
 from jobs.runs import (
     HEARTBEAT_S,
     STALE_AFTER_S,
-    TRANSIENT_ERRORS,
     Done,
     Reporter,
-    RunTakenOver,
     Sessions,
     describe,
+    run_attempt,
     store_sessions,
 )
 
@@ -68,30 +68,12 @@ def run_whatif_run(
     re-raises; store errors (`TRANSIENT_ERRORS`) propagate for the task to retry. `Busy`:
     another worker's attempt is alive; `Skipped`: nothing to do (gone, done or failed)."""
     sessions = sessions or store_sessions()
-    with sessions() as session:
-        taken = store.start_run(session, run_id, worker)
-    if not isinstance(taken, Started):
-        return taken
-    log.info("what-if run %s: attempt %s started", run_id, taken.attempt)
-    reporter = WhatIfReporter(sessions, run_id, taken.attempt, progress_every_s, heartbeat_s)
-    try:
-        with reporter:
-            report = replay(sessions, taken.spec, reporter.progress, runner)
-    except RunTakenOver:
-        log.warning("what-if run %s: attempt %s was taken over", run_id, taken.attempt)
-        return Done(run_id, "superseded")
-    except TRANSIENT_ERRORS:
-        raise
-    except Exception as exc:
-        reason = describe(exc)
-        log.warning("what-if run %s failed: %s", run_id, reason)
-        with sessions() as session:
-            store.fail_run(session, run_id, reason, attempt=taken.attempt)
-        raise
-    with sessions() as session:
-        owned = store.finish_run(session, run_id, taken.attempt, report)
-    log.info("what-if run %s: attempt %s done", run_id, taken.attempt)
-    return Done(run_id, "done" if owned else "superseded")
+
+    def work(taken: Started, reporter: WhatIfReporter) -> dict:
+        return replay(sessions, taken.spec, reporter.progress, runner)
+
+    reporter = partial(WhatIfReporter, every_s=progress_every_s, heartbeat_s=heartbeat_s)
+    return run_attempt(store, "what-if run", run_id, worker, sessions, reporter, work, "done")
 
 
 def replay(

@@ -1,57 +1,35 @@
 """Benchmark runs in the store: submit one (a queued row, then its Celery message), list them,
-and a run's life on a worker: start, progress, finish, fail, and the sweep of lost runs.
-
-A run goes queued -> running -> finished | failed and never leaves finished or failed. Every
-write a worker makes is fenced by its attempt number (`attempts` after its start): a run that
-was swept, or started again by a later delivery of its message, ignores the writes of the
-attempt it took over from, so no stale worker can overwrite what a newer one (or the sweep)
-decided.
+and a run's life on a worker: start, progress, finish, fail, and the sweep of lost runs
+(`api.runs.lifecycle`, shared with the what-if runs). A run goes queued -> running ->
+finished | failed, every write a worker makes fenced by its attempt number.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from api.runs.broker import BrokerUnavailable as BrokerUnavailable  # what a failed `send` raises
+from api.runs.lifecycle import LIVE_HEARTBEAT_S as LIVE_HEARTBEAT_S
+from api.runs.lifecycle import MAX_ATTEMPTS as MAX_ATTEMPTS
+from api.runs.lifecycle import UNFINISHED as UNFINISHED
+from api.runs.lifecycle import Busy, RunLife, Skipped, Started
 from api.store.models import BenchmarkRun, utcnow
 from api.store.paging import fetch_page
-
-UNFINISHED = ("queued", "running")
-#: Starts of one run (first delivery, retries, redeliveries after a lost worker) before it fails.
-MAX_ATTEMPTS = 3
-#: A running run whose heartbeat is younger than this is being run by a live worker.
-LIVE_HEARTBEAT_S = 90.0
 
 #: Puts a run's message on the broker: `send(run_id, task_id)`.
 Send = Callable[[int, str], None]
 
-
-class Started(NamedTuple):
-    """A run a worker now owns: its spec, and the attempt that fences its writes."""
-
-    run_id: int
-    attempt: int
-    spec: dict[str, Any]
-
-
-class Busy(NamedTuple):
-    """Another worker's attempt is alive (fresh heartbeat): look again in `retry_in_s`."""
-
-    run_id: int
-    retry_in_s: float
-
-
-class Skipped(NamedTuple):
-    """Nothing to run: the run is gone, or already finished or failed (`status`)."""
-
-    run_id: int
-    status: str | None
+LIFE = RunLife(
+    BenchmarkRun,
+    on_start={"progress": 0.0, "progress_message": "starting"},
+    on_fail={"progress_message": "failed"},
+    spec=lambda run: dict(run.spec),
+)
 
 
 def submit_run(session: Session, spec: dict[str, Any], name: str, send: Send) -> BenchmarkRun:
@@ -81,56 +59,8 @@ def list_runs(
 def start_run(
     session: Session, run_id: int, worker: str | None, now: datetime | None = None
 ) -> Started | Busy | Skipped:
-    """Take run `run_id` for a new attempt and commit. A running run is taken over from the
-    same `worker` at once, from another only once its heartbeat is older than
-    `LIVE_HEARTBEAT_S` (that worker is gone); one that has had `MAX_ATTEMPTS` starts fails
-    instead."""
-    now = now or utcnow()
-    run = session.get(BenchmarkRun, run_id, populate_existing=True)
-    if run is None or run.status not in UNFINISHED:
-        return Skipped(run_id, None if run is None else run.status)
-    # the same worker's earlier attempt is over (its process died, or the task is retrying)
-    if run.status == "running" and (worker is None or run.worker != worker):
-        last = run.heartbeat_at or run.started_at
-        if last is not None and now - last < timedelta(seconds=LIVE_HEARTBEAT_S):
-            return Busy(run_id, LIVE_HEARTBEAT_S - (now - last).total_seconds() + 1.0)
-    if run.attempts >= MAX_ATTEMPTS:
-        reason = f"gave up after {run.attempts} attempts (the last one's worker was lost)"
-        fail_run(session, run_id, reason, now=now)
-        return Skipped(run_id, "failed")
-    attempt = run.attempts + 1
-    taken = session.execute(
-        update(BenchmarkRun)
-        .where(
-            BenchmarkRun.id == run_id,
-            BenchmarkRun.status.in_(UNFINISHED),
-            BenchmarkRun.attempts == run.attempts,
-        )
-        .values(
-            status="running",
-            attempts=attempt,
-            worker=worker,
-            started_at=now,
-            heartbeat_at=now,
-            finished_at=None,
-            error=None,
-            progress=0.0,
-            progress_message="starting",
-        )
-    ).rowcount
-    session.commit()
-    if not taken:  # another worker took it between our read and write
-        session.expire_all()
-        return start_run(session, run_id, worker, now)
-    return Started(run_id, attempt, dict(run.spec))
-
-
-def _owned(run_id: int, attempt: int) -> tuple:
-    return (
-        BenchmarkRun.id == run_id,
-        BenchmarkRun.status == "running",
-        BenchmarkRun.attempts == attempt,
-    )
+    """Take run `run_id` for a new attempt (`RunLife.start`)."""
+    return LIFE.start(session, run_id, worker, now)
 
 
 def record_progress(
@@ -147,9 +77,7 @@ def record_progress(
     if fraction is not None:
         values["progress"] = min(max(float(fraction), 0.0), 1.0)
         values["progress_message"] = message
-    owned = session.execute(update(BenchmarkRun).where(*_owned(run_id, attempt)).values(values))
-    session.commit()
-    return bool(owned.rowcount)
+    return LIFE.write(session, run_id, attempt, values)
 
 
 def finish_run(
@@ -161,20 +89,15 @@ def finish_run(
 ) -> bool:
     """Store the results and mark the run finished. False: the run is no longer the attempt's."""
     now = now or utcnow()
-    owned = session.execute(
-        update(BenchmarkRun)
-        .where(*_owned(run_id, attempt))
-        .values(
-            status="finished",
-            results=results,
-            progress=1.0,
-            progress_message="finished",
-            finished_at=now,
-            heartbeat_at=now,
-        )
-    )
-    session.commit()
-    return bool(owned.rowcount)
+    values = {
+        "status": "finished",
+        "results": results,
+        "progress": 1.0,
+        "progress_message": "finished",
+        "finished_at": now,
+        "heartbeat_at": now,
+    }
+    return LIFE.write(session, run_id, attempt, values)
 
 
 def fail_run(
@@ -184,40 +107,12 @@ def fail_run(
     attempt: int | None = None,
     now: datetime | None = None,
 ) -> bool:
-    """Mark the run failed with `error`: if it is `attempt`'s (None: whatever attempt, as long
-    as it is queued or running). False: it was finished or failed already, or taken over."""
-    now = now or utcnow()
-    where = (
-        _owned(run_id, attempt)
-        if attempt is not None
-        else (BenchmarkRun.id == run_id, BenchmarkRun.status.in_(UNFINISHED))
-    )
-    owned = session.execute(
-        update(BenchmarkRun)
-        .where(*where)
-        .values(status="failed", error=error, finished_at=now, progress_message="failed")
-    )
-    session.commit()
-    return bool(owned.rowcount)
+    """Mark the run failed with `error` (`RunLife.fail`)."""
+    return LIFE.fail(session, run_id, error, attempt, now)
 
 
 def sweep_stale_runs(
     session: Session, stale_after_s: float, now: datetime | None = None
 ) -> list[int]:
     """Fail the running runs with no heartbeat for `stale_after_s` ("worker lost"); their ids."""
-    now = now or utcnow()
-    cutoff = now - timedelta(seconds=stale_after_s)
-    last = func.coalesce(
-        BenchmarkRun.heartbeat_at, BenchmarkRun.started_at, BenchmarkRun.created_at
-    )
-    stale = session.execute(
-        select(BenchmarkRun.id, BenchmarkRun.attempts).where(
-            BenchmarkRun.status == "running", last < cutoff
-        )
-    ).all()
-    swept = []
-    for run_id, attempt in stale:
-        reason = f"worker lost: no heartbeat for {stale_after_s:g} s (attempt {attempt})"
-        if fail_run(session, run_id, reason, attempt=attempt, now=now):
-            swept.append(run_id)
-    return swept
+    return LIFE.sweep(session, stale_after_s, now)

@@ -12,18 +12,29 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from api.runs.benchmarks import LIVE_HEARTBEAT_S, MAX_ATTEMPTS, Busy, Send, Skipped, Started
+from api.runs.benchmarks import Send
+from api.runs.lifecycle import UNFINISHED as UNFINISHED
+from api.runs.lifecycle import Busy, RunLife, Skipped, Started
 from api.store.models import WhatIfRun, utcnow
 from api.store.paging import fetch_page
 
-UNFINISHED = ("queued", "running")
 FINISHED = ("done", "failed")
+LIFE = RunLife(
+    WhatIfRun,
+    on_start={"progress_done": 0},
+    on_fail={},
+    spec=lambda run: {
+        "engine_id": run.engine_id,
+        "epoch": run.epoch,
+        "settings": list(run.settings),
+    },
+)
 
 
 class TooManyRuns(RuntimeError):
@@ -98,51 +109,9 @@ def list_runs(
 def start_run(
     session: Session, run_id: int, worker: str | None, now: datetime | None = None
 ) -> Started | Busy | Skipped:
-    """Take run `run_id` for a new attempt and commit (as `api.runs.benchmarks.start_run`:
-    a running run is taken over from the same `worker` at once, from another only once its
-    heartbeat is older than `LIVE_HEARTBEAT_S`; past `MAX_ATTEMPTS` starts it fails).
-    `Started.spec` is `{"engine_id", "epoch", "settings"}`."""
-    now = now or utcnow()
-    run = session.get(WhatIfRun, run_id, populate_existing=True)
-    if run is None or run.status not in UNFINISHED:
-        return Skipped(run_id, None if run is None else run.status)
-    if run.status == "running" and (worker is None or run.worker != worker):
-        last = run.heartbeat_at or run.started_at
-        if last is not None and now - last < timedelta(seconds=LIVE_HEARTBEAT_S):
-            return Busy(run_id, LIVE_HEARTBEAT_S - (now - last).total_seconds() + 1.0)
-    if run.attempts >= MAX_ATTEMPTS:
-        reason = f"gave up after {run.attempts} attempts (the last one's worker was lost)"
-        fail_run(session, run_id, reason, now=now)
-        return Skipped(run_id, "failed")
-    attempt = run.attempts + 1
-    taken = session.execute(
-        update(WhatIfRun)
-        .where(
-            WhatIfRun.id == run_id,
-            WhatIfRun.status.in_(UNFINISHED),
-            WhatIfRun.attempts == run.attempts,
-        )
-        .values(
-            status="running",
-            attempts=attempt,
-            worker=worker,
-            started_at=now,
-            heartbeat_at=now,
-            finished_at=None,
-            error=None,
-            progress_done=0,
-        )
-    ).rowcount
-    session.commit()
-    if not taken:  # another worker took it between our read and write
-        session.expire_all()
-        return start_run(session, run_id, worker, now)
-    spec = {"engine_id": run.engine_id, "epoch": run.epoch, "settings": list(run.settings)}
-    return Started(run_id, attempt, spec)
-
-
-def _owned(run_id: int, attempt: int) -> tuple:
-    return (WhatIfRun.id == run_id, WhatIfRun.status == "running", WhatIfRun.attempts == attempt)
+    """Take run `run_id` for a new attempt (`RunLife.start`); `Started.spec` is
+    `{"engine_id", "epoch", "settings"}`."""
+    return LIFE.start(session, run_id, worker, now)
 
 
 def record_progress(
@@ -157,9 +126,7 @@ def record_progress(
     values: dict[str, Any] = {"heartbeat_at": now or utcnow()}
     if progress is not None:
         values["progress_done"], values["progress_total"] = progress
-    owned = session.execute(update(WhatIfRun).where(*_owned(run_id, attempt)).values(values))
-    session.commit()
-    return bool(owned.rowcount)
+    return LIFE.write(session, run_id, attempt, values)
 
 
 def finish_run(
@@ -167,19 +134,14 @@ def finish_run(
 ) -> bool:
     """Store the report and mark the run done. False: the run is no longer the attempt's."""
     now = now or utcnow()
-    owned = session.execute(
-        update(WhatIfRun)
-        .where(*_owned(run_id, attempt))
-        .values(
-            status="done",
-            result=result,
-            progress_done=WhatIfRun.progress_total,
-            finished_at=now,
-            heartbeat_at=now,
-        )
-    )
-    session.commit()
-    return bool(owned.rowcount)
+    values = {
+        "status": "done",
+        "result": result,
+        "progress_done": WhatIfRun.progress_total,
+        "finished_at": now,
+        "heartbeat_at": now,
+    }
+    return LIFE.write(session, run_id, attempt, values)
 
 
 def fail_run(
@@ -189,35 +151,12 @@ def fail_run(
     attempt: int | None = None,
     now: datetime | None = None,
 ) -> bool:
-    """Mark the run failed with `error`: if it is `attempt`'s (None: whatever attempt, as long
-    as it is queued or running). False: it was done or failed already, or taken over."""
-    where = (
-        _owned(run_id, attempt)
-        if attempt is not None
-        else (WhatIfRun.id == run_id, WhatIfRun.status.in_(UNFINISHED))
-    )
-    owned = session.execute(
-        update(WhatIfRun)
-        .where(*where)
-        .values(status="failed", error=error, finished_at=now or utcnow())
-    )
-    session.commit()
-    return bool(owned.rowcount)
+    """Mark the run failed with `error` (`RunLife.fail`)."""
+    return LIFE.fail(session, run_id, error, attempt, now)
 
 
 def sweep_stale_runs(
     session: Session, stale_after_s: float, now: datetime | None = None
 ) -> list[int]:
     """Fail the running runs with no heartbeat for `stale_after_s` ("worker lost"); their ids."""
-    now = now or utcnow()
-    cutoff = now - timedelta(seconds=stale_after_s)
-    last = func.coalesce(WhatIfRun.heartbeat_at, WhatIfRun.started_at, WhatIfRun.created_at)
-    stale = session.execute(
-        select(WhatIfRun.id, WhatIfRun.attempts).where(WhatIfRun.status == "running", last < cutoff)
-    ).all()
-    swept = []
-    for run_id, attempt in stale:
-        reason = f"worker lost: no heartbeat for {stale_after_s:g} s (attempt {attempt})"
-        if fail_run(session, run_id, reason, attempt=attempt, now=now):
-            swept.append(run_id)
-    return swept
+    return LIFE.sweep(session, stale_after_s, now)
