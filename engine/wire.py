@@ -88,6 +88,7 @@ ENGINE_ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
 ENGINE_ID_REGEX = r"\A[A-Za-z0-9._:@-]+\Z"
 EngineId = Annotated[str, Meta(min_length=1, max_length=128, pattern=ENGINE_ID_REGEX)]
 MAX_NESTING = 32  # levels of the hello's free-form JSON (`model`)
+MAX_MODEL_BYTES = 64 * 1024  # its size as JSON: the store keeps it and serves it in every list
 
 
 class WireError(ValueError):
@@ -112,8 +113,9 @@ class Hello(_Frame, tag="hello", kw_only=True):
     model: dict[str, Any] = {}
 
     def __post_init__(self) -> None:
-        """The free-form `model` holds what the store's JSON column can (raised in msgspec's
-        own `- at` form, so `decode` names the field as it does for any other). A hello built
+        """The free-form `model` holds what the store's JSON column can, in at most
+        `MAX_MODEL_BYTES` (raised in msgspec's own `- at` form, so `decode` names the field as
+        it does for any other). A hello built
         in Python with a plain dict for `geometry` gets it checked and typed here."""
         if isinstance(self.geometry, dict):
             msgspec.structs.force_setattr(
@@ -123,6 +125,9 @@ class Hello(_Frame, tag="hello", kw_only=True):
         if problem is not None:
             message, where = problem
             raise ValueError(f"{message} - at `{where}`")
+        size = len(msgspec.json.encode(self.model))
+        if size > MAX_MODEL_BYTES:
+            raise ValueError(f"{size} bytes of JSON, at most {MAX_MODEL_BYTES} - at `$.model`")
 
 
 class Welcome(_Frame, tag="welcome"):

@@ -207,6 +207,7 @@ def test_a_bad_value_closes_4400_naming_the_field_and_seq(
         ({"geometry": {"prefix_match_unit": 0}}, "geometry.prefix_match_unit: Expected `int` >= 1"),
         ({"model": {"deep": json.loads("[" * 40 + "]" * 40)}}, "model.deep"),
         ({"model": {"big": 2**70}}, "model.big: an integer over 64 bits"),
+        ({"model": {"card": "x" * 70_000}}, "at model: 70011 bytes of JSON, at most 65536"),
     ],
     ids=[
         "NUL in engine_id",
@@ -216,6 +217,7 @@ def test_a_bad_value_closes_4400_naming_the_field_and_seq(
         "zero match unit",
         "model too deep",
         "big int in model",
+        "model over 64 KiB",
     ],
 )
 def test_a_bad_hello_closes_4400(client, session, engine_run, hello: dict, named: str) -> None:
