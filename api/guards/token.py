@@ -4,14 +4,19 @@ The write token is `JUNCTION_API_TOKEN`; unset, `junction api` (and `junction up
 part it starts) makes one at first start, `secrets.token_urlsafe(32)`, and keeps it in a file
 only its owner reads (`JUNCTION_API_TOKEN_FILE`, default beside the SQLite store, else in the
 working directory), which later starts read again. There is no built-in token. A token that is
-empty, shorter than `MIN_LENGTH`, or `.env.example`'s placeholder is refused, so is an
-optional read-only token (`JUNCTION_READ_TOKEN`) that is set but fails the same rules.
+empty, shorter than `MIN_LENGTH`, `.env.example`'s placeholder, of fewer than `MIN_DISTINCT`
+different characters (`aaaaaaaaaaaaaaaa`), or shorter than `PLAIN_LENGTH` without a digit
+(`junction-dev-token`: words, not a secret) is refused, so is an optional read-only token
+(`JUNCTION_READ_TOKEN`) that is set but fails the same rules or equals the write token (it
+would then write). A token file that others may read, or that is a symbolic link, is refused
+rather than used.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,6 +25,8 @@ from sqlalchemy.engine import make_url
 from api.settings import Settings
 
 MIN_LENGTH = 16
+MIN_DISTINCT = 8  # different characters a token holds at least
+PLAIN_LENGTH = 32  # a token shorter than this needs a digit: a few words are no secret
 #: `.env.example`'s `JUNCTION_API_TOKEN`: a placeholder to replace, so a control plane refuses it.
 EXAMPLE_TOKEN = "replace-me-with-a-long-random-secret"
 TOKEN_FILE_NAME = "junction-api-token"
@@ -42,6 +49,11 @@ def resolve_token(settings: Settings) -> ApiToken:
     too. Creates the file at most; changes nothing else."""
     if settings.read_token is not None:
         check_token(settings.read_token, "JUNCTION_READ_TOKEN")
+        if settings.read_token == settings.api_token:
+            raise TokenError(
+                "JUNCTION_READ_TOKEN equals JUNCTION_API_TOKEN, so the read-only token would "
+                f"write: give it a secret of its own ({HOW_TO_MAKE_ONE})"
+            )
     if settings.api_token is not None:
         return ApiToken(check_token(settings.api_token, "JUNCTION_API_TOKEN"), None, False)
     path = token_file(settings)
@@ -76,6 +88,13 @@ def check_token(token: str, name: str) -> str:
         raise TokenError(f"{name} is the placeholder of .env.example: {fix}")
     if len(token) < MIN_LENGTH:
         raise TokenError(f"{name} has {len(token)} characters, too few: {fix}")
+    if len(set(token)) < MIN_DISTINCT:
+        raise TokenError(f"{name} has only {len(set(token))} different characters: {fix}")
+    if len(token) < PLAIN_LENGTH and not any(c.isdigit() for c in token):
+        raise TokenError(
+            f"{name} looks like words, not a secret (under {PLAIN_LENGTH} characters and no "
+            f"digit): {fix}"
+        )
     return token
 
 
@@ -102,7 +121,18 @@ def where(api_token: ApiToken) -> str:
 
 def _read(path: Path) -> str:
     """The token kept in `path` (FileNotFoundError if there is none); `TokenError` if the file
-    holds none that `check_token` accepts."""
+    is a symbolic link, others may read it, or it holds no token `check_token` accepts."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        raise TokenError(
+            f"{path} is a symbolic link: set JUNCTION_API_TOKEN_FILE to the file itself "
+            "(a link could hand the token to another file's readers)"
+        )
+    if info.st_mode & 0o077:
+        raise TokenError(
+            f"{path} may be read by others (mode {stat.S_IMODE(info.st_mode):o}): "
+            f"chmod 600 {path}, or delete it to have a new one made"
+        )
     token = path.read_text().strip()
     if len(token) < MIN_LENGTH or token == EXAMPLE_TOKEN:
         raise TokenError(

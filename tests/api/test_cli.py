@@ -142,7 +142,7 @@ def test_an_unreachable_database_is_one_line_naming_the_url(tmp_path: Path, comm
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUNCTION_")}
     env |= {
         "JUNCTION_DATABASE_URL": "postgresql://junction:secret@127.0.0.1:1/nowhere",
-        "JUNCTION_API_TOKEN": "a-token-long-enough-for-the-api",
+        "JUNCTION_API_TOKEN": "a-token-long-enough-for-the-api-0",
         "JUNCTION_LOG_LEVEL": "warning",  # `junction api` logs its start at info
     }
     done = subprocess.run(

@@ -52,18 +52,38 @@ def test_where_the_file_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         ({"api_token": " " + "x" * 20}, "JUNCTION_API_TOKEN starts or ends with whitespace"),
         ({"api_token": EXAMPLE_TOKEN}, "JUNCTION_API_TOKEN is the placeholder of .env.example"),
         ({"read_token": "short"}, "JUNCTION_READ_TOKEN has 5 characters, too few"),
+        ({"api_token": "a" * 16}, "JUNCTION_API_TOKEN has only 1 different characters"),
+        ({"api_token": "junction-dev-token"}, "JUNCTION_API_TOKEN looks like words, not a secret"),
+        (
+            {"api_token": "k7-shared-0123456789", "read_token": "k7-shared-0123456789"},
+            "JUNCTION_READ_TOKEN equals JUNCTION_API_TOKEN, so the read-only token would write",
+        ),
     ],
-    ids=["empty", "blank", "short", "whitespace", "the example's", "a short read token"],
+    ids=[
+        "empty",
+        "blank",
+        "short",
+        "whitespace",
+        "the example's",
+        "a short read token",
+        "one character",
+        "words",
+        "read equals write",
+    ],
 )
 def test_tokens_it_refuses(tmp_path: Path, values: dict, says: str) -> None:
     with pytest.raises(TokenError, match=says) as refused:
         resolve_token(settings(tmp_path, **values))
-    assert "\n" not in str(refused.value) and "at least 16 characters" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert "at least 16 characters" in str(refused.value) or "a secret of its own" in str(
+        refused.value
+    )
     assert list(tmp_path.iterdir()) == []  # no file made
 
 
 def test_a_file_without_a_usable_token_is_refused(tmp_path: Path) -> None:
     (tmp_path / TOKEN_FILE_NAME).write_text("\n")
+    (tmp_path / TOKEN_FILE_NAME).chmod(0o600)
     with pytest.raises(TokenError, match="holds no usable token"):
         resolve_token(settings(tmp_path))
 
@@ -76,4 +96,18 @@ def test_a_folder_it_cannot_write_is_named(tmp_path: Path) -> None:
 
 def test_an_empty_read_token_means_none(tmp_path: Path) -> None:
     assert settings(tmp_path, read_token="").read_token is None
-    assert resolve_token(settings(tmp_path, read_token="", api_token="y" * 16)).token == "y" * 16
+    token = "y0123456789abcdef"
+    assert resolve_token(settings(tmp_path, read_token="", api_token=token)).token == token
+
+
+def test_a_token_file_others_may_read_or_a_link_is_refused(tmp_path: Path) -> None:
+    made = resolve_token(settings(tmp_path))
+    made.file.chmod(0o644)
+    with pytest.raises(TokenError, match=r"may be read by others \(mode 644\): chmod 600"):
+        resolve_token(settings(tmp_path))
+    made.file.chmod(0o600)
+    link = tmp_path / "link-to-token"
+    link.symlink_to(made.file)
+    with pytest.raises(TokenError, match="is a symbolic link"):
+        resolve_token(settings(tmp_path, api_token_file=str(link)))
+    assert resolve_token(settings(tmp_path)).token == made.token
