@@ -348,6 +348,67 @@ def apply_parked(
         return Applied(Ack(seq=frame.seq), False, 0, is_parked=True)
 
 
+#: the latest timestamp the store's columns hold (9999-12-31): a finished request's times past
+#: it (a finite 1e300) cannot be stored, and are parked without the rest of their frame
+MAX_TS = 253402300799.0
+
+
+def request_problem(event: RequestFinished) -> str | None:
+    """Why the store cannot hold this finished request, or None."""
+    for name in ("arrival_ts", "first_token_ts", "finished_ts"):
+        value = getattr(event, name)
+        if value is not None and not -MAX_TS <= value <= MAX_TS:
+            return f"request {event.request_id!r}: {name} {value!r} is past what the store holds"
+    return None
+
+
+def split_unstorable(
+    frame: Batch | Snapshot,
+) -> tuple[Batch | Snapshot, Batch | Snapshot, str] | None:
+    """A refused frame's finished requests the store cannot hold, apart: (the frame without
+    them, a frame of them alone, why), or None when no request explains the refusal or
+    nothing else is left to store (a batch of only those)."""
+    if isinstance(frame, Batch):
+        problems = [(e, request_problem(e)) for e in frame.events if isinstance(e, RequestFinished)]
+        bad = [e for e, problem in problems if problem]
+        if not bad or len(bad) == len(frame.events):
+            return None
+        kept = [e for e in frame.events if not any(e is b for b in bad)]
+        why = "; ".join(p for _, p in problems if p)
+        return (
+            msgspec.structs.replace(frame, events=kept),
+            msgspec.structs.replace(frame, events=bad),
+            why,
+        )
+    problems = [(r, request_problem(r.event)) for r in frame.requests]
+    bad_requests = [r for r, problem in problems if problem]
+    if not bad_requests:
+        return None
+    kept_requests = [r for r, problem in problems if not problem]
+    why = "; ".join(p for _, p in problems if p)
+    return (
+        msgspec.structs.replace(frame, requests=kept_requests),
+        msgspec.structs.replace(frame, requests=bad_requests, blocks=[], pins=[]),
+        why,
+    )
+
+
+def park_items(
+    session: Session,
+    hello: Hello,
+    frame: Batch | Snapshot,
+    reason: str,
+    keep: int = 1000,
+    max_bytes: int = 64 * 1024,
+) -> None:
+    """Park `frame` (what a stored frame left out: the items the store cannot hold) as the
+    engine's newest dead letter, its seq untouched (the rest of its frame took it)."""
+    with transaction(session):
+        _check_frame(hello, frame)
+        kept = _frame_without_prompt(frame)
+        dead_letters.park(session, hello.engine_id, hello.epoch, kept, reason, keep, max_bytes)
+
+
 # ---------------------------------------------------------------------------- helpers
 def _raw_json(session: Session, name: str):
     """A bind parameter for a JSON column that takes JSON text already serialized (an

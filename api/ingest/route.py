@@ -50,6 +50,8 @@ from api.ingest.frames import (
     apply_hello,
     apply_parked,
     apply_snapshot,
+    park_items,
+    split_unstorable,
 )
 from api.ingest.snapshot_chunks import SnapshotChunks
 from api.peers.blocks import PeerConfig
@@ -331,7 +333,35 @@ def _apply_group(state: AppState, hello: Hello, frames: list) -> list[Applied | 
 
 
 def _park(state: AppState, hello: Hello, frame: Batch | Snapshot, refused: Unstorable) -> Applied:
+    """Store what of a refused frame the store can hold and park the rest: the finished
+    requests it cannot hold alone when they explain the refusal, else the whole frame."""
     settings = state.settings
+    split = split_unstorable(frame)
+    if split is not None:
+        kept, bad, why = split
+        try:
+            applied = _apply(state, hello, kept)
+        except Unstorable:
+            pass  # something else is refused too: the whole frame goes
+        else:
+            with state.sessions() as session:
+                park_items(
+                    session,
+                    hello,
+                    bad,
+                    why,
+                    settings.dead_letters_per_engine,
+                    settings.dead_letter_frame_bytes,
+                )
+            state.metrics.dead_letters.inc()
+            log.warning(
+                "ingest: engine %s: %s %d stored without what it could not hold, parked: %s",
+                hello.engine_id,
+                frame.type,
+                frame.seq,
+                why,
+            )
+            return applied
     with state.sessions() as session:
         applied = apply_parked(
             session,

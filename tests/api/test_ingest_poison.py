@@ -338,6 +338,32 @@ def test_a_refused_snapshot_is_parked(client, session, engine_run, events) -> No
     assert session.get(Engine, engine_run.engine_id).next_seq == 2
 
 
+def test_a_refused_frame_keeps_what_the_store_can_hold(client, session, engine_run, events):
+    """One finished request the store cannot hold parks alone: the valid requests of its
+    batch, and those a snapshot carries beside it, are stored (issue 31: they were parked with
+    it)."""
+    valid = finished(events)
+    poison = _request(events, request_id="poison-b", finished_ts=1e300)
+    batch = factories.batches(engine_run, [poison, *valid[:2]], size=3)[0]
+    carried = [
+        {"seq": 1, "event": _request(events, request_id="poison-s", finished_ts=-1e300)},
+        {"seq": 1, "event": valid[2]},
+    ]
+    snapshot = factories.snapshot(engine_run, seq=1) | {"requests": carried}
+    stream(client, engine_run, [batch, snapshot], binary=True)
+    session.expire_all()
+    stored = set(session.scalars(select(Request.request_id)))
+    assert stored == {e["request_id"] for e in valid[:3]}
+    assert session.get(Engine, engine_run.engine_id).next_seq == 2
+    letters = client.get(f"/api/v1/engines/{engine_run.engine_id}/dead-letters").json()
+    parked = {(x["seq"], x["frame_type"]): json.loads(x["frame"]) for x in letters["dead_letters"]}
+    assert [e["request_id"] for e in parked[0, "batch"]["events"]] == ["poison-b"]
+    assert [r["event"]["request_id"] for r in parked[1, "snapshot"]["requests"]] == ["poison-s"]
+    assert "'poison-b': finished_ts 1e+300 is past what the store holds" in str(
+        [x["reason"] for x in letters["dead_letters"]]
+    )
+
+
 # ---------------------------------------------------------------------------- what is poison
 def test_the_index_limit_the_10kb_id_broke_is_a_refusal_not_an_outage(session, events) -> None:
     """PostgreSQL reports an index row over its limit (what a 10 KB request id broke) as an
