@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     max_frame_bytes: int = MAX_FRAME_BYTES
     # the most frame bytes one snapshot's chunks may take (a table bigger than a frame)
     max_snapshot_bytes: int = 1024 * 1024 * 1024
+    # what every connection's unfinished snapshots hold at once, and how long one may wait for
+    # its next chunk (past either: closed 1013, the engine sends its table again later)
+    max_snapshot_bytes_total: int = 1024 * 1024 * 1024
+    snapshot_idle_s: float = 60.0
     hit_rate_bucket_s: int = 60
     # case-insensitive; uvicorn's and logging's names
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
@@ -162,6 +166,8 @@ class Settings(BaseSettings):
     @field_validator(
         "max_frame_bytes",
         "max_snapshot_bytes",
+        "max_snapshot_bytes_total",
+        "snapshot_idle_s",
         "hit_rate_bucket_s",
         "max_body_bytes",
         "max_pin_body_bytes",

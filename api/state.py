@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.fleet.registry import EngineRegistry
 from api.fleet.replicas import new_replica_id
+from api.ingest.snapshot_chunks import SnapshotBudget
 from api.metrics import ApiMetrics
 from api.settings import Settings
 from api.store.db import make_engine, make_sessionmaker
@@ -37,6 +38,12 @@ class AppState:
     replica_id: str = field(default_factory=new_replica_id)
     sqlite_lock: IO[str] | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
+    # what every connection's unfinished chunked snapshots hold (`api.ingest.snapshot_chunks`)
+    snapshot_budget: SnapshotBudget | None = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot_budget is None:
+            self.snapshot_budget = SnapshotBudget(self.settings.max_snapshot_bytes_total)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppState:

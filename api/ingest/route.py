@@ -208,9 +208,24 @@ async def _stream(
     reader = asyncio.create_task(read())
     is_open = True
     ahead: list[Pending | None] = []  # one taken from the queue that could not join a group
-    chunks = SnapshotChunks(state.settings.max_snapshot_bytes)  # a snapshot in several frames
+    # a snapshot in several frames, its chunks held against the process's budget
+    chunks = SnapshotChunks(state.settings.max_snapshot_bytes, state.snapshot_budget)
+    idle_s = state.settings.snapshot_idle_s
+
+    async def next_item() -> Pending | None:
+        if not chunks.is_pending:
+            return taken(await pending.get())
+        try:  # a snapshot half-sent holds its bytes: its next chunk must come in time
+            return taken(await asyncio.wait_for(pending.get(), idle_s))
+        except TimeoutError:
+            raise WireError(
+                CLOSE_TRY_AGAIN,
+                f"a snapshot's next chunk did not come in {idle_s:g} s "
+                "(JUNCTION_SNAPSHOT_IDLE_S): send it again",
+            ) from None
+
     try:
-        while (item := ahead.pop() if ahead else taken(await pending.get())) is not None:
+        while (item := ahead.pop() if ahead else await next_item()) is not None:
             group, frames = [item], [await item.frame]
             if isinstance(frames[0], Snapshot):
                 whole = chunks.add(frames[0], item.size)
@@ -243,6 +258,7 @@ async def _stream(
                         is_open = False
                 state.metrics.latency.observe(time.perf_counter() - done.received)
     finally:
+        chunks.clear()
         reader.cancel()
         while not pending.empty():  # frames behind a refused one: let them go quietly
             ahead.append(pending.get_nowait())

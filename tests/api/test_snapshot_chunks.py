@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
 
-from api.ingest.snapshot_chunks import SnapshotChunks
+from api.ingest.snapshot_chunks import SnapshotBudget, SnapshotChunks
+from api.main import create_app
 from engine.events import BlockRow
-from engine.wire import CLOSE_BAD_FRAME, Snapshot, WireError, decode, snapshot_chunks
+from engine.wire import (
+    CLOSE_BAD_FRAME,
+    CLOSE_TRY_AGAIN,
+    Snapshot,
+    WireError,
+    decode,
+    encode,
+    snapshot_chunks,
+)
+from tests.api import factories
+from tests.api.conftest import AUTH
+from tests.uvicorn_thread import uvicorn_thread
 
 
 def table(num_rows: int, seq: int = 3) -> Snapshot:
@@ -59,3 +73,40 @@ def test_a_snapshot_past_the_bound_is_refused():
         for chunk, size in chunks:
             assembly.add(chunk, size)
     assert not assembly.is_pending
+
+
+def test_every_connections_unfinished_snapshots_share_one_bound():
+    """Three connections each half-way through a large snapshot held a gigabyte each; they
+    now draw on one budget, and a chunk past it is a "try again" (1013), not a bad frame."""
+    budget = SnapshotBudget(80_000)  # two chunks of about 31 KB fit, not three
+    first, second = SnapshotChunks(10**9, budget), SnapshotChunks(10**9, budget)
+    chunks = chunked(table(3000), 40_000)
+    first.add(*chunks[0])
+    first.add(*chunks[1])
+    with pytest.raises(WireError) as refused:
+        second.add(*chunks[0])
+    assert refused.value.code == CLOSE_TRY_AGAIN
+    assert "JUNCTION_MAX_SNAPSHOT_BYTES_TOTAL" in refused.value.reason
+    assert not second.is_pending
+    first.clear()  # its connection ended: what it held goes back
+    assert budget.num_bytes == 0
+    assert second.add(*chunks[0]) is None and budget.num_bytes == chunks[0][1]
+
+
+def test_a_snapshot_whose_next_chunk_does_not_come_is_closed_try_again(settings, engine_run):
+    idle = settings.model_copy(update={"snapshot_idle_s": 0.3})
+    whole = decode(encode(factories.snapshot(engine_run, seq=0)))
+    frames = snapshot_chunks(whole, max_bytes=4_000)
+    assert len(frames) > 1
+    app = create_app(idle)
+    with uvicorn_thread(app) as url:
+        socket = url.replace("http://", "ws://") + "/api/v1/ingest"
+        with ws_connect(socket, additional_headers=AUTH) as ws:
+            ws.send(encode(factories.hello(engine_run)))
+            ws.recv(timeout=10)
+            ws.send(frames[0])  # then nothing: the connection holds a chunk
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+        assert closed.value.rcvd.code == CLOSE_TRY_AGAIN
+        assert "JUNCTION_SNAPSHOT_IDLE_S" in closed.value.rcvd.reason
+        assert app.state.junction.snapshot_budget.num_bytes == 0
