@@ -1,7 +1,8 @@
 """The Checkpoints page's cards: an active pin with its state on each engine and an unpin
 button, and a suggested junction with what a pin there would have saved and a pin button.
 Their buttons write with the session's write token (`dashboard.pin_writes`); without one they
-are disabled."""
+are disabled, and a junction's prefix text is not shown (the dashboard reads with the read
+token behind the scenes, so any visitor could otherwise read prompts)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ import streamlit as st
 from client.rest import ApiClient
 from dashboard.pin_text import FELL_SHORT, PREVIEW_CHARS, token_preview
 from dashboard.pin_writes import act
+
+NO_TOKEN_NO_TEXT = (
+    "Its text shows once the write token is entered in the sidebar: the dashboard shows no "
+    "prompt text to a visitor without it."
+)
 
 
 def pin_card(pin: dict, writer: ApiClient | None) -> None:
@@ -54,7 +60,9 @@ def junction_card(junction: dict, writer: ApiClient | None) -> None:
         help=FELL_SHORT,
     )
     token_ids = junction["pin_request"]["prefix"].get("token_ids")
-    if token_ids:
+    if token_ids and writer is None:  # prompt text only for a visitor who holds the token
+        cols[0].caption(NO_TOKEN_NO_TEXT)
+    elif token_ids:
         cols[0].caption(f"Its last {PREVIEW_CHARS} characters:")
         cols[0].code(token_preview(token_ids), language=None, wrap_lines=True)
     cols[1].button(

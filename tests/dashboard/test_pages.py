@@ -17,6 +17,7 @@ from websockets.sync.client import connect
 
 from dashboard.connection import WRITE_TOKEN
 from dashboard.grid.arrows import MAX_ARROWS
+from dashboard.pin_cards import NO_TOKEN_NO_TEXT
 from engine.config import CacheConfig
 from engine.engine import Engine
 from engine.model.tokenizer import ByteTokenizer
@@ -540,7 +541,9 @@ def test_requests_show_arrival_and_plain_wording(dashboard_env: Stack):
 
 def test_checkpoints_preview_junctions_and_explain_fell_short(dashboard_env: Stack):
     junctions = dashboard_env.get("/junctions/suggested")["junctions"]
-    at = open_page("checkpoints")
+    anonymous = open_page("checkpoints")  # no token typed in: no prompt text at all
+    assert not anonymous.code and NO_TOKEN_NO_TEXT in texts(anonymous)
+    at = open_page("checkpoints", write_token=TOKEN)
     text = ByteTokenizer().decode(junctions[0]["pin_request"]["prefix"]["token_ids"])
     previews = [c.value for c in at.code]
     assert len(previews) == len(junctions)
