@@ -11,7 +11,6 @@ from api.ingest import route as ingest
 from api.lifespan import lifespan
 from api.routes import (
     attribution,
-    benchmarks,
     block_grid,
     blocks,
     dead_letters,
@@ -24,10 +23,10 @@ from api.routes import (
     pins,
     replicas,
     requests,
-    whatif,
 )
 from api.routes.peers import blocks as peer_blocks
 from api.routes.peers import views as peer_views
+from api.routes.runs import benchmarks, whatif
 from api.settings import Settings, get_settings
 from api.state import AppState
 

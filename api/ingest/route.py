@@ -211,21 +211,10 @@ async def _stream(
     # a snapshot in several frames, its chunks held against the process's budget
     chunks = SnapshotChunks(state.settings.max_snapshot_bytes, state.snapshot_budget)
     idle_s = state.settings.snapshot_idle_s
-
-    async def next_item() -> Pending | None:
-        if not chunks.is_pending:
-            return taken(await pending.get())
-        try:  # a snapshot half-sent holds its bytes: its next chunk must come in time
-            return taken(await asyncio.wait_for(pending.get(), idle_s))
-        except TimeoutError:
-            raise WireError(
-                CLOSE_TRY_AGAIN,
-                f"a snapshot's next chunk did not come in {idle_s:g} s "
-                "(JUNCTION_SNAPSHOT_IDLE_S): send it again",
-            ) from None
-
     try:
-        while (item := ahead.pop() if ahead else await next_item()) is not None:
+        while (
+            item := ahead.pop() if ahead else taken(await _next(pending, chunks, idle_s))
+        ) is not None:
             group, frames = [item], [await item.frame]
             if isinstance(frames[0], Snapshot):
                 whole = chunks.add(frames[0], item.size)
@@ -244,19 +233,7 @@ async def _stream(
                 group.append(following)
                 frames.append(following.frame.result())
             results = await in_ingest_thread(state, _apply_group, state, hello, frames)
-            for done, frame, applied in zip(group, frames, results, strict=False):
-                if isinstance(applied, WireError):
-                    raise applied
-                if isinstance(applied, Exception):
-                    raise FrameFailed(getattr(frame, "seq", None)) from applied
-                if is_open:  # frames that arrived before the peer left are committed all the same
-                    try:
-                        await connection.send(applied.ack)
-                        for command in applied.commands:
-                            await connection.send(command)
-                    except (WebSocketDisconnect, RuntimeError):
-                        is_open = False
-                state.metrics.latency.observe(time.perf_counter() - done.received)
+            is_open = await _acknowledge(state, connection, group, frames, results, is_open)
     finally:
         chunks.clear()
         reader.cancel()
@@ -265,6 +242,49 @@ async def _stream(
         for item in ahead:
             if item is not None:
                 item.frame.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
+async def _next(
+    pending: asyncio.Queue[Pending | None], chunks: SnapshotChunks, idle_s: float
+) -> Pending | None:
+    """The next frame; while a snapshot is half-sent (its chunks hold their bytes), only if it
+    comes within `idle_s`, else a 1013 "send it again"."""
+    if not chunks.is_pending:
+        return await pending.get()
+    try:
+        return await asyncio.wait_for(pending.get(), idle_s)
+    except TimeoutError:
+        raise WireError(
+            CLOSE_TRY_AGAIN,
+            f"a snapshot's next chunk did not come in {idle_s:g} s "
+            "(JUNCTION_SNAPSHOT_IDLE_S): send it again",
+        ) from None
+
+
+async def _acknowledge(
+    state: AppState,
+    connection: Connection,
+    group: list[Pending],
+    frames: list,
+    results: list,
+    is_open: bool,
+) -> bool:
+    """Ack each committed frame of the group (and send its commands) while the socket is open;
+    raise for the one refused. Whether the socket is still open."""
+    for done, frame, applied in zip(group, frames, results, strict=False):
+        if isinstance(applied, WireError):
+            raise applied
+        if isinstance(applied, Exception):
+            raise FrameFailed(getattr(frame, "seq", None)) from applied
+        if is_open:  # frames that arrived before the peer left are committed all the same
+            try:
+                await connection.send(applied.ack)
+                for command in applied.commands:
+                    await connection.send(command)
+            except (WebSocketDisconnect, RuntimeError):
+                is_open = False
+        state.metrics.latency.observe(time.perf_counter() - done.received)
+    return is_open
 
 
 def in_ingest_thread(state: AppState, fn, *args):

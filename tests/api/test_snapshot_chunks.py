@@ -101,7 +101,7 @@ def test_a_snapshot_whose_next_chunk_does_not_come_is_closed_try_again(settings,
     app = create_app(idle)
     with uvicorn_thread(app) as url:
         socket = url.replace("http://", "ws://") + "/api/v1/ingest"
-        with ws_connect(socket, additional_headers=AUTH) as ws:
+        with ws_connect(socket, additional_headers={"Authorization": AUTH["Authorization"]}) as ws:
             ws.send(encode(factories.hello(engine_run)))
             ws.recv(timeout=10)
             ws.send(frames[0])  # then nothing: the connection holds a chunk
