@@ -369,26 +369,26 @@ def split_unstorable(
     them, a frame of them alone, why), or None when no request explains the refusal or
     nothing else is left to store (a batch of only those)."""
     if isinstance(frame, Batch):
-        problems = [(e, request_problem(e)) for e in frame.events if isinstance(e, RequestFinished)]
-        bad = [e for e, problem in problems if problem]
-        if not bad or len(bad) == len(frame.events):
-            return None
-        kept = [e for e in frame.events if not any(e is b for b in bad)]
-        why = "; ".join(p for _, p in problems if p)
+        problems = [
+            (e, request_problem(e) if isinstance(e, RequestFinished) else None)
+            for e in frame.events
+        ]
+    else:
+        problems = [(r, request_problem(r.event)) for r in frame.requests]
+    bad = [item for item, problem in problems if problem]
+    kept = [item for item, problem in problems if not problem]
+    if not bad or (isinstance(frame, Batch) and not kept):
+        return None
+    why = "; ".join(problem for _, problem in problems if problem)
+    if isinstance(frame, Batch):
         return (
             msgspec.structs.replace(frame, events=kept),
             msgspec.structs.replace(frame, events=bad),
             why,
         )
-    problems = [(r, request_problem(r.event)) for r in frame.requests]
-    bad_requests = [r for r, problem in problems if problem]
-    if not bad_requests:
-        return None
-    kept_requests = [r for r, problem in problems if not problem]
-    why = "; ".join(p for _, p in problems if p)
     return (
-        msgspec.structs.replace(frame, requests=kept_requests),
-        msgspec.structs.replace(frame, requests=bad_requests, blocks=[], pins=[]),
+        msgspec.structs.replace(frame, requests=kept),
+        msgspec.structs.replace(frame, requests=bad, blocks=[], pins=[]),
         why,
     )
 

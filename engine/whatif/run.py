@@ -199,7 +199,6 @@ def _result(
     cache: CacheConfig,
     replayed: Replayed,
     prepared: Synthetic,
-    recording: Recording,
 ) -> SettingResult:
     unit = cache.match_unit
     requests = [item for item in prepared.items if isinstance(item, TraceRequest)]
@@ -289,11 +288,11 @@ def run_whatif(
     else:
         as_ran_setting = WhatIfSetting(label="as ran")
         replayed = replay_setting(recording, ran_cache, ran_scheduler, advance, prepared)
-    as_ran = _result(as_ran_setting, ran_cache, replayed, prepared, recording)
+    as_ran = _result(as_ran_setting, ran_cache, replayed, prepared)
     results = []
     for setting, cache in zip(settings, configs, strict=True):
         replayed = replay_setting(recording, cache, ran_scheduler, advance, prepared)
-        results.append(_result(setting, cache, replayed, prepared, recording))
+        results.append(_result(setting, cache, replayed, prepared))
     return WhatIfReport(
         num_requests=recording.num_requests,
         num_prompt_tokens=recording.num_prompt_tokens,
