@@ -19,6 +19,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JUNCTION_", env_file=".env", extra="ignore")
 
     database_url: str = "sqlite:///./junction.db"
+    # PostgreSQL only (`api.store.db`): how long connecting may take, and how long a statement
+    # (a commit, a ping) may wait for the server's answer before the connection is given up
+    # and the request answered 503; a partition that holds connections open must not hang
+    # the API. Raise the second for statements that legitimately run longer.
+    db_connect_timeout_s: float = 5.0
+    db_statement_timeout_s: float = 30.0
     # The write token (writes, ingest, and reads). None: `junction api` makes one at first start
     # and keeps it in `api_token_file` (`api.guards.token`); there is no built-in token.
     api_token: str | None = None
@@ -164,6 +170,8 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
+        "db_connect_timeout_s",
+        "db_statement_timeout_s",
         "max_frame_bytes",
         "max_snapshot_bytes",
         "max_snapshot_bytes_total",

@@ -16,7 +16,7 @@ from api.fleet.replicas import new_replica_id
 from api.ingest.snapshot_chunks import SnapshotBudget
 from api.metrics import ApiMetrics
 from api.settings import Settings
-from api.store.db import make_engine, make_sessionmaker
+from api.store.db import DatabaseTimeouts, make_engine, make_sessionmaker
 
 # Worker threads the ingest socket's decoding and commits may take at once: its own, apart from
 # the pool the REST routes share, so reads cannot keep it waiting for a thread
@@ -47,5 +47,8 @@ class AppState:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppState:
-        db = make_engine(settings.database_url)
+        db = make_engine(
+            settings.database_url,
+            DatabaseTimeouts(settings.db_connect_timeout_s, settings.db_statement_timeout_s),
+        )
         return cls(settings=settings, db=db, sessions=make_sessionmaker(db))

@@ -38,7 +38,7 @@ def run_migrations_offline() -> None:
 
 def run_migrations_online() -> None:
     url = database_url()
-    engine = make_engine(url)
+    engine = make_engine(url, timeouts=None)  # a migration may run long on a healthy server
     try:
         with engine.connect() as connection:
             context.configure(

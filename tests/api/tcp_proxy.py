@@ -3,7 +3,9 @@
 `TcpProxy(host, port)` listens on a free local port and forwards each connection to the target.
 `cut()` closes every open connection and answers new ones by closing them at once (a client
 sees "server closed the connection unexpectedly", as when PostgreSQL restarts or the network
-drops); `restore()` forwards again.
+drops); `freeze()` is a partition that holds connections: open ones stay open, what they
+send is taken and dropped, nothing comes back, and new ones are accepted and left waiting;
+`restore()` forwards again (after a freeze, closing what the freeze held).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ class TcpProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.is_cut = False
+        self.is_frozen = False
+        self.held: list[socket.socket] = []  # connections accepted while frozen
         self.lock = threading.Lock()
         self.sockets: set[socket.socket] = set()
         self.closed = False
@@ -30,9 +34,19 @@ class TcpProxy:
         for sock in open_sockets:
             _close(sock)
 
+    def freeze(self) -> None:
+        with self.lock:
+            self.is_frozen = True
+
     def restore(self) -> None:
         with self.lock:
-            self.is_cut = False
+            was_frozen, self.is_cut, self.is_frozen = self.is_frozen, False, False
+            held, self.held = self.held, []
+        if was_frozen:
+            self.cut()
+            self.restore()
+        for sock in held:
+            _close(sock)
 
     def close(self) -> None:
         self.closed = True
@@ -46,9 +60,13 @@ class TcpProxy:
             except OSError:
                 return
             with self.lock:
-                is_cut = self.is_cut
+                is_cut, is_frozen = self.is_cut, self.is_frozen
+                if is_frozen:
+                    self.held.append(client)
             if is_cut:
                 _close(client)
+                continue
+            if is_frozen:
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
@@ -64,7 +82,8 @@ class TcpProxy:
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
-                sink.sendall(data)
+                if not self.is_frozen:
+                    sink.sendall(data)
         except OSError:
             pass
         finally:

@@ -6,7 +6,9 @@ is `tests/jobs`.)
    the ingest socket closes with 1013 and rolls back, the engine keeps serving and buffers its
    events, and once the database is back the store catches up to the engine's table, each
    batch applied once.
-2. The engine killed and started again under the same id: a new epoch, the old epoch's blocks
+2. A partition that holds PostgreSQL's connections open and answers nothing: REST answers 503
+   within the statement bound instead of hanging, and recovers once the network does.
+3. The engine killed and started again under the same id: a new epoch, the old epoch's blocks
    cleared from the store, and the pin made for it materialized again in the new engine.
 """
 
@@ -19,7 +21,8 @@ import time
 import httpx
 import pytest
 
-from tests.api.processes import TOKEN, ApiProcess, Serve, api_engine, pin_state
+from tests.api.processes import TOKEN, ApiProcess, Serve, api_engine, free_port, pin_state
+from tests.api.tcp_proxy import TcpProxy
 from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
 
@@ -109,6 +112,38 @@ def test_the_database_unreachable_for_a_while(proxied_api):
         assert pin.status_code == 201, pin.text
     finally:
         serve.stop()
+
+
+def test_a_partition_that_holds_connections_is_answered_503_not_hung(postgres):
+    """The proxy keeps every connection open and acknowledges what it is sent, but nothing
+    comes back (keepalives are answered by its host): before the statement bound, each
+    request hung until the client gave up (past 40 s in the issue). The client here gives up
+    at 60 s; the bound is 2 s."""
+    proxy = TcpProxy("127.0.0.1", 5432)
+    name = postgres.create("junction_partition")
+    url = postgres.url(name).replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    env = {"JUNCTION_DB_STATEMENT_TIMEOUT_S": "2", "JUNCTION_DB_CONNECT_TIMEOUT_S": "2"}
+    api = ApiProcess(url, free_port(), env=env)
+    api.start()
+    try:
+        for _ in range(3):  # the pool holds open connections when the partition starts
+            answer = httpx.get(f"{api.url}/api/v1/engines", headers=AUTH, timeout=10)
+            assert answer.status_code == 200
+        proxy.freeze()
+        for path in ("/api/v1/engines", "/api/v1/pins", "/api/v1/engines", "/healthz"):
+            answer = httpx.get(f"{api.url}{path}", headers=AUTH, timeout=60)
+            assert answer.status_code == 503, (path, answer.text)
+        proxy.restore()
+        wait_for(
+            "REST to answer again",
+            lambda: (
+                httpx.get(f"{api.url}/api/v1/engines", headers=AUTH, timeout=10).status_code == 200
+            ),
+        )
+    finally:
+        api.kill()
+        proxy.close()
+        postgres.drop(name)
 
 
 def test_an_engine_restarted_gets_a_new_epoch_and_its_pins_again(api_process):
