@@ -54,6 +54,7 @@ from api.peers import blocks as peer_blocks
 from api.peers.blocks import PeerConfig
 from api.store import bulk
 from api.store.models import Block, Engine, EventBatch, Request, utcnow
+from engine.events import INT64_MAX
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
@@ -286,6 +287,11 @@ def apply_snapshot(
         engine = _locked_engine(session, hello)
         if snapshot.seq < engine.next_seq:
             return Applied(Ack(seq=snapshot.seq), True, 0)
+        if snapshot.seq >= INT64_MAX:
+            raise Unstorable(
+                f"snapshot seq {snapshot.seq} is the last seq the store holds: no frame could "
+                f"follow it (an engine counts seqs from 0 in each epoch)"
+            )
         # the finished requests of the batches the snapshot replaced, but those of a batch the
         # store committed already (its seq below next_seq: the engine never saw the ack)
         carried = [r.event for r in snapshot.requests if r.seq >= engine.next_seq]
@@ -343,7 +349,7 @@ def apply_parked(
             raise WireError(CLOSE_FUTURE_SEQ, f"expected seq {engine.next_seq}, got {frame.seq}")
         kept = _frame_without_prompt(frame)
         dead_letters.park(session, hello.engine_id, hello.epoch, kept, reason, keep, max_bytes)
-        engine.next_seq = frame.seq + 1
+        engine.next_seq = min(frame.seq + 1, INT64_MAX)  # a frame at the last seq parks too
         engine.last_seen = utcnow()
         return Applied(Ack(seq=frame.seq), False, 0, is_parked=True)
 

@@ -24,6 +24,7 @@ from websockets.sync.client import connect as ws_connect
 from api.ingest.frames import Unstorable, is_refusal, transaction
 from api.main import create_app
 from api.store.models import Block, Engine, EventBatch, Request
+from engine.events import INT64_MAX
 from engine.wire import encode
 from tests.api import factories
 from tests.api.conftest import AUTH
@@ -336,6 +337,19 @@ def test_a_refused_snapshot_is_parked(client, session, engine_run, events) -> No
     assert [(x["seq"], x["frame_type"]) for x in letters["dead_letters"]] == [(0, "snapshot")]
     session.expire_all()
     assert session.get(Engine, engine_run.engine_id).next_seq == 2
+
+
+def test_a_snapshot_at_the_last_seq_is_parked_not_closed(client, session, engine_run) -> None:
+    """seq 2^63 - 1 leaves no seq after it: the store could not hold `next_seq`, and parking
+    it failed the same way, so the socket closed 4400 (issue 31)."""
+    snapshot = factories.snapshot(engine_run, seq=INT64_MAX)
+    stream(client, engine_run, [snapshot], binary=True)
+    letters = client.get(f"/api/v1/engines/{engine_run.engine_id}/dead-letters").json()
+    [letter] = letters["dead_letters"]
+    assert (letter["seq"], letter["frame_type"]) == (INT64_MAX, "snapshot")
+    assert "no frame could follow it" in letter["reason"]
+    session.expire_all()
+    assert session.get(Engine, engine_run.engine_id).next_seq == INT64_MAX
 
 
 def test_a_refused_frame_keeps_what_the_store_can_hold(client, session, engine_run, events):
