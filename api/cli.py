@@ -73,6 +73,18 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def shared_token(database_url: str, api_token):
+    """`api.guards.shared_token.share_token` on a short-lived engine of `database_url`."""
+    from api.guards.shared_token import share_token
+    from api.store.db import make_engine
+
+    db = make_engine(database_url)
+    try:
+        return share_token(db, api_token)
+    finally:
+        db.dispose()
+
+
 def run_api(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -92,13 +104,19 @@ def run_api(args: argparse.Namespace) -> int:
     except SingleProcessStore as exc:
         print(f"junction api: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"junction api: {where(api_token)}", flush=True)
-    settings = settings.model_copy(update={"api_token": api_token.token})
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if not upgrade_or_say("api", settings.database_url):
         return EXIT_BAD_INPUT
+    if not settings.database_url.startswith("sqlite"):  # replicas share one token
+        try:
+            api_token = shared_token(settings.database_url, api_token)
+        except TokenError as exc:
+            print(f"junction api: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    print(f"junction api: {where(api_token)}", flush=True)
+    settings = settings.model_copy(update={"api_token": api_token.token})
     app = create_app(settings)
     # what start-up made (modules, the app, SQLAlchemy's caches) lives as long as the process:
     # frozen, the collector's full passes skip it (ingest makes many short-lived containers,

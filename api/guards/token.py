@@ -41,6 +41,7 @@ class ApiToken(NamedTuple):
     token: str  # the write token every part sends
     file: Path | None  # where it is kept; None: it came from JUNCTION_API_TOKEN
     is_new: bool  # made by this start
+    is_shared: bool = False  # the replicas on the database share it (`api.guards.shared_token`)
 
 
 def resolve_token(settings: Settings) -> ApiToken:
@@ -114,6 +115,12 @@ def where(api_token: ApiToken) -> str:
     if api_token.file is None:
         return "the API token is JUNCTION_API_TOKEN's"
     path = api_token.file.resolve()
+    if api_token.is_shared:
+        made = "made an API token; " if api_token.is_new else ""
+        return (
+            f"{made}the replicas on this database share the API token, kept in {path} too "
+            "(mode 600); clients send it"
+        )
     if api_token.is_new:
         return f"made an API token and kept it in {path} (mode 600); clients send it"
     return f"the API token is the one kept in {path}"

@@ -117,6 +117,17 @@ class Engine(Base):
         return CacheGeometry.from_json(value)
 
 
+class ApiSecret(Base):
+    """A secret the replicas on one database share: `write_token`, the write token of
+    replicas started without `JUNCTION_API_TOKEN` (`api.guards.shared_token`)."""
+
+    __tablename__ = "api_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Replica(Base):
     """A live `junction api` process; one whose heartbeat is older than
     `JUNCTION_REPLICA_TIMEOUT_S` is dead, and its engines are disconnected."""

@@ -27,7 +27,7 @@ def test_a_token_is_made_once_kept_for_its_owner_and_reused(tmp_path: Path) -> N
 
 def test_the_setting_wins_and_no_file_is_made(tmp_path: Path) -> None:
     token = "from-the-environment-0123"
-    assert resolve_token(settings(tmp_path, api_token=token)) == (token, None, False)
+    assert resolve_token(settings(tmp_path, api_token=token)) == (token, None, False, False)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -111,3 +111,54 @@ def test_a_token_file_others_may_read_or_a_link_is_refused(tmp_path: Path) -> No
     with pytest.raises(TokenError, match="is a symbolic link"):
         resolve_token(settings(tmp_path, api_token_file=str(link)))
     assert resolve_token(settings(tmp_path)).token == made.token
+
+
+@pytest.fixture
+def shared_db(postgres, postgres_template):
+    """A migrated PostgreSQL database, the engine on it, dropped afterwards."""
+    from api.store.db import make_engine
+
+    name = postgres.create("junction_token", template=postgres_template)
+    db = make_engine(postgres.url(name))
+    yield db
+    db.dispose()
+    postgres.drop(name)
+
+
+def test_replicas_started_in_different_folders_share_one_token(tmp_path: Path, shared_db):
+    """Each replica made its own token in its working folder, and half the clients failed
+    (issue 31): on one database the first replica's token is every replica's, and a replica
+    that made its file now rewrites it with the shared one."""
+    from api.guards.shared_token import share_token
+
+    tokens = []
+    for folder in ("a", "b", "c"):
+        (tmp_path / folder).mkdir()
+        settings = Settings(_env_file=None, api_token_file=tmp_path / folder / TOKEN_FILE_NAME)
+        made = resolve_token(settings)
+        assert made.is_new
+        shared = share_token(shared_db, made)
+        assert shared.is_shared and shared.file == made.file
+        assert (tmp_path / folder / TOKEN_FILE_NAME).read_text().strip() == shared.token
+        assert stat.S_IMODE((tmp_path / folder / TOKEN_FILE_NAME).stat().st_mode) == 0o600
+        tokens.append(shared.token)
+    assert len(set(tokens)) == 1
+
+
+def test_an_older_token_file_that_disagrees_with_the_shared_token_is_refused(
+    tmp_path: Path, shared_db
+) -> None:
+    from api.guards.shared_token import share_token
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    first = Settings(_env_file=None, api_token_file=tmp_path / "a" / TOKEN_FILE_NAME)
+    second = Settings(_env_file=None, api_token_file=tmp_path / "b" / TOKEN_FILE_NAME)
+    share_token(shared_db, resolve_token(first))
+    older = resolve_token(second)  # made before the replicas shared one: kept by a start
+    again = older._replace(is_new=False)
+    with pytest.raises(TokenError, match="delete .* to take theirs"):
+        share_token(shared_db, again)
+    assert (tmp_path / "b" / TOKEN_FILE_NAME).read_text().strip() == older.token  # untouched
+    given = Settings(_env_file=None, api_token="s3cret-given-to-every-replica-0123456789")
+    assert share_token(shared_db, resolve_token(given)).token == given.api_token
