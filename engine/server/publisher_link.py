@@ -156,6 +156,7 @@ class PublisherLink:
             with self.cond:
                 self.is_connected = False
                 self.current = None
+            self.outbox.disconnected()
             if self.outbox.num_acked > num_acked:  # the session made progress
                 attempt = 0
             delay = self.backoff.unauthorized_s if refused else self.backoff.delay(attempt)
