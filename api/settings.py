@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     # its next chunk (past either: closed 1013, the engine sends its table again later)
     max_snapshot_bytes_total: int = 1024 * 1024 * 1024
     snapshot_idle_s: float = 60.0
+    # An engine id's lease (`api.ingest.lease`): another engine process's hello is refused
+    # while the holder is connected, and for `engine_lease_s` after it was last seen; a hello
+    # whose epoch (the engine's start time) is more than `max_epoch_ahead_s` ahead is refused.
+    engine_lease_s: float = 15.0
+    max_epoch_ahead_s: float = 300.0
     hit_rate_bucket_s: int = 60
     # case-insensitive; uvicorn's and logging's names
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
@@ -176,6 +181,8 @@ class Settings(BaseSettings):
         "max_snapshot_bytes",
         "max_snapshot_bytes_total",
         "snapshot_idle_s",
+        "engine_lease_s",
+        "max_epoch_ahead_s",
         "hit_rate_bucket_s",
         "max_body_bytes",
         "max_pin_body_bytes",

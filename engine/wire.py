@@ -3,8 +3,11 @@
 Frames are JSON (websocket text frames) or msgpack (binary frames) and are validated on the way
 in. The protocol, engine -> control plane unless marked:
 
-1. `hello`   `{engine_id, epoch, geometry, model}`; an engine start is a new epoch. `geometry`
-   is the typed `engine.geometry.CacheGeometry`; `model` is free-form JSON.
+1. `hello`   `{engine_id, epoch, instance_id, geometry, model}`; an engine start is a new
+   epoch (its start time in ns). `instance_id` names the engine process (random per start,
+   `new_instance_id`; empty from engines before it): while one process holds an engine id,
+   another's hello is refused (4411), so two engines left at one `--engine-id` are told apart.
+   `geometry` is the typed `engine.geometry.CacheGeometry`; `model` is free-form JSON.
 2. `welcome` (control plane) `{epoch, next_seq}`: the seq the store wants next for this epoch
    (0 for a new epoch, whose arrival clears the engine's old table).
 3. `batch`   `{engine_id, epoch, seq, ts, events}`: `seq` rises by one per batch in an epoch.
@@ -29,13 +32,16 @@ other bad frame.
 Close codes for bad input: 4401 missing or wrong token, 4400 a frame that is not valid JSON or
 msgpack or not a valid frame (unknown event type included; the reason names the field and,
 when the frame has one, its seq), 4409 a batch for another engine or epoch, or a hello older
-than the engine's stored epoch, 4422 a seq from the future, 1009 an oversized frame.
+than the engine's stored epoch or far ahead of the control plane's clock, 4411 a hello for an
+engine id another live engine process holds, 4422 a seq from the future, 1009 an oversized
+frame.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import secrets
 import sys
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -76,6 +82,7 @@ MAX_SNAPSHOT_CHUNKS = 4096  # frames one snapshot may take (the store bounds the
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_BAD_FRAME = 4400
 CLOSE_WRONG_ENGINE = 4409
+CLOSE_ID_TAKEN = 4411  # another live engine process holds this engine id: give each its own
 CLOSE_FUTURE_SEQ = 4422
 CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN = 1013  # the control plane's store is unavailable: reconnect later
@@ -87,6 +94,8 @@ CLOSE_SUPERSEDED = 4410
 ENGINE_ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
 ENGINE_ID_REGEX = r"\A[A-Za-z0-9._:@-]+\Z"
 EngineId = Annotated[str, Meta(min_length=1, max_length=128, pattern=ENGINE_ID_REGEX)]
+# an engine process's id in its hello; empty: an engine from before instance ids
+InstanceId = Annotated[str, Meta(max_length=64, pattern=r"\A[A-Za-z0-9._:@-]*\Z")]
 MAX_NESTING = 32  # levels of the hello's free-form JSON (`model`)
 MAX_MODEL_BYTES = 64 * 1024  # its size as JSON: the store keeps it and serves it in every list
 
@@ -109,6 +118,7 @@ class Hello(_Frame, tag="hello", kw_only=True):
     version: Literal[1] = SCHEMA_VERSION
     engine_id: EngineId
     epoch: Count
+    instance_id: InstanceId = ""
     geometry: CacheGeometry = CacheGeometry()
     model: dict[str, Any] = {}
 
@@ -128,6 +138,11 @@ class Hello(_Frame, tag="hello", kw_only=True):
         size = len(msgspec.json.encode(self.model))
         if size > MAX_MODEL_BYTES:
             raise ValueError(f"{size} bytes of JSON, at most {MAX_MODEL_BYTES} - at `$.model`")
+
+
+def new_instance_id() -> str:
+    """A hello's `instance_id`: random, one per engine process start."""
+    return secrets.token_hex(8)
 
 
 class Welcome(_Frame, tag="welcome"):

@@ -163,8 +163,9 @@ def join(session: Session, replica_id: str, timeout_s: float, is_only: bool) -> 
 def beat(session: Session, replica_id: str, timeout_s: float, connection_ids: Iterable[str]) -> int:
     """Refresh the replica's heartbeat and reap the dead, in one transaction; a replica whose
     row was reaped (it stalled) writes it again and reclaims its sockets' engines. Returns
-    the engines it found held by dead replicas (now disconnected)."""
-    now = utcnow()
+    the engines it found held by dead replicas (now disconnected). An engine the row says
+    this replica holds by a socket it does not hold is disconnected."""
+    now, ids = utcnow(), list(connection_ids)
     with committed(session):
         found = session.execute(
             update(Replica).where(Replica.replica_id == replica_id).values(heartbeat_at=now)
@@ -173,13 +174,23 @@ def beat(session: Session, replica_id: str, timeout_s: float, connection_ids: It
             log.warning("replica %s was taken for dead (a stall?): rejoining", replica_id)
             session.add(_this_process(replica_id, now))
             session.flush()
-            ids = list(connection_ids)
             if ids:
                 session.execute(
                     update(Engine)
                     .where(Engine.connection_id.in_(ids))
                     .values(connected=True, replica_id=replica_id)
                 )
+        # a goodbye that could not be written (the store was away): its engine is free again
+        session.execute(
+            update(Engine)
+            .where(
+                Engine.replica_id == replica_id,
+                Engine.connected.is_(True),
+                or_(Engine.connection_id.is_(None), Engine.connection_id.not_in(ids)),
+            )
+            .values(connected=False, replica_id=None, last_seen=now)
+            .execution_options(synchronize_session=False)
+        )
         return reap(session, now, timeout_s)
 
 
@@ -194,7 +205,9 @@ def reap(session: Session, now: datetime, timeout_s: float) -> int:
             Engine.connected.is_(True),
             or_(Engine.replica_id.is_(None), Engine.replica_id.not_in(alive)),
         )
-        .values(connected=False, replica_id=None)  # its connection_id: for a rejoin (`beat`)
+        # its connection_id: for a rejoin (`beat`); seen now, so the lease (api.ingest.lease)
+        # gives the engine its time to reconnect elsewhere
+        .values(connected=False, replica_id=None, last_seen=now)
         .execution_options(synchronize_session=False)
     ).rowcount
     session.execute(delete(Replica).where(Replica.heartbeat_at < cutoff))

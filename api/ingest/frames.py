@@ -3,7 +3,9 @@
 Each function is one transaction: it commits what the frame means, or raises and leaves the
 store as it was. The seq bookkeeping is `Engine.next_seq`, per engine and epoch:
 
-- `apply_hello`: an epoch newer than the stored one is a restarted engine: its block rows go,
+- `apply_hello`: refused while another engine process holds the id, or for an epoch far
+  ahead of the clock (`api.ingest.lease`). An epoch newer than the stored one is a restarted
+  engine: its block rows go,
   the pins it held are lost (`api.fleet.pins.on_hello`: active ones are pending again, to be
   resent),
   and `next_seq` starts at 0. The same epoch (a reconnect) keeps `next_seq`, so the engine
@@ -50,6 +52,7 @@ from api.attribution.hit_rate import add_buckets, bucket_row
 from api.attribution.record import AttributionConfig
 from api.fleet import pins
 from api.ingest import dead_letters
+from api.ingest.lease import LeaseConfig, check_hello
 from api.peers import blocks as peer_blocks
 from api.peers.blocks import PeerConfig
 from api.store import bulk
@@ -124,14 +127,24 @@ def transaction(session: Session) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- frames
-def apply_hello(session: Session, hello: Hello, bucket_s: int = 60) -> Welcome:
+def apply_hello(
+    session: Session,
+    hello: Hello,
+    bucket_s: int = 60,
+    lease: LeaseConfig | None = None,
+    holder: tuple[str, str] | None = None,
+) -> Welcome:
+    """`holder`: the replica and the socket (`connection_id`) that took the hello, recorded
+    with it, so the lease (`api.ingest.lease`) holds from this commit on."""
     with transaction(session):
         now = utcnow()
         engine = session.get(Engine, hello.engine_id, with_for_update=True, populate_existing=True)
+        check_hello(session, engine, hello, lease or LeaseConfig(), now)
         if engine is not None and hello.epoch < engine.epoch:
             raise WireError(
                 CLOSE_WRONG_ENGINE,
-                f"hello of epoch {hello.epoch} is older than the stored epoch {engine.epoch}",
+                f"hello of epoch {hello.epoch} is older than the stored epoch {engine.epoch}"
+                " (another engine with this id?)",
             )
         restarted = engine is not None and engine.epoch != hello.epoch
         if engine is None:
@@ -152,6 +165,9 @@ def apply_hello(session: Session, hello: Hello, bucket_s: int = 60) -> Welcome:
         engine.model = dict(hello.model)
         engine.connected = True
         engine.last_seen = now
+        engine.instance_id = hello.instance_id or None
+        if holder is not None:
+            engine.replica_id, engine.connection_id = holder
         pins.on_hello(session, engine, restarted)
         return Welcome(epoch=engine.epoch, next_seq=engine.next_seq)
 

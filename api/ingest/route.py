@@ -8,9 +8,10 @@ active pins, again after a reconnect or a restart), then batches and snapshots, 
 before its ack (and followed by any command its pin reports call for). The newest hello of
 an engine wins: it is recorded as held by this replica (`api.fleet.replicas.claim_engine`), and an
 older socket of the engine is closed with 4410, here at once, on another replica when the
-claim's notification reaches it. Bad input closes the socket with the wire's close code and
-a reason, is logged, and leaves the store unchanged (the frame's transaction rolls back).
-Replies use the encoding of the engine's hello.
+claim's notification reaches it; a hello of another engine process for an id whose holder is
+live is refused instead (`api.ingest.lease`, 4411). Bad input closes the socket with the
+wire's close code and a reason, is logged, and leaves the store unchanged (the frame's
+transaction rolls back). Replies use the encoding of the engine's hello.
 
 Frames are committed in order; the frames behind the one being committed are decoded
 meanwhile (in worker threads), so validation overlaps the database's work. Batches that queued
@@ -53,6 +54,7 @@ from api.ingest.frames import (
     park_items,
     split_unstorable,
 )
+from api.ingest.lease import LeaseConfig
 from api.ingest.snapshot_chunks import SnapshotChunks
 from api.peers.blocks import PeerConfig
 from api.state import AppState
@@ -118,9 +120,14 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
         data = await _receive(websocket)
         if data is None:
             return
-        hello, welcome = await in_ingest_thread(state, _hello, state, data)
+        connection_id = replicas.new_connection_id()
+        hello, welcome = await in_ingest_thread(state, _hello, state, data, connection_id)
         connection = Connection(
-            hello.engine_id, hello.epoch, websocket, is_binary=isinstance(data, bytes)
+            hello.engine_id,
+            hello.epoch,
+            websocket,
+            is_binary=isinstance(data, bytes),
+            connection_id=connection_id,
         )
         # the newest hello wins: an older socket of the engine here is closed now, one on
         # another replica by that replica when the claim's notification reaches it
@@ -305,12 +312,20 @@ async def _receive(websocket: WebSocket) -> str | bytes | None:
             return data
 
 
-def _hello(state: AppState, data: str | bytes) -> tuple[Hello, Welcome]:
+def _hello(state: AppState, data: str | bytes, connection_id: str) -> tuple[Hello, Welcome]:
     frame = decode(data, max_bytes=state.settings.max_frame_bytes)
     if not isinstance(frame, Hello):
         raise WireError(CLOSE_BAD_FRAME, f"first frame must be hello, got {frame.type}")
+    settings = state.settings
     with state.sessions() as session:
-        return frame, apply_hello(session, frame, state.settings.hit_rate_bucket_s)
+        welcome = apply_hello(
+            session,
+            frame,
+            settings.hit_rate_bucket_s,
+            LeaseConfig.from_settings(settings),
+            (state.replica_id, connection_id),
+        )
+        return frame, welcome
 
 
 def _claim(state: AppState, connection: Connection) -> None:

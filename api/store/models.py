@@ -110,6 +110,8 @@ class Engine(Base):
     # the replica that holds its socket (`api.fleet.replicas`), and that socket, while connected
     replica_id: Mapped[str | None] = mapped_column(String(64), default=None)
     connection_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    # the engine process that holds the id (its hello's `instance_id`; `api.ingest.lease`)
+    instance_id: Mapped[str | None] = mapped_column(String(64), default=None)
 
     @validates("geometry")
     def _typed_geometry(self, _key: str, value: CacheGeometry | dict) -> CacheGeometry:

@@ -157,7 +157,7 @@ def control_plane_link(
 ) -> tuple[Forwarder, PublisherLink]:
     """The forwarder into the outbox and the link that streams it to `--control-plane`."""
     from engine.server.publisher_link import Backoff, PublisherLink, ingest_url
-    from engine.wire import SCHEMA_VERSION, Hello
+    from engine.wire import SCHEMA_VERSION, Hello, new_instance_id
 
     url = ingest_url(args.control_plane)
     outbox = Outbox(args.outbox_batches, args.outbox_bytes)
@@ -165,6 +165,7 @@ def control_plane_link(
         version=SCHEMA_VERSION,
         engine_id=args.engine_id,
         epoch=epoch,
+        instance_id=new_instance_id(),
         geometry=peer_geometry(args),
         model={"name": args.model_name or args.engine_id, "source": args.flavor},
     )

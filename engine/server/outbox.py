@@ -12,6 +12,15 @@ replaces every unacknowledged frame; it is asked for (`needs_snapshot`) when the
 or the store wants a seq no longer held, and jumps past `seq_floor`, the seq a store ahead of
 us said it wants.
 
+But one: the snapshot the store is applying (the oldest frame, sent on the live connection and
+not yet acknowledged) is never replaced, and its requests are held beside `max_bytes` (at most
+`max_request_bytes` more) until its ack. A snapshot built meanwhile follows it (its seq is
+not the next one: the only gap the frames have) and carries only the requests of the frames
+after it, so nothing is cut while the store answers: were the applied one replaced, its
+requests would be carried again and cut to fit, and lost should its connection fail before the
+commit. An ack also releases, by their batch's seq, the requests a later snapshot carries that
+the store holds already (it would skip them), so each request counts against the bound once.
+
 No finished request is dropped for a snapshot. The `RequestFinished` events of the batches it
 replaces (and of a batch refused for room) ride in the snapshot as `CarriedRequest`s, each with
 the seq of its batch, so a store that had committed that batch skips it. Only past
@@ -106,6 +115,7 @@ class Outbox:
         self._send_seq = 0  # the seq the store expects next on the current connection
         self._seq_floor = 0  # a store ahead of us: the next snapshot jumps to here
         self._needs_snapshot = False
+        self._is_connected = False  # between a welcome and the end of its connection
         self._is_overflowing = False  # logged once per connection, not at every overflow
         self._rejected = (None, 0)  # (the seq the store wanted when it refused, times in a row)
         self.last_drop: str | None = None
@@ -127,7 +137,7 @@ class Outbox:
             ]
             has_room = len(self._frames) < self.max_batches
             has_room &= len(payload) <= self.max_frame_bytes
-            held = self._num_batch_bytes + self._num_carried_bytes
+            held = self._num_batch_bytes + self._num_carried_bytes - self._in_flight_bytes()
             if has_room and held + len(payload) <= self.max_bytes:
                 self._frames.append(OutFrame(seq, False, None, payload, requests))
                 self._num_batch_bytes += len(payload)
@@ -149,16 +159,21 @@ class Outbox:
 
     def put_snapshot(self, make: Callable[[int, list[CarriedRequest]], Snapshot]) -> None:
         """Replace every unacknowledged frame with the snapshot `make(seq, requests)`, which
-        carries their finished requests (and those of batches refused for room)."""
+        carries their finished requests (and those of batches refused for room), in seq
+        order; the snapshot the store is applying stays, ahead of it, with its own."""
         with self.cond:
             seq = max(self._next_seq, self._seq_floor)
-            carried = [_sized(r) for f in self._frames for r in f.requests] + self._refused
+            applying = self._in_flight()  # stays, with its requests: see the module's docstring
+            replaced = list(self._frames)[1:] if applying else list(self._frames)
+            carried = [_sized(r) for f in replaced for r in f.requests] + self._refused
             self._refused = []
-            self._counts["dropped"] += sum(1 for f in self._frames if not f.is_snapshot)
+            self._counts["dropped"] += sum(1 for f in replaced if not f.is_snapshot)
             carried = self._bound_requests(carried)
             self._frames.clear()
+            if applying:
+                self._frames.append(applying)
             self._num_batch_bytes = 0
-            self._num_carried_bytes = sum(n for _, n in carried)
+            self._num_carried_bytes = self._in_flight_bytes() + sum(n for _, n in carried)
             snapshot = make(seq, [request for request, _ in carried])
             self._frames.append(OutFrame(seq, True, snapshot, None, carried))
             self._next_seq = seq + 1
@@ -200,10 +215,18 @@ class Outbox:
                 self._seq_floor = next_seq
                 self._needs_snapshot = True
             self._drop_upto(next_seq - 1)
+            self._release_stored(next_seq - 1)
             self._send_seq = next_seq
+            self._is_connected = True
             self._is_overflowing = False
             self.cond.notify_all()
             return is_ahead
+
+    def disconnected(self) -> None:
+        """The connection ended: a snapshot sent on it is no longer being applied (the next
+        one built may replace it, carrying its requests)."""
+        with self.cond:
+            self._is_connected = False
 
     def rejected(self, next_seq: int) -> str | None:
         """The store refused a frame of a session that began at `next_seq` (a bad frame, or
@@ -257,6 +280,7 @@ class Outbox:
         """The store committed every frame up to `seq` (never past what was sent)."""
         with self.cond:
             self._drop_upto(min(seq, self._send_seq - 1))
+            self._release_stored(min(seq, self._send_seq - 1))
             self._rejected = (None, 0)
             self.cond.notify_all()
 
@@ -265,6 +289,35 @@ class Outbox:
         while frames and frames[0].seq <= seq:
             self._forget(frames.popleft())
             self._counts["acked"] += 1
+
+    def _release_stored(self, seq: int) -> None:
+        """Let go of the requests snapshots carry from batches up to `seq`: the store, past
+        `seq`, holds them (committed in their batch or in a snapshot it applied) and skips them.
+        Only the first two frames can be snapshots (the one applied, and one built after)."""
+        for frame in list(self._frames)[:2]:
+            if not frame.is_snapshot or not frame.requests or frame.requests[0][0].seq > seq:
+                continue
+            kept = [r for r in frame.requests if r[0].seq > seq]
+            self._num_carried_bytes -= sum(n for _, n in frame.requests) - sum(n for _, n in kept)
+            frame.requests = kept
+            if frame.frame is not None:  # not encoded yet: it need not carry them either
+                frame.frame = msgspec.structs.replace(
+                    frame.frame, requests=[request for request, _ in kept]
+                )
+
+    def _in_flight(self) -> OutFrame | None:
+        """The snapshot the store is applying: the oldest frame, a snapshot sent on the live
+        connection and not yet acknowledged; None when there is none."""
+        frames = self._frames
+        if self._is_connected and frames and frames[0].is_snapshot:
+            return frames[0] if frames[0].seq < self._send_seq else None
+        return None
+
+    def _in_flight_bytes(self) -> int:
+        """The bytes of the requests the snapshot being applied carries (held beside the
+        bound until its ack)."""
+        applying = self._in_flight()
+        return sum(n for _, n in applying.requests) if applying is not None else 0
 
     def _forget(self, frame: OutFrame) -> None:
         """Take a frame that left the outbox out of its byte counts."""
@@ -278,7 +331,10 @@ class Outbox:
         frames = self._frames
         if not frames:
             return None
-        index = max(0, self._send_seq - frames[0].seq)  # the frames hold consecutive seqs
+        if frames[0].seq >= self._send_seq:
+            index = 0
+        else:  # the frames after the first hold consecutive seqs (it may be the one applied)
+            index = 1 + max(0, self._send_seq - frames[1].seq) if len(frames) > 1 else 1
         if index >= len(frames):
             return None
         frame = frames[index]

@@ -34,6 +34,7 @@ from engine.wire import (
     Hello,
     PinUpdated,
     Snapshot,
+    new_instance_id,
 )
 
 if TYPE_CHECKING:
@@ -165,6 +166,7 @@ class EventPublisher:
             version=SCHEMA_VERSION,
             engine_id=self.engine_id,
             epoch=self.epoch,
+            instance_id=new_instance_id(),  # this process: another with our id is refused
             # the block counts per group let a store lay out a new epoch's table before rows come
             geometry=engine.cache_geometry(),
             model=self.model if self.model is not None else {"name": engine.model_config.name},

@@ -13,7 +13,9 @@ A frame the control plane refuses (4400 a bad frame, 1009 too big, 1011 it faile
 not sent forever (a 1011 for a keepalive ping that went unanswered refuses nothing): the
 sessions stuck at one seq back off like any failure, and after `outbox.MAX_REJECTIONS` of
 them the outbox drops that frame, counts its requests lost, and the error says which frame it
-was (`PublisherStats.last_error`).
+was (`PublisherStats.last_error`). A hello refused (4409: an epoch the store will not take;
+4411: another engine process holds our engine id) is logged as an error with its reason and
+retried with backoff like any failure; the outbox keeps what the engine finished, bounded.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from engine.server.outbox import ASK_SNAPSHOT, MAX_REJECTIONS, Outbox
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
+    CLOSE_ID_TAKEN,
     CLOSE_SUPERSEDED,
     CLOSE_TOO_BIG,
     CLOSE_TRY_AGAIN,
@@ -156,6 +159,7 @@ class PublisherLink:
             with self.cond:
                 self.is_connected = False
                 self.current = None
+            self.outbox.disconnected()
             if self.outbox.num_acked > num_acked:  # the session made progress
                 attempt = 0
             delay = self.backoff.unauthorized_s if refused else self.backoff.delay(attempt)
@@ -294,8 +298,12 @@ class PublisherLink:
                     f"dropped {dropped} and resending the table",
                     logging.ERROR,
                 )
-        elif code == CLOSE_WRONG_ENGINE:
-            self._error(f"control plane refused this engine ({where})", logging.ERROR)
+        elif code in (CLOSE_WRONG_ENGINE, CLOSE_ID_TAKEN):
+            self._error(
+                f"control plane refused this engine ({where}); its finished requests stay "
+                "in the outbox, retrying",
+                logging.ERROR,
+            )
         elif code == CLOSE_SUPERSEDED:
             self._error(
                 f"a newer connection of this engine took over ({where}): reconnecting",

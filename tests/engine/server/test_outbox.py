@@ -167,3 +167,57 @@ def test_a_table_too_big_for_one_frame_goes_in_chunks_of_one_seq():
     assert [r for f in frames for r in f.requests] == requests
     with pytest.raises(ValueError, match="does not fit"):
         snapshot_chunks(snapshot, max_bytes=100)
+
+
+def test_the_snapshot_being_applied_stays_and_nothing_is_cut_meanwhile():
+    """While the store applies a snapshot, the one built next carries only later requests:
+    re-carrying the applied one's would cut the oldest to fit (lost if its commit fails)."""
+    size = len(msgspec.json.encode(finished("a0")))
+    outbox = Outbox(max_batches=4, max_request_bytes=size * 6 + size // 2)
+    fill(outbox, 10, "a")
+    outbox.put_snapshot(snapshot_maker)  # a0..a4: the outage's requests
+    outbox.welcome(0)
+    applying = take(outbox)
+    assert applying.seq == 4 and applying.is_snapshot
+    fill(outbox, 10, "b")  # the engine runs on while the store applies it
+    outbox.put_snapshot(snapshot_maker)
+    assert outbox.num_requests_dropped == 0 and outbox.last_drop is None
+    assert outbox.num_buffered == 2 and outbox.num_requests_waiting == 9
+    assert carried_ids(outbox) == ["b0", "b1", "b2", "b3"]
+    outbox.ack(4)
+    assert outbox.num_requests_waiting == 4
+    outbox.ack(9)
+    assert outbox.num_buffered == 0 and outbox.num_buffered_bytes == 0
+
+
+def test_a_snapshot_cut_off_from_its_store_is_sent_again_whole():
+    """The connection that was applying the snapshot fails before its commit: it is resent,
+    with every request it carried, ahead of the one built meanwhile."""
+    size = len(msgspec.json.encode(finished("a0")))
+    outbox = Outbox(max_batches=4, max_request_bytes=size * 6 + size // 2)
+    fill(outbox, 10, "a")
+    outbox.put_snapshot(snapshot_maker)
+    outbox.welcome(0)
+    take(outbox)
+    fill(outbox, 10, "b")
+    outbox.put_snapshot(snapshot_maker)
+    outbox.disconnected()
+    outbox.welcome(0)  # the store never committed it
+    assert carried_ids(outbox) == ["a0", "a1", "a2", "a3", "a4"]
+    assert carried_ids(outbox) == ["b0", "b1", "b2", "b3"]
+    assert outbox.num_requests_dropped == 0
+
+
+def test_an_ack_releases_what_a_later_snapshot_carries_that_the_store_holds():
+    """Batches sent, then replaced by a snapshot: their ack means the store holds their
+    requests (it would skip them in the snapshot), so they leave the outbox at once."""
+    outbox = Outbox(max_batches=4)
+    outbox.welcome(0)
+    fill(outbox, 10)  # batches 0..3, and r4 refused for room
+    assert [take(outbox).seq for _ in range(4)] == [0, 1, 2, 3]
+    outbox.put_snapshot(snapshot_maker)
+    assert outbox.num_requests_waiting == 5
+    outbox.ack(3)
+    assert outbox.num_requests_waiting == 1
+    assert outbox.num_buffered_bytes == len(msgspec.json.encode(finished("r4")))
+    assert carried_ids(outbox) == ["r4"]
