@@ -95,12 +95,31 @@ def test_the_read_token_reads_but_cannot_write(
 ) -> None:
     client = with_read_token
     factories.ingest(session, engine_run)
-    for path in V1_READS:
-        assert client.get(path, headers=READ).status_code != 401, path
+    body = {"prefix": {"text": "You are a test. " * 8}, "label": "read me"}
+    pin = client.post(f"{API_PREFIX}/pins", json=body, headers=AUTH).json()
+    requests = client.get(f"{API_PREFIX}/engines/{engine_run.engine_id}/requests", headers=AUTH)
+    found = {
+        "engine_id": engine_run.engine_id,
+        "pin_id": pin["pin_id"],
+        "request_id": requests.json()["requests"][0]["request_id"],
+    }
+    ok = []
+    for path in V1_READS:  # every read the write token makes, the read token makes alike
+        for name, ghost in PATH_VALUES.items():
+            path = path.replace(f"/{ghost}", f"/{found.get(name, ghost)}")
+        as_reader = client.get(path, headers=READ)
+        as_writer = client.get(path, headers=AUTH)
+        assert as_reader.status_code == as_writer.status_code, (path, as_reader.text)
+        if as_reader.status_code == 200:
+            is_live = path.endswith(("/events", "/replicas"))  # heartbeats move between reads
+            assert as_reader.json() == as_writer.json() or is_live, path
+            ok.append(path)
+    # every read of something that exists is a 200; only the runs never made are not
+    assert len(ok) == len(V1_READS) - 2, ok
+    assert not any(path.endswith(("/benchmarks/1", "/whatif/1")) for path in ok)
     (engine,) = client.get(f"{API_PREFIX}/engines", headers=READ).json()
     assert engine["engine_id"] == engine_run.engine_id
     pins = client.get(f"{API_PREFIX}/pins", headers=AUTH).json()  # the write token reads too
-    body = {"prefix": {"text": "You are a test. " * 8}, "label": "x"}
     refused = client.post(f"{API_PREFIX}/pins", json=body, headers=READ)
     assert refused.status_code == 403
     assert "read-only token (JUNCTION_READ_TOKEN) cannot write" in refused.json()["detail"]
@@ -155,3 +174,20 @@ def test_allowed_origins_read_comma_separated(monkeypatch: pytest.MonkeyPatch) -
     settings = Settings(_env_file=None)
     assert settings.allowed_origins == ["https://a.example", "https://b.example"]
     assert settings.read_token is None and settings.api_token is None
+
+
+@pytest.mark.parametrize("sent", [TOKEN[:-1], TOKEN[:8], TOKEN + "x", TOKEN.upper()])
+def test_a_token_that_is_only_close_to_the_write_token_is_refused(
+    anonymous: TestClient, engine_run, sent: str
+) -> None:
+    """A prefix, an extension or another case of the write token is another token: 401 on
+    REST, 4401 on the ingest socket (a comparison up to the shorter length would let a prefix
+    in)."""
+    headers = {"Authorization": f"Bearer {sent}"}
+    assert anonymous.get(f"{API_PREFIX}/engines", headers=headers).status_code == 401
+    body = {"prefix": {"text": "You are a test. " * 8}, "label": "x"}
+    assert anonymous.post(f"{API_PREFIX}/pins", json=body, headers=headers).status_code == 401
+    with TestClient(anonymous.app).websocket_connect(INGEST, headers=dict(headers)) as ws:
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    assert (closed.value.code, closed.value.reason) == (4401, "wrong bearer token")
