@@ -83,6 +83,7 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_BAD_FRAME = 4400
 CLOSE_WRONG_ENGINE = 4409
 CLOSE_ID_TAKEN = 4411  # another live engine process holds this engine id: give each its own
+CLOSE_STOPPING = 1001  # (engine) going away: it stops, so its engine id's lease ends now
 CLOSE_FUTURE_SEQ = 4422
 CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN = 1013  # the control plane's store is unavailable: reconnect later

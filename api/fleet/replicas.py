@@ -255,15 +255,21 @@ def claim_engine(
         notify(session, TAKEOVER, {"engine_id": engine_id, "connection_id": connection_id})
 
 
-def release_engine(session: Session, engine_id: str, connection_id: str) -> bool:
+def release_engine(
+    session: Session, engine_id: str, connection_id: str, end_lease: bool = False
+) -> bool:
     """A socket's goodbye: the engine is disconnected unless a newer socket of it (here or on
-    another replica) took its place meanwhile; True when it was."""
+    another replica) took its place meanwhile; True when it was. `end_lease`: the engine said
+    it stops, so no process holds its id any more (`api.ingest.lease`)."""
+    values = {"connected": False, "replica_id": None, "connection_id": None, "last_seen": utcnow()}
+    if end_lease:
+        values["instance_id"] = ""
     with committed(session):
         return bool(
             session.execute(
                 update(Engine)
                 .where(Engine.engine_id == engine_id, Engine.connection_id == connection_id)
-                .values(connected=False, replica_id=None, connection_id=None, last_seen=utcnow())
+                .values(**values)
             ).rowcount
         )
 

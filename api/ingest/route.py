@@ -60,6 +60,7 @@ from api.peers.blocks import PeerConfig
 from api.state import AppState
 from engine.wire import (
     CLOSE_BAD_FRAME,
+    CLOSE_STOPPING,
     CLOSE_SUPERSEDED,
     CLOSE_TRY_AGAIN,
     CLOSE_UNAUTHORIZED,
@@ -74,6 +75,7 @@ from engine.wire import (
 
 router = APIRouter(tags=["ingest"])
 log = logging.getLogger(__name__)
+GOODBYE_CODE = "junction.goodbye_code"  # the scope key of the close code the engine sent
 CLOSE_INTERNAL = 1011
 CLOSE_FORBIDDEN_ORIGIN = 4403
 # Frames decoded ahead of the ones being committed: up to DECODE_AHEAD of them, while they
@@ -167,7 +169,8 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
         if connection is not None and state.registry.remove(connection):
             state.metrics.connected_engines.set(len(state.registry))
             with anyio.CancelScope(shield=True):  # a cancelled handler still says goodbye
-                await in_ingest_thread(state, _disconnected, state, connection)
+                stopping = websocket.scope.get(GOODBYE_CODE) == CLOSE_STOPPING
+                await in_ingest_thread(state, _disconnected, state, connection, stopping)
             log.info("engine %s disconnected", connection.engine_id)
 
 
@@ -304,6 +307,7 @@ async def _receive(websocket: WebSocket) -> str | bytes | None:
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
+            websocket.scope[GOODBYE_CODE] = message.get("code")
             return None
         data = message.get("bytes")
         if data is None:
@@ -468,10 +472,14 @@ def _count(state: AppState, frame: object, applied: Applied) -> None:
         metrics.events.inc(applied.num_events)
 
 
-def _disconnected(state: AppState, connection: Connection) -> None:
+def _disconnected(state: AppState, connection: Connection, stopping: bool = False) -> None:
+    """Mark the engine disconnected; `stopping` (its goodbye said it stops) ends its lease on
+    the id too, so a restart need not wait `JUNCTION_ENGINE_LEASE_S`."""
     try:
         with state.sessions() as session:
-            replicas.release_engine(session, connection.engine_id, connection.connection_id)
+            replicas.release_engine(
+                session, connection.engine_id, connection.connection_id, end_lease=stopping
+            )
     except Exception as exc:
         if not is_store_unavailable(exc):
             raise

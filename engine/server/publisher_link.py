@@ -37,6 +37,7 @@ from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
     CLOSE_ID_TAKEN,
+    CLOSE_STOPPING,
     CLOSE_SUPERSEDED,
     CLOSE_TOO_BIG,
     CLOSE_TRY_AGAIN,
@@ -138,8 +139,8 @@ class PublisherLink:
         with self.cond:
             self.cond.notify_all()
             current = self.current
-        if current is not None:
-            current.ws.close()
+        if current is not None:  # the lease on the engine id ends with this goodbye
+            current.ws.close(CLOSE_STOPPING, "engine stopping")
         if self.thread.is_alive() and self.thread is not threading.current_thread():
             self.thread.join(timeout_s)
 

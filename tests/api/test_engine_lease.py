@@ -130,3 +130,23 @@ def test_two_live_engines_with_one_id_over_a_real_socket(server: str, session: S
     engine = session.get(Engine, "twin")
     assert engine.epoch == first.epoch
     assert stored_requests(session, "twin") == len(one.finished) == 8
+
+
+def test_an_engine_that_stops_frees_its_id_at_once(server: str, session: Session) -> None:
+    """Its goodbye (1001, "engine stopping") ends the lease: the restarted process takes the
+    id without waiting `JUNCTION_ENGINE_LEASE_S`. A socket that only dropped keeps it."""
+    first = small_engine("restarted")
+    with EventPublisher(server, TOKEN, backoff=FAST) as publisher:
+        publisher.attach(first)
+        more_requests(Harness(first, concurrency=4), 100)
+        assert publisher.flush(30)
+    assert wait_until(
+        lambda: not session.get(Engine, "restarted", populate_existing=True).connected
+    )
+    assert session.get(Engine, "restarted").instance_id == ""
+    second = small_engine("restarted")  # a new process: another instance id, a newer epoch
+    with EventPublisher(server, TOKEN, backoff=FAST) as publisher:
+        publisher.attach(second)
+        more_requests(Harness(second, concurrency=4), 200)
+        assert publisher.flush(30), publisher.stats().last_error
+    assert session.get(Engine, "restarted", populate_existing=True).epoch == second.epoch
