@@ -91,8 +91,10 @@ class Settings(BaseSettings):
     max_header_bytes: int = 16 * 1024
     # Reads of the REST API run at most `max_concurrent_reads` at once, the next ones wait (at
     # most `max_waiting_reads` of them, for `read_wait_s`), so the ingest socket keeps its
-    # priority (`api.guards.read_limit`).
+    # priority; event reads (`GET /api/v1/events`) in a lane of their own, at most
+    # `max_concurrent_event_reads` at once, never behind other reads (`api.guards.read_limit`).
     max_concurrent_reads: int = 4
+    max_concurrent_event_reads: int = 2
     max_waiting_reads: int = 256
     read_wait_s: float = 30.0
 
@@ -184,6 +186,7 @@ class Settings(BaseSettings):
         "max_idle_connections_per_ip",
         "max_header_bytes",
         "max_concurrent_reads",
+        "max_concurrent_event_reads",
         "max_waiting_reads",
         "read_wait_s",
         "dead_letters_per_engine",

@@ -116,6 +116,7 @@ class IdleFlood:
                     self.answers.append(drain(sock))
                     sock.close()
                     held.remove(sock)
+                time.sleep(0.01)  # reopening at full speed would take the test's two cores
         finally:
             for sock in held:
                 sock.close()
@@ -149,17 +150,17 @@ def test_idle_sockets_reopened_without_end_do_not_keep_requests_out(
         while sum(len(f.answers) for f in floods) < MAX_CONNECTIONS:  # the floods are at height
             time.sleep(0.05)
         statuses = []
-        for _ in range(40):  # a new connection each
+        for _ in range(20):  # a new connection each
             engines = httpx.get(f"{idle_capped_api.url}/api/v1/engines", headers=AUTH, timeout=10)
             statuses.append(engines.status_code)
             statuses.append(httpx.get(f"{idle_capped_api.url}/healthz", timeout=10).status_code)
         with httpx.Client(base_url=idle_capped_api.url, headers=AUTH, timeout=10) as kept:
-            statuses += [kept.get("/api/v1/engines").status_code for _ in range(20)]
+            statuses += [kept.get("/api/v1/engines").status_code for _ in range(10)]
     finally:
         for flood in floods:
             flood.stopping.set()
             flood.thread.join(30)
-    assert statuses == [200] * 100
+    assert statuses == [200] * 50
     answers = [answer for flood in floods for answer in flood.answers]
     assert len(answers) > 3 * MAX_CONNECTIONS  # they went on reopening throughout
     assert all(answer.startswith(b"HTTP/1.1 503 ") for answer in answers), answers[:3]
