@@ -90,8 +90,10 @@ def main() -> None:
     )
     for name in ("events", "healthz"):
         p50, p99 = percentiles(seconds[name])
-        print(f"  {name:8} {len(seconds[name]):5,} answers: p50 {p50 * 1e3:,.0f} ms, "
-              f"p99 {p99 * 1e3:,.0f} ms")
+        print(
+            f"  {name:8} {len(seconds[name]):5,} answers: p50 {p50 * 1e3:,.0f} ms, "
+            f"p99 {p99 * 1e3:,.0f} ms"
+        )
     if seconds["events 503"]:
         print(f"  events answered 503 (no read slot): {len(seconds['events 503']):,}")
 

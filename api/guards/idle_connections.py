@@ -17,9 +17,9 @@ for a request in a `WaitingRoom` (`api.guards.waiting_room`) and bounds them its
 So a client that sends its request as it connects gets in while any connection merely waits:
 the idle ones are what gives way, another client's flood first (a client sharing the flood's
 IP, behind one NAT, shares its idle bound too; a proxy in front, such as compose's HAProxy,
-opens a connection only with a whole request to send). Each bound is read from `get_settings()`, as uvicorn
-builds the protocol from its own config (`uvicorn.run(http="api.guards.idle_connections:
-GuardedProtocol")`).
+opens a connection only with a whole request to send). Each bound is read from
+`get_settings()`, as uvicorn builds the protocol from its own config
+(`uvicorn.run(http="api.guards.idle_connections:GuardedProtocol")`).
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ class GuardedProtocol(HeaderTimeoutProtocol):
             self.transport.close()
 
     def _make_room(self) -> str | None:
-        """Under `max_connections`, or having closed a waiting connection to get there: None. Else why the new connection is refused."""
+        """Under `max_connections`, or having closed a waiting connection to get there: None.
+        Else why the new connection is refused."""
         if len(self.tasks) >= self.max_connections:
             return f"{len(self.tasks)} requests in progress (JUNCTION_MAX_CONNECTIONS)"
         if len(self.connections) < self.max_connections:

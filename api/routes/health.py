@@ -9,6 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from api.deps import StateDep
 from api.schemas import Health
 

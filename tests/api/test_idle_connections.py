@@ -245,7 +245,8 @@ def test_a_new_connection_takes_an_idle_ones_place_and_only_busy_ones_refuse_it(
     assert wait_until(lambda: app.num_holding == 4)
     with socket.create_connection(address, timeout=10) as sock:  # all four busy: refused
         answer = drain(sock)
-    assert answer.startswith(b"HTTP/1.1 503 ") and b"in progress (JUNCTION_MAX_CONNECTIONS)" in answer
+    assert answer.startswith(b"HTTP/1.1 503 ")
+    assert b"in progress (JUNCTION_MAX_CONNECTIONS)" in answer
     app.release.set()
     for sock in held:
         assert drain(sock).startswith(b"HTTP/1.1 200 ")
