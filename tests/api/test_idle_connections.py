@@ -147,8 +147,8 @@ def test_idle_sockets_reopened_without_end_do_not_keep_requests_out(
     for flood in floods:
         flood.thread.start()
     try:
-        while sum(len(f.answers) for f in floods) < MAX_CONNECTIONS:  # the floods are at height
-            time.sleep(0.05)
+        num_closed = lambda: sum(len(flood.answers) for flood in floods)  # noqa: E731
+        assert wait_until(lambda: num_closed() >= MAX_CONNECTIONS, 60), "no flood reached a bound"
         statuses = []
         for _ in range(20):  # a new connection each
             engines = httpx.get(f"{idle_capped_api.url}/api/v1/engines", headers=AUTH, timeout=10)
