@@ -132,11 +132,11 @@ def run_api(args: argparse.Namespace) -> int:
         # frames up to the limit reach `engine.wire.decode`, which answers larger ones with 1009
         ws_max_size=settings.max_frame_bytes + 1024 * 1024,
         # limits (docs/api.md, "Limits"): h11 with a read timeout on each request's headers
-        # (uvicorn has none), the head's size, idle keep-alive connections, and the
-        # connections and requests at once (above: 503)
-        http="api.guards.header_timeout:HeaderTimeoutProtocol",
+        # (uvicorn has none) and its own bounds on connections, where idle ones give way to
+        # requests (uvicorn's `limit_concurrency` counts idle sockets against requests: unset),
+        # the head's size, idle keep-alive connections
+        http="api.guards.idle_connections:GuardedProtocol",
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,
-        limit_concurrency=settings.max_connections,
     )
     return 0

@@ -15,7 +15,8 @@ from api.state import AppState
 from api.store.models import Engine
 
 
-def get_state(connection: HTTPConnection) -> AppState:
+async def get_state(connection: HTTPConnection) -> AppState:
+    """A coroutine, as it never blocks: no worker thread for it (`/healthz` takes none)."""
     return connection.app.state.junction
 
 

@@ -87,18 +87,25 @@ class Settings(BaseSettings):
     # Limits of `junction api` (docs/api.md, "Limits"): a request body's size (the pin route's
     # own, for its token ids), the seconds a client may take to send its headers and between
     # two chunks of its body, the seconds an idle keep-alive connection stays open, the
-    # connections (and requests) served at once (above it: 503), and a request's head in bytes.
+    # connections at once (waiting, serving, websockets: a new one over it closes the oldest
+    # waiting one, else is refused 503), those waiting for a request in all and per client IP
+    # (one more closes the oldest waiting: `api.guards.idle_connections`), and a request's
+    # head in bytes.
     max_body_bytes: int = 1024 * 1024
     max_pin_body_bytes: int = 16 * 1024 * 1024
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     keep_alive_timeout_s: int = 5
     max_connections: int = 1000
+    max_idle_connections: int = 512
+    max_idle_connections_per_ip: int = 64
     max_header_bytes: int = 16 * 1024
     # Reads of the REST API run at most `max_concurrent_reads` at once, the next ones wait (at
     # most `max_waiting_reads` of them, for `read_wait_s`), so the ingest socket keeps its
-    # priority (`api.guards.read_limit`).
+    # priority; event reads (`GET /api/v1/events`) in a lane of their own, at most
+    # `max_concurrent_event_reads` at once, never behind other reads (`api.guards.read_limit`).
     max_concurrent_reads: int = 4
+    max_concurrent_event_reads: int = 2
     max_waiting_reads: int = 256
     read_wait_s: float = 30.0
 
@@ -190,8 +197,11 @@ class Settings(BaseSettings):
         "body_timeout_s",
         "keep_alive_timeout_s",
         "max_connections",
+        "max_idle_connections",
+        "max_idle_connections_per_ip",
         "max_header_bytes",
         "max_concurrent_reads",
+        "max_concurrent_event_reads",
         "max_waiting_reads",
         "read_wait_s",
         "dead_letters_per_engine",

@@ -17,6 +17,7 @@ from api.ingest.snapshot_chunks import SnapshotBudget
 from api.metrics import ApiMetrics
 from api.settings import Settings
 from api.store.db import DatabaseTimeouts, make_engine, make_sessionmaker
+from api.store.health import HealthCheck
 
 # Worker threads the ingest socket's decoding and commits may take at once: its own, apart from
 # the pool the REST routes share, so reads cannot keep it waiting for a thread
@@ -34,6 +35,7 @@ class AppState:
     ingest_threads: anyio.CapacityLimiter = field(
         default_factory=lambda: anyio.CapacityLimiter(INGEST_THREADS)
     )
+    health: HealthCheck = field(default_factory=HealthCheck)  # `/healthz`'s, off the readers' path
     # this process in the fleet (`api.fleet.replicas`, `api.fleet.membership`)
     replica_id: str = field(default_factory=new_replica_id)
     sqlite_lock: IO[str] | None = None

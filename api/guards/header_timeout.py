@@ -9,9 +9,9 @@ opens, and from the first byte of each later request) and disarmed once they are
 when it fires, the connection is answered 408 and closed. The body's own timeout is
 `api.guards.limits`' (the app reads the body).
 
-`junction api` passes it as `uvicorn.run(http="api.guards.header_timeout:HeaderTimeoutProtocol")`;
-uvicorn builds it from its own config, so it reads its timeout, `JUNCTION_HEADER_TIMEOUT_S`,
-from `get_settings()`.
+`junction api` serves its subclass, `api.guards.idle_connections.GuardedProtocol` (which adds
+the bounds on idle connections); uvicorn builds it from its own config, so it reads its
+timeout, `JUNCTION_HEADER_TIMEOUT_S`, from `get_settings()`.
 """
 
 from __future__ import annotations

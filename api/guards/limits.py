@@ -154,9 +154,11 @@ def _limit(settings: Settings, name: str) -> BodyLimit:
     return BodyLimit(getattr(settings, name), f"JUNCTION_{name.upper()}")
 
 
-def refuse_nul_parameters(connection: HTTPConnection) -> None:
+async def refuse_nul_parameters(connection: HTTPConnection) -> None:
     """A 422 (`RequestValidationError`) naming each path or query parameter that holds a NUL
-    character; nothing for a websocket (the ingest socket checks its own)."""
+    character; nothing for a websocket (the ingest socket checks its own). A coroutine, as it
+    never blocks: a plain function would take a worker thread for every request, `/healthz`'s
+    too, from the pool the REST routes share."""
     if connection.scope["type"] != "http":
         return
     params = [("path", name, str(value)) for name, value in connection.path_params.items()]

@@ -209,19 +209,19 @@ def test_a_head_over_the_header_limit_is_400(limited_api: ApiProcess) -> None:
         assert rest(sock).startswith(b"HTTP/1.1 400 ")
 
 
-def test_connections_over_the_cap_get_503_until_the_idle_ones_are_cut(
-    limited_api: ApiProcess,
-) -> None:
+def test_idle_connections_over_the_cap_give_way_to_a_request(limited_api: ApiProcess) -> None:
+    """More idle sockets than JUNCTION_MAX_CONNECTIONS: a request still gets in (idle ones
+    are closed 503 to make room, `tests/api/test_idle_connections.py` has the rest); every
+    idle one is closed, the last ones by the header timeout."""
     idle = [
         socket.create_connection(("127.0.0.1", limited_api.port))
         for _ in range(MAX_CONNECTIONS + 8)
     ]
     try:
-        time.sleep(0.2)
-        assert httpx.get(f"{limited_api.url}/healthz", timeout=5).status_code == 503
-        for sock in idle:  # each is answered 408 and closed after the header timeout
-            assert rest(sock, HEADER_TIMEOUT_S + 3).startswith(b"HTTP/1.1 408 ")
         assert httpx.get(f"{limited_api.url}/healthz", timeout=5).status_code == 200
+        answers = [rest(sock, HEADER_TIMEOUT_S + 3) for sock in idle]
+        assert sum(answer.startswith(b"HTTP/1.1 503 ") for answer in answers) >= 8
+        assert all(answer.startswith((b"HTTP/1.1 503 ", b"HTTP/1.1 408 ")) for answer in answers)
     finally:
         for sock in idle:
             sock.close()

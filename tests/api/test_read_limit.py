@@ -74,3 +74,57 @@ async def test_a_read_that_waits_too_long_is_503_naming_the_settings():
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+class HeldPaths:
+    """An ASGI app whose reads of `held` paths wait until `release` is set; the rest answer
+    at once."""
+
+    def __init__(self, *held: str) -> None:
+        self.held = set(held)
+        self.release = anyio.Event()
+        self.num_held = 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["path"] in self.held:
+            self.num_held += 1
+            await self.release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.mark.anyio
+async def test_event_reads_never_wait_behind_other_reads():
+    """One read slot, held by a block-table page, another page waiting: a consumer's
+    `GET /api/v1/events` and `/healthz` are answered (within `read_wait_s`, or they would be
+    503), not queued behind them."""
+    inner = HeldPaths("/api/v1/engines/e/blocks")
+    settings = Settings(_env_file=None, max_concurrent_reads=1, read_wait_s=0.5)
+    async with client(ReadLimit(inner, settings)) as http, anyio.create_task_group() as tasks:
+        for _ in range(2):
+            tasks.start_soon(http.get, "/api/v1/engines/e/blocks")
+        with anyio.fail_after(10):
+            while inner.num_held < 1:
+                await anyio.sleep(0.01)
+        events = [await http.get("/api/v1/events", params={"after_seq": n}) for n in range(5)]
+        health = await http.get("/healthz")
+        inner.release.set()
+    assert [answer.status_code for answer in events] == [200] * 5
+    assert health.status_code == 200
+
+
+@pytest.mark.anyio
+async def test_event_reads_are_bounded_in_their_own_lane():
+    inner = HeldPaths("/api/v1/events")
+    settings = Settings(_env_file=None, max_concurrent_event_reads=1, read_wait_s=0.2)
+    async with client(ReadLimit(inner, settings)) as http, anyio.create_task_group() as tasks:
+        tasks.start_soon(http.get, "/api/v1/events")
+        with anyio.fail_after(10):
+            while inner.num_held < 1:
+                await anyio.sleep(0.01)
+        with anyio.fail_after(10):  # (one lane for every read: the late one is held too)
+            late = await http.get("/api/v1/events")
+            other = await http.get("/api/v1/engines")  # the other lane is free
+        inner.release.set()
+    assert late.status_code == 503 and "JUNCTION_MAX_CONCURRENT_EVENT_READS" in late.text
+    assert other.status_code == 200
