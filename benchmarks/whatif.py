@@ -6,9 +6,10 @@ curve beside SHARDS, and the default policy's sampled-replay curve beside full r
    other settings (requests whose hit equals a real replay of the trace with that setting).
 1. A 100k-request recording of a realistic mix (`benchmarks/whatif_traffic.py`: families
    sharing system prompts, multi-turn conversations; synthetic chains made directly). Its
-   exact LRU curve in one pass and the SHARDS curve at 1% (and, for scale, 5% and 10%), each
-   timed in this run from the same block stream: the speedup, and the largest and the mean
-   difference in hit-rate points over the sizes (targets: >= 20x, <= 2 points at 1%).
+   exact LRU curve in one pass, the sampled curve at 1% (`engine.whatif.shards`: SHARDS with
+   the shared family prefixes counted exactly) and, for scale, plain SHARDS at 1%, 5% and 10%,
+   each timed in this run from the same block stream: the speedup, and the largest and the
+   mean difference in hit-rate points over the sizes (targets: >= 20x, <= 2 points at 1%).
 2. A smaller recording replayed by the engine itself (`engine.whatif.run.replay_setting`,
    the default policy, hybrid hits with Mamba states) at a few memory sizes, in full and on a
    sample of its prefix families with the memory scaled by the rate (`policy_curve`): the
@@ -47,6 +48,7 @@ from engine.whatif.curves import (  # noqa: E402
 from engine.whatif.recording import ChainSink, from_events  # noqa: E402
 from engine.whatif.run import run_whatif  # noqa: E402
 from engine.whatif.settings import WhatIfSetting, apply  # noqa: E402
+from engine.whatif.shards import family_shards_curve  # noqa: E402
 from engine.workloads import build_workload  # noqa: E402
 
 SPEEDUP_TARGET = 20.0
@@ -71,50 +73,24 @@ def lru_part(console: Console, num_requests: int, rate: float) -> dict:
     console.print(
         f"recording: {stream.num_requests:,} requests, {stream.num_prompt_tokens:,} prompt "
         f"tokens, {len(stream.keys):,} blocks of {stream.block_size} tokens; "
-        f"its block stream in {stream_s:.2f} s (shared by both curves below)"
+        f"its block stream in {stream_s:.2f} s (shared by every curve below)"
     )
     exact_runs = [timed(lambda: lru_curve(stream, sizes)) for _ in range(EXACT_RUNS)]
     exact, exact_s = exact_runs[0][0], float(np.median([s for _, s in exact_runs]))
+    plans = [(SAMPLED_METHODS[0], rate)]  # the estimator judged, then plain SHARDS for scale
+    plans += [(SAMPLED_METHODS[1], r) for r in (rate, *(x for x in EXTRA_RATES if x != rate))]
     rows, curves = [], {}
-    for r in (rate, *(x for x in EXTRA_RATES if x != rate)):
-        runs = [timed(lambda r=r, seed=seed: shards_curve(stream, sizes, r, seed))
-                for seed in range(NUM_SEEDS)]  # fmt: skip
-        curve, seconds = runs[0]
-        seconds = float(np.median([s for _, s in runs]))
-        errors = np.abs(curve.hit_rates - exact.hit_rates) * 100
-        by_seed = [float(np.abs(c.hit_rates - exact.hit_rates).max() * 100) for c, _ in runs]
-        rows.append({"rate": r, "seconds": seconds, "speedup": exact_s / seconds,
-                     "max_error_points": float(errors.max()),
-                     "mean_error_points": float(errors.mean()),
-                     "max_error_points_by_seed": by_seed})  # fmt: skip
-        curves[r] = curve
-    table = Table(title=f"LRU curve: exact one pass {exact_s:.2f} s (median of {EXACT_RUNS})")
-    for column in ("SHARDS rate", "time", "speedup", "max error", "mean error",
-                   f"max error, median of {NUM_SEEDS} samples", "worst"):  # fmt: skip
-        table.add_column(column, justify="right")
-    for row in rows:
-        by_seed = row["max_error_points_by_seed"]
-        table.add_row(f"{row['rate']:.0%}", f"{row['seconds']:.3f} s", f"{row['speedup']:.1f}x",
-                      f"{row['max_error_points']:.2f} pts", f"{row['mean_error_points']:.2f} pts",
-                      f"{np.median(by_seed):.2f} pts", f"{max(by_seed):.2f} pts")  # fmt: skip
-    console.print(table)
-    console.print(
-        f"time: the median of {NUM_SEEDS} samples (seeds); errors: hit-rate points over the "
-        f"{len(sizes)} sizes, of seed 0's sample, then the largest over each seed's sample"
-    )
-    curve_table = Table(title="hit rate by cache size (SHARDS: seed 0's sample)")
-    for column in ("blocks", "exact", *(f"SHARDS {r:.0%}" for r in curves)):
-        curve_table.add_column(column, justify="right")
-    for index, size in enumerate(sizes.tolist()):
-        cells = [f"{c.hit_rates[index]:.2%}" for c in curves.values()]
-        curve_table.add_row(f"{size:,}", f"{exact.hit_rates[index]:.2%}", *cells)
-    console.print(curve_table)
+    for method, r in plans:
+        row, curve = sampled_row(stream, sizes, exact, exact_s, method, r)
+        rows.append(row)
+        curves[f"{method} {r:.0%}"] = curve
+    print_lru(console, rows, curves, sizes, exact, exact_s)
     main = rows[0]
     worst = max(main["max_error_points_by_seed"])
     fast = main["speedup"] >= SPEEDUP_TARGET
     console.print(
-        f"SHARDS {rate:.0%}: {main['seconds']:.3f} s against {exact_s:.2f} s exact, "
-        f"{main['speedup']:.1f}x faster (target >= {SPEEDUP_TARGET:.0f}x: "
+        f"{main['method']} at {rate:.0%}: {main['seconds']:.3f} s against {exact_s:.2f} s "
+        f"exact, {main['speedup']:.1f}x faster (target >= {SPEEDUP_TARGET:.0f}x: "
         f"{'met' if fast else 'NOT met'}); max error {main['max_error_points']:.2f} points "
         f"for seed 0, {worst:.2f} for the worst of {NUM_SEEDS} samples (target <= "
         f"{ERROR_TARGET:.0f}: {'met' if main['max_error_points'] <= ERROR_TARGET else 'NOT met'}"
@@ -123,7 +99,52 @@ def lru_part(console: Console, num_requests: int, rate: float) -> dict:
     return {"num_requests": stream.num_requests, "num_blocks": len(stream.keys),
             "stream_seconds": stream_s, "exact_seconds": exact_s, "shards": rows,
             "sizes": sizes.tolist(), "exact": exact.hit_rates.tolist(),
-            "shards_curves": {str(r): c.hit_rates.tolist() for r, c in curves.items()}}  # fmt: skip
+            "sampled_curves": {k: c.hit_rates.tolist() for k, c in curves.items()}}  # fmt: skip
+
+
+#: the sampled LRU curves, by name: the one judged (`engine.whatif.shards`) and plain SHARDS
+SAMPLED_METHODS = ("SHARDS + family prefixes", "SHARDS")
+ESTIMATORS = {SAMPLED_METHODS[0]: family_shards_curve, SAMPLED_METHODS[1]: shards_curve}
+
+
+def sampled_row(stream, sizes, exact, exact_s: float, method: str, rate: float):
+    """One estimator at one rate over `NUM_SEEDS` samples: its figures, and seed 0's curve."""
+    estimate = ESTIMATORS[method]
+    runs = [timed(lambda seed=seed: estimate(stream, sizes, rate, seed))
+            for seed in range(NUM_SEEDS)]  # fmt: skip
+    curve = runs[0][0]
+    seconds = float(np.median([s for _, s in runs]))
+    errors = np.abs(curve.hit_rates - exact.hit_rates) * 100
+    by_seed = [float(np.abs(c.hit_rates - exact.hit_rates).max() * 100) for c, _ in runs]
+    row = {"method": method, "rate": rate, "seconds": seconds, "speedup": exact_s / seconds,
+           "max_error_points": float(errors.max()), "mean_error_points": float(errors.mean()),
+           "max_error_points_by_seed": by_seed}  # fmt: skip
+    return row, curve
+
+
+def print_lru(console: Console, rows, curves, sizes, exact, exact_s: float) -> None:
+    table = Table(title=f"LRU curve: exact one pass {exact_s:.2f} s (median of {EXACT_RUNS})")
+    for column in ("sampled curve", "rate", "time", "speedup", "max error", "mean error",
+                   f"max error, median of {NUM_SEEDS} samples", "worst"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for row in rows:
+        by_seed = row["max_error_points_by_seed"]
+        table.add_row(row["method"], f"{row['rate']:.0%}", f"{row['seconds']:.3f} s",
+                      f"{row['speedup']:.1f}x", f"{row['max_error_points']:.2f} pts",
+                      f"{row['mean_error_points']:.2f} pts", f"{np.median(by_seed):.2f} pts",
+                      f"{max(by_seed):.2f} pts")  # fmt: skip
+    console.print(table)
+    console.print(
+        f"time: the median of {NUM_SEEDS} samples (seeds); errors: hit-rate points over the "
+        f"{len(sizes)} sizes, of seed 0's sample, then the largest over each seed's sample"
+    )
+    curve_table = Table(title="hit rate by cache size (sampled: seed 0's sample)")
+    for column in ("blocks", "exact", *curves):
+        curve_table.add_column(column, justify="right")
+    for index, size in enumerate(sizes.tolist()):
+        cells = [f"{c.hit_rates[index]:.2%}" for c in curves.values()]
+        curve_table.add_row(f"{size:,}", f"{exact.hit_rates[index]:.2%}", *cells)
+    console.print(curve_table)
 
 
 def replay_part(console: Console, num_requests: int, rate: float) -> dict:

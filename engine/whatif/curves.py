@@ -33,6 +33,8 @@ prompt-block tokens the sample kept (the ratio estimator; SHARDS-adj corrects th
 deviation of the sample's size). Its error is a random variable with a heavy tail on LLM
 traffic: a popular system prompt's few dozen blocks carry a large share of all hits, and 1%
 of them is less than one block, in the sample or not (docs/benchmarks.md has the figures).
+`engine.whatif.shards` counts those shared prefixes exactly and samples the rest: within a
+point at 1%.
 
 **Other policies** (`reuse`, `retention`, `cost`, and the hybrid hit with Mamba states) have
 no stack property: a point of their curve is a real replay (`engine.whatif.run`) of a sample
@@ -129,9 +131,18 @@ def stack_distances(keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Each block's LRU stack distance when its request arrives, before that request used
     anything: the distinct keys used since the key's last use (int64, -1 for a first use).
     Within a request the blocks must be one chain, root first (distinct keys). Pure."""
+    return distances_and_users(keys, starts)[0]
+
+
+def distances_and_users(
+    keys: np.ndarray, starts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`stack_distances`, with each block's request and the earlier request that used its key
+    last (-1: none). Pure."""
     n, num_requests = len(keys), len(starts) - 1
     if n == 0:
-        return np.zeros(0, np.int64)
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
     request_of = np.repeat(np.arange(num_requests), np.diff(starts))
     last_user = _last_users(keys, request_of)
     if np.any(last_user == request_of):
@@ -154,7 +165,7 @@ def stack_distances(keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
     # request `then` used the run's shallower blocks after this one (it used the root last)
     distances = base + (np.arange(n) - run_starts[run_of])
     distances[base < 0] = -1
-    return distances
+    return distances, request_of, last_user
 
 
 def lru_curve(stream: BlockStream, sizes: Sequence[int]) -> Curve:
