@@ -52,7 +52,9 @@ def resolve_epoch(session: Session, engine_id: str, epoch: int | None = None) ->
     if engine.geometry.prefix_match_unit is None:
         raise NoRecording(
             f"engine {engine_id!r} does not report its match unit (a bridged vLLM or SGLang "
-            "engine): its requests carry no unit hashes to replay"
+            "engine): its requests carry no unit hashes to replay here; record its prefixes "
+            "with `junction attach ... --recording-out FILE` and run `junction whatif "
+            "--recording FILE`"
         )
     if epoch is None:
         epoch = latest_epoch(session, engine_id)

@@ -177,3 +177,15 @@ def test_the_list_pages_newest_first_and_filters_by_status(client, session, reco
     assert [r["id"] for r in failed["runs"]] == [ids[1]]
     assert failed["runs"][0]["error"] == "test"
     assert client.get(url(recorded), params={"status": "lost"}).status_code == 422
+
+
+def test_a_bridged_engine_is_409_saying_how_to_ask_it(client, session):
+    """A bridged vLLM engine reports no match unit: its what-if goes through `junction attach
+    --recording-out` and `junction whatif --recording`, and the answer says so."""
+    from tests.api.test_peer_blocks import peer_hello
+
+    apply_hello(session, factories.parse(peer_hello(engine_id="bridged")))
+    response = client.post(url("bridged"), json={"settings": [{}]})
+    assert response.status_code == 409
+    detail = response.json()["detail"]
+    assert "does not report its match unit" in detail and "--recording-out" in detail
