@@ -152,27 +152,25 @@ def test_a_write_without_a_valid_token_is_refused_before_its_body(
     middleware, a wrong one by the token dependency, which runs before the body is read."""
     for token, detail in ((None, "missing bearer token"), ("wrong-token", "wrong bearer token")):
         with socket.create_connection(("127.0.0.1", limited_api.port), timeout=5) as sock:
-            start = time.monotonic()
             sock.sendall(head("POST", f"{V1}/pins", length=10 * MB, token=token) + b'{"prefix"')
             status, body = read_response(sock)
+            # a server that waited for the body would have answered 408 (its timeout) instead
             assert (status, json.loads(body)["detail"][: len(detail)]) == (401, detail)
-            assert time.monotonic() - start < BODY_TIMEOUT_S  # not waiting for the body
             assert rest(sock) == b""
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_slow_body_is_cut_by_the_body_timeout(limited_api: ApiProcess, chunked: bool) -> None:
+    """The body stops coming: the server answers 408 naming the setting and closes (within
+    the socket's 10 s: a server without the timeout would wait for good)."""
     with socket.create_connection(("127.0.0.1", limited_api.port), timeout=10) as sock:
-        start = time.monotonic()
         if chunked:
             sock.sendall(head("POST", f"{V1}/pins", length=None) + b'9\r\n{"prefix"\r\n')
         else:
             sock.sendall(head("POST", f"{V1}/pins", length=100) + b'{"prefix"')
         status, body = read_response(sock)
-        elapsed_s = time.monotonic() - start
         assert status == 408
         assert "(JUNCTION_BODY_TIMEOUT_S)" in json.loads(body)["detail"]
-        assert BODY_TIMEOUT_S * 0.9 < elapsed_s < BODY_TIMEOUT_S + 3
         assert rest(sock) == b""
 
 
@@ -181,26 +179,27 @@ def test_slow_headers_are_cut_by_the_header_timeout(limited_api: ApiProcess) -> 
     keep-alive one that trickles its second request's: each is answered 408 and closed."""
     address = ("127.0.0.1", limited_api.port)
 
-    def trickle(sock: socket.socket, text: bytes) -> float:
-        """Seconds until the server answers 408 and closes `sock` while `text` goes a byte
-        every 0.1 s (sending stops once the answer is there)."""
-        start = time.monotonic()
+    def trickle(sock: socket.socket, text: bytes) -> int:
+        """The bytes of `text` sent, a byte every 0.1 s, before the server answered 408 and
+        closed `sock` (sending stops once the answer is there)."""
+        sent = 0
         for byte in text:
             if select.select([sock], [], [], 0.1)[0]:
                 break
             sock.sendall(bytes([byte]))
+            sent += 1
         assert rest(sock, HEADER_TIMEOUT_S + 3).startswith(b"HTTP/1.1 408 ")
-        return time.monotonic() - start
+        return sent
 
     request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"z" * 100
     with socket.create_connection(address) as idle:
-        assert HEADER_TIMEOUT_S * 0.9 < trickle(idle, b"") < HEADER_TIMEOUT_S + 3
-    with socket.create_connection(address) as slow:
-        assert trickle(slow, request) < HEADER_TIMEOUT_S + 3  # not 10 s of trickling
+        assert trickle(idle, b"") == 0  # nothing sent: answered 408 all the same
+    with socket.create_connection(address) as slow:  # cut before its headers were done
+        assert trickle(slow, request) < len(request)
     with socket.create_connection(address) as kept:
         kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert read_response(kept)[0] == 200
-        assert trickle(kept, request) < HEADER_TIMEOUT_S + 3
+        assert trickle(kept, request) < len(request)
 
 
 def test_a_head_over_the_header_limit_is_400(limited_api: ApiProcess) -> None:
@@ -413,9 +412,7 @@ def test_a_422_does_not_echo_a_huge_input(client: TestClient) -> None:
     benchmark: the first 20 errors and a count of the rest."""
     ids = b",".join([b"7"] * 3_000_000)
     raw = b'{"prefix": {"token_ids": [' + ids + b']}, "label": "x"}'
-    start = time.monotonic()
     response = client.post(f"{V1}/pins", content=raw, headers=JSON)
-    assert time.monotonic() - start < 5
     assert response.status_code == 422 and len(response.content) < 10_000
     (error,) = response.json()["detail"]
     assert error["loc"] == ["body", "prefix", "token_ids"] and error["type"] == "too_long"
@@ -441,6 +438,38 @@ def test_a_chunked_body_over_the_limit_is_413(
     response = client.post(f"{V1}/{route}", content=chunks, headers=JSON)
     assert response.status_code == 413
     assert response.json()["detail"].endswith(f"at most {limit} ({setting})")
+
+
+def test_chunks_over_the_limit_on_a_raw_socket_are_413(limited_api: ApiProcess) -> None:
+    """Real chunked transfer-encoding, no Content-Length: the server counts the chunks as they
+    come and answers 413 once they pass JUNCTION_MAX_PIN_BODY_BYTES, then closes; what the
+    client still sends is not read."""
+    chunk = b" " * MB
+    framed = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
+    with socket.create_connection(("127.0.0.1", limited_api.port), timeout=10) as sock:
+        sock.sendall(head("POST", f"{V1}/pins", length=None) + b'4\r\n{"a"\r\n')
+        try:
+            for _ in range(16 + 4):  # 16 MiB is the limit
+                sock.sendall(framed)
+        except OSError:  # answered and closed before the last chunks
+            pass
+        status, body = read_response(sock)
+        assert status == 413
+        assert "at most 16777216 (JUNCTION_MAX_PIN_BODY_BYTES)" in json.loads(body)["detail"]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_at_the_limit_is_taken_and_one_byte_more_is_413(
+    settings: Settings, chunked: bool
+) -> None:
+    small = settings.model_copy(update={"max_pin_body_bytes": 1000})
+    body = json.dumps({"prefix": {"text": SHORT_TEXT}, "label": "edge"}).encode()
+    at_limit = body + b" " * (1000 - len(body))  # trailing whitespace is valid JSON
+    with TestClient(create_app(small)) as client:
+        for raw, status in ((at_limit, 201), (at_limit + b" ", 413)):
+            content = iter([raw[:500], raw[500:]]) if chunked else raw
+            response = client.post(f"{V1}/pins", content=content, headers=JSON)
+            assert response.status_code == status, (len(raw), response.text)
 
 
 def test_the_limits_are_settings(settings: Settings) -> None:
