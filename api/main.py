@@ -9,6 +9,7 @@ from api.guards.limits import RequestLimits, refuse_nul_parameters
 from api.guards.read_limit import ReadLimit
 from api.ingest import route as ingest
 from api.lifespan import lifespan
+from api.responses import API_ERRORS, OPEN_ERRORS, install_allow_header
 from api.routes import (
     attribution,
     block_grid,
@@ -86,8 +87,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestLimits, settings=app.state.junction.settings, body_limits=BODY_LIMITS)
     app.add_middleware(ReadLimit, settings=app.state.junction.settings)  # outermost: reads wait
     install_error_handlers(app)
+    install_allow_header(app)
     for module in ROUTERS:
-        app.include_router(module.router, prefix=API_PREFIX)
-    app.include_router(health.router)
+        app.include_router(module.router, prefix=API_PREFIX, responses=API_ERRORS)
+    app.include_router(health.router, responses=OPEN_ERRORS)
     docs.install_docs(app)
     return app
