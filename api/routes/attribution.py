@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from api.attribution import hit_rate
 from api.attribution.misses import REASONS
 from api.deps import READ, EngineDep, SessionDep
-from api.responses import ENGINE_NOT_FOUND, error
+from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import AttributionBucketOut, AttributionOut, AttributionTotals
 from api.store.models import HitRateBucket
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
 from api.deps import MAX_INT64, READ, EngineDep, SessionDep
-from api.responses import ENGINE_NOT_FOUND
+from api.openapi import ENGINE_NOT_FOUND
 from api.routes.blocks import no_block_ids_note
 from api.store import block_grid as grid
 from engine.wire import BLOCK_STATES, REASONS, Group

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
-from api.responses import ENGINE_NOT_FOUND
+from api.openapi import ENGINE_NOT_FOUND
 from api.schemas import BlockOut, BlockPage
 from api.store import blocks
 from api.store.models import Block

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.ingest import dead_letters
-from api.responses import ENGINE_NOT_FOUND
+from api.openapi import ENGINE_NOT_FOUND
 from api.schemas import DeadLetterOut, DeadLetterPage
 
 router = APIRouter(

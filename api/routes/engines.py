@@ -6,8 +6,8 @@ from fastapi import APIRouter, HTTPException, status
 from sqlalchemy.orm import Session
 
 from api.deps import READ, EngineDep, RequireWrite, SessionDep, StateDep
+from api.openapi import ENGINE_NOT_FOUND, WRITE_ERRORS, error
 from api.peers import reads as peer_reads
-from api.responses import ENGINE_NOT_FOUND, WRITE_ERRORS, error
 from api.schemas import EngineDetail, EngineOut, GroupUsage
 from api.store import engines
 from api.store.models import Engine

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.deps import MAX_INT64, READ, SessionDep
-from api.responses import error
+from api.openapi import error
 from api.schemas import BatchOut, EventPage
 from api.store import batches, engines
 

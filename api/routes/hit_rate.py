@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from api.attribution import hit_rate
 from api.deps import READ, EngineDep, SessionDep
-from api.responses import ENGINE_NOT_FOUND, error
+from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import HitRateBucketOut, HitRateOut, HitRateTotals
 from api.store.models import HitRateBucket
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from api.attribution import junctions
 from api.deps import READ, SessionDep
-from api.responses import error
+from api.openapi import error
 from api.schemas import JunctionOut, JunctionPage, JunctionPinRequest
 from api.store import engines
 

@@ -19,7 +19,7 @@ from api.deps import READ, RequireWrite, SessionDep, StateDep
 from api.fleet import membership as fleet
 from api.fleet import pin_reads, pins
 from api.guards import json_body
-from api.responses import BODY_ERRORS, WRITE_ERRORS, ValidationErrorOut, error
+from api.openapi import BODY_ERRORS, WRITE_ERRORS, ValidationErrorOut, error
 from api.schemas import PinCreate, PinDetail, PinOut, PinTargetOut
 from api.store.models import Pin, PinTarget
 

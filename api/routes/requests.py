@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.deps import READ, EngineDep, Offset, SessionDep
-from api.responses import ENGINE_NOT_FOUND, error
+from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import RequestOut, RequestPage
 from api.store import requests
 

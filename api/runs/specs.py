@@ -7,10 +7,12 @@ from typing import Any
 
 
 def validate_spec(obj: Any) -> dict[str, Any]:
-    """`obj` as a `BenchmarkSpec`'s JSON; raises pydantic's `ValidationError` on bad input."""
+    """`obj` as a `BenchmarkSpec`'s JSON; raises pydantic's `ValidationError` on bad input.
+    Strict: each value of the JSON type `spec_schema` gives it (`false` or `"8"` is no
+    integer), so a body the schema refuses is refused."""
     from engine.bench import BenchmarkSpec  # the engine loads when a spec is first checked
 
-    return BenchmarkSpec.model_validate(obj).model_dump(mode="json")
+    return BenchmarkSpec.model_validate(obj, strict=True).model_dump(mode="json")
 
 
 def standard_suite() -> list[dict[str, Any]]:

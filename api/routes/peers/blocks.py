@@ -9,8 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
+from api.openapi import ENGINE_NOT_FOUND
 from api.peers import reads as peer_reads
-from api.responses import ENGINE_NOT_FOUND
 from api.schemas import PeerBlockOut, PeerBlockPage, PeerSummary
 from api.store.models import PeerBlock
 from engine.events import INT32_MAX

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from api.deps import READ, EngineDep, SessionDep
+from api.openapi import ENGINE_NOT_FOUND
 from api.peers import analysis as peer_analysis
 from api.peers import reads as peer_reads
 from api.peers.blocks import kind
-from api.responses import ENGINE_NOT_FOUND
 from api.store.models import Engine
 from engine.events import INT32_MAX
 

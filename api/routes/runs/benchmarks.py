@@ -14,7 +14,7 @@ from pydantic import ValidationError, WithJsonSchema
 
 from api.deps import MAX_INT64, READ, Offset, RequireWrite, SessionDep, StateDep
 from api.guards import json_body
-from api.responses import BODY_ERRORS, WRITE_ERRORS, ValidationErrorOut, error
+from api.openapi import BODY_ERRORS, WRITE_ERRORS, ValidationErrorOut, error
 from api.runs import benchmarks
 from api.runs.broker import BrokerUnavailable, send_run
 from api.runs.specs import spec_schema, standard_suite, validate_spec

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 
 from api.deps import MAX_INT64, READ, EngineDep, Offset, RequireWrite, SessionDep, StateDep
 from api.guards import json_body
-from api.responses import (
+from api.openapi import (
     BODY_ERRORS,
     ENGINE_NOT_FOUND,
     WRITE_ERRORS,

@@ -1,16 +1,22 @@
-"""What a route may answer besides its success, as the OpenAPI schema declares it: the error
-bodies the app really sends, and the status codes every route shares.
+"""What the OpenAPI schema says beyond what FastAPI derives from the routes: what a route may
+answer besides its success, the error bodies the app really sends, and the rules the app's
+guards hold every parameter to.
 
 A client (and the contract test, `tests/api/test_openapi_contract.py`) reads the schema to
-learn what it may be answered; a status code missing from it is a surprise. The shared ones
-come from the app's guards, whatever the route: the token checks (`api.deps`), the NUL check
-of every parameter, the store's reachability and the read limit (`api.guards`), and the body
-limits of the routes that take a body. Each route adds its own (404, 409, ...) in its
-`responses=`; a route's description of a code wins over the shared one.
+learn what it may send and be answered; a status code missing from it is a surprise, and so
+is a schema-valid request refused. The shared codes come from the app's guards, whatever the
+route: the token checks (`api.deps`), the NUL check of every parameter, the store's
+reachability and the read limit (`api.guards`), and the body limits of the routes that take a
+body. Each route adds its own (404, 409, ...) in its `responses=`; a route's description of a
+code wins over the shared one.
 
-A 405 names in `Allow` every method of its path (`install_allow_header`): Starlette names only
-those of the first route whose path matched (each method is a route of its own), so
-`OPTIONS /api/v1/pins` said `Allow: POST`, hiding the `GET` beside it.
+`install(app)` adds to the app what the routes alone cannot say:
+
+- every string parameter declares that it holds no NUL character (`refuse_nul_parameters`
+  answers one with a 422: PostgreSQL's text cannot keep it);
+- a 405 names in `Allow` every method of its path: Starlette names only those of the first
+  route whose path matched (each method is a route of its own), so `OPTIONS /api/v1/pins`
+  said `Allow: POST`, hiding the `GET` beside it.
 """
 
 from __future__ import annotations
@@ -81,13 +87,39 @@ ENGINE_NOT_FOUND = {404: error("no engine of that id")}
 OPEN_ERRORS = {422: API_ERRORS[422]}
 
 
-def install_allow_header(app: FastAPI) -> None:
-    """Every 405 of `app` on a path of its OpenAPI schema lists in `Allow` each method the
-    schema gives the path (the other refusals are answered as FastAPI answers them)."""
+#: A string without a NUL character (`\u0000`), as a JSON Schema pattern.
+NO_NUL = "^[^\\u0000]*$"
+
+
+def install(app: FastAPI) -> None:
+    """The schema's NUL rule and the 405s' `Allow` header (see the module's docstring)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    for parameter in operation.get("parameters", []):
+                        _without_nul(parameter["schema"])
+        return app.openapi_schema
+
+    app.openapi = openapi
     app.add_exception_handler(HTTPException, _with_allow)
 
 
+def _without_nul(schema: dict[str, Any]) -> None:
+    """Adds `NO_NUL` to each free string of a parameter's `schema` (an enum or a pattern of
+    its own says more already)."""
+    for branch in schema.get("anyOf", []):
+        _without_nul(branch)
+    if schema.get("type") == "string" and "enum" not in schema and "pattern" not in schema:
+        schema["pattern"] = NO_NUL
+
+
 async def _with_allow(request: Request, exc: HTTPException):
+    """A 405 on a path of the schema lists in `Allow` each method the schema gives the path;
+    the other refusals are answered as FastAPI answers them."""
     if exc.status_code == 405:
         path = request.url.path
         methods = {
