@@ -8,10 +8,13 @@ What the schema cannot say, and so is allowed here, each documented in the route
 - `REFUSED_BY_RULE`: the requests the schema allows that a route refuses by a rule across
   fields or over the store's state (a pin's prefix that floors to no boundary on an engine's
   hit grid, `since` after `until`);
-- the release semantics of a pin: `DELETE /pins/{pin_id}` releases the pin and answers it,
-  and the pin stays readable (`state: released`); schemathesis's stateful `use_after_free`
-  check would call a 200 after the DELETE a use after free. The per-case checks below do not
-  chain requests, so that check never fires here; the stateful phase is not run.
+- the release semantics of a pin (`RELEASED_PIN_STAYS`): `DELETE /pins/{pin_id}` releases
+  the pin and answers it, and the pin stays readable (`state: released`, docs/api.md), so the
+  stateful `use_after_free` check, which wants a 404 after a DELETE, is off for
+  `GET /pins/{pin_id}`.
+
+The operations are fuzzed one by one, then chained as the schema's inferred links say (a pin
+made, read, released; an engine listed, read, deleted), the stateful checks on.
 
 The direct tests at the end pin the two contract bugs the fuzz found first: `POST /benchmarks
 {}` and a pin with an empty prefix were valid by the schema, yet refused with a 422.
@@ -24,6 +27,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import schemathesis
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from schemathesis.config import SchemathesisConfig
@@ -33,7 +38,7 @@ from api.settings import Settings
 from api.store.db import make_engine, make_sessionmaker
 from engine.engine import Engine
 from tests.api import factories
-from tests.api.conftest import TOKEN
+from tests.api.conftest import AUTH, TOKEN
 
 #: What positive data may be answered everywhere (schemathesis's default): a success, a
 #: refusal of the token, a resource not found, a conflict with the store's state, too busy.
@@ -56,21 +61,27 @@ REFUSED_BY_RULE = {
 }
 
 
+#: A released pin is still read (200, `state: released`), not gone (404).
+RELEASED_PIN_STAYS = {
+    "include-name": "GET /api/v1/pins/{pin_id}",
+    "checks": {"use_after_free": {"enabled": False}},
+}
+
+
 def contract_config() -> SchemathesisConfig:
     """Every check, the write token as the schema's bearer (schemathesis leaves it out itself
-    where it tests the token's refusal), and `REFUSED_BY_RULE`."""
+    where it tests the token's refusal), `REFUSED_BY_RULE` and `RELEASED_PIN_STAYS`."""
+    refused = [
+        {
+            "include-name": name,
+            "checks": {"positive_data_acceptance": {"expected-statuses": ACCEPTED + statuses}},
+        }
+        for name, statuses in REFUSED_BY_RULE.items()
+    ]
     return SchemathesisConfig.from_dict(
         {
             "auth": {"openapi": {"HTTPBearer": {"bearer": TOKEN}}},
-            "operations": [
-                {
-                    "include-name": name,
-                    "checks": {
-                        "positive_data_acceptance": {"expected-statuses": ACCEPTED + statuses}
-                    },
-                }
-                for name, statuses in REFUSED_BY_RULE.items()
-            ],
+            "operations": [*refused, RELEASED_PIN_STAYS],
         }
     )
 
@@ -101,11 +112,29 @@ def test_every_answer_is_the_one_the_schema_promises(case) -> None:
     case.call_and_validate()
 
 
+def test_chained_operations_keep_the_contract(contract_api) -> None:
+    """Sequences of calls along the inferred links (what one answer gives the next request),
+    each answer checked with every check, the stateful ones included."""
+    contract_api.as_state_machine().run(
+        settings=hypothesis_settings(
+            max_examples=25,
+            stateful_step_count=6,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
+
+
 # ---------------------------------------------------------------------------- the schema itself
 @pytest.fixture(scope="module")
-def openapi() -> dict:
-    settings = Settings(_env_file=None, database_url="sqlite:///:memory:", api_token=TOKEN)
-    return create_app(settings).openapi()
+def bare_app() -> FastAPI:
+    """The app, its lifespan never run: what these tests ask needs no store."""
+    return create_app(Settings(_env_file=None, database_url="sqlite:///:memory:", api_token=TOKEN))
+
+
+@pytest.fixture(scope="module")
+def openapi(bare_app: FastAPI) -> dict:
+    return bare_app.openapi()
 
 
 def body_schema(openapi: dict, path: str) -> dict:
@@ -137,3 +166,52 @@ def test_a_prefix_of_one_form_is_valid_by_the_schema(openapi) -> None:
     assert is_valid({"prefix": {"text": "a"}, "label": "x"}, pins)
     assert is_valid({"prefix": {"token_ids": [1], "text": None}, "label": "x"}, pins)
     assert not is_valid({"prefix": {"token_ids": [1], "text": "a"}, "label": "x"}, pins)
+
+
+def test_every_free_string_parameter_declares_it_holds_no_nul(openapi) -> None:
+    """The app refuses a NUL in any parameter (422): the schema says so, or a schema-valid
+    request is refused."""
+    free = {
+        f"{method} {path} {parameter['name']}": parameter["schema"]
+        for path, operations in openapi["paths"].items()
+        for method, operation in operations.items()
+        for parameter in operation.get("parameters", [])
+    }
+    assert "get /api/v1/pins/{pin_id} pin_id" in free
+    for name, schema in free.items():
+        for branch in [schema, *schema.get("anyOf", [])]:
+            if branch.get("type") == "string" and "enum" not in branch:
+                assert not is_valid("a\x00b", branch), name
+                assert is_valid("ab", branch) or branch.get("minLength", 0) > 2, name
+
+
+@pytest.mark.parametrize(
+    "path, allow",
+    [
+        ("/api/v1/pins", "GET, POST"),
+        ("/api/v1/pins/pin-1", "DELETE, GET"),
+        ("/api/v1/engines/engine-test", "DELETE, GET"),
+        ("/api/v1/engines/engine-test/whatif", "GET, POST"),
+        ("/api/v1/benchmarks/suite", "GET"),
+        ("/healthz", "GET"),
+    ],
+)
+def test_a_405_names_every_method_of_its_path(bare_app: FastAPI, path: str, allow: str) -> None:
+    response = TestClient(bare_app).request("OPTIONS", path, headers=AUTH)
+    assert response.status_code == 405
+    assert response.headers["allow"] == allow
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("concurrency", "8"), ("model", {"seed": False})],
+)
+def test_a_spec_value_of_another_json_type_than_the_schemas_is_refused(
+    client: TestClient, field: str, value: object
+) -> None:
+    """The spec is read strictly, as its schema says: pydantic's lax mode took `false` for an
+    integer seed (a schema-invalid body, accepted)."""
+    spec = {"name": "x", "workload": {"kind": "generated_shared_prefix"}, field: value}
+    response = client.post("/api/v1/benchmarks", json=spec)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"][:2] == ["body", field]
