@@ -16,8 +16,10 @@ What the schema cannot say, and so is allowed here, each documented in the route
 The operations are fuzzed one by one, then chained as the schema's inferred links say (a pin
 made, read, released; an engine listed, read, deleted), the stateful checks on.
 
-The direct tests at the end pin the two contract bugs the fuzz found first: `POST /benchmarks
-{}` and a pin with an empty prefix were valid by the schema, yet refused with a 422.
+The direct tests at the end pin what the fuzz found, each case on its own: `POST /benchmarks
+{}` and a pin with an empty prefix were valid by the schema, yet refused with a 422; so was a
+string parameter holding a NUL; a spec's `false` for an integer was accepted though the
+schema refuses it; a 405 named one method of a path that takes two.
 """
 
 from __future__ import annotations
