@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from fastapi import Depends, FastAPI
 
+from api import openapi
 from api.guards.errors import install_error_handlers
 from api.guards.limits import RequestLimits, refuse_nul_parameters
 from api.guards.read_limit import ReadLimit
 from api.ingest import route as ingest
 from api.lifespan import lifespan
+from api.openapi import API_ERRORS, OPEN_ERRORS
 from api.routes import (
     attribution,
     block_grid,
@@ -87,7 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ReadLimit, settings=app.state.junction.settings)  # outermost: reads wait
     install_error_handlers(app)
     for module in ROUTERS:
-        app.include_router(module.router, prefix=API_PREFIX)
-    app.include_router(health.router)
+        app.include_router(module.router, prefix=API_PREFIX, responses=API_ERRORS)
+    app.include_router(health.router, responses=OPEN_ERRORS)
     docs.install_docs(app)
+    openapi.install(app)
     return app

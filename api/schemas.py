@@ -355,8 +355,20 @@ class Health(BaseModel):
 # The lists of a pin's body stop at their first bad item (`fail_fast`): a million bad token ids
 # are one error, not a million, each a dict to build and answer.
 TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
-PinTokenIds = Annotated[list[TokenId], Field(max_length=MAX_PIN_TOKENS, fail_fast=True)]
-PinSegments = Annotated[list[Segment], Field(max_length=MAX_PIN_TOKENS, fail_fast=True)]
+# `PinPrefix._one_form` refuses an empty form, naming it; the schema says so with its minimum.
+NOT_EMPTY = Field(json_schema_extra={"minItems": 1})
+PinTokenIds = Annotated[list[TokenId], Field(max_length=MAX_PIN_TOKENS, fail_fast=True), NOT_EMPTY]
+PinSegments = Annotated[list[Segment], Field(max_length=MAX_PIN_TOKENS, fail_fast=True), NOT_EMPTY]
+PREFIX_FORMS = ("text", "token_ids", "segments", "messages")
+#: `_one_form` in the schema: exactly one form is given and not null (a null one counts as
+#: left out). That the prefix holds at most `MAX_PIN_TOKENS` tokens (UTF-8 bytes of `text`,
+#: the sum of the segments' lengths) the schema cannot say: a 422 does.
+ONE_PREFIX_FORM = {
+    "oneOf": [
+        {"required": [form], "properties": {form: {"not": {"type": "null"}}}}
+        for form in PREFIX_FORMS
+    ]
+}
 
 
 class PinMessage(BaseModel):
@@ -375,8 +387,8 @@ class PinPrefix(BaseModel):
     template, the prefix ending where the last given message ends, so a chat request that
     starts with them hits it)."""
 
-    model_config = ConfigDict(extra="forbid")
-    text: str | None = None
+    model_config = ConfigDict(extra="forbid", json_schema_extra=ONE_PREFIX_FORM)
+    text: Annotated[str, Field(json_schema_extra={"minLength": 1})] | None = None
     token_ids: PinTokenIds | None = None
     segments: PinSegments | None = None
     messages: Annotated[list[PinMessage], Field(min_length=1, fail_fast=True)] | None = None
@@ -427,9 +439,6 @@ class PinPrefix(BaseModel):
         if self.segments is not None:
             return [t for s in self.segments for t in segment_tokens(s.seed, s.len)]
         return list(self.token_ids or [])
-
-
-PREFIX_FORMS = ("text", "token_ids", "segments", "messages")
 
 
 class PinCreate(BaseModel):

@@ -11,15 +11,19 @@ from fastapi import APIRouter, HTTPException, Query, status
 from api.attribution import hit_rate
 from api.attribution.misses import REASONS
 from api.deps import READ, EngineDep, SessionDep
+from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import AttributionBucketOut, AttributionOut, AttributionTotals
 from api.store.models import HitRateBucket
 
 router = APIRouter(
-    prefix="/engines/{engine_id}/attribution", tags=["attribution"], dependencies=[READ]
+    prefix="/engines/{engine_id}/attribution",
+    tags=["attribution"],
+    dependencies=[READ],
+    responses=ENGINE_NOT_FOUND,
 )
 
 
-@router.get("", response_model=AttributionOut)
+@router.get("", response_model=AttributionOut, responses={400: error("`since` is after `until`")})
 def get_attribution(
     engine: EngineDep,
     session: SessionDep,

@@ -15,11 +15,17 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
 from api.deps import MAX_INT64, READ, EngineDep, SessionDep
+from api.openapi import ENGINE_NOT_FOUND
 from api.routes.blocks import no_block_ids_note
 from api.store import block_grid as grid
 from engine.wire import BLOCK_STATES, REASONS, Group
 
-router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"], dependencies=[READ])
+router = APIRouter(
+    prefix="/engines/{engine_id}/blocks",
+    tags=["blocks"],
+    dependencies=[READ],
+    responses=ENGINE_NOT_FOUND,
+)
 MAX_LINK_BATCHES = 1000
 # The store keeps block ids as 32-bit integers (`Block.block_id`): a larger start or stop could
 # name no block, and would fail in PostgreSQL's comparison (a 500) rather than find none.

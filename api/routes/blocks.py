@@ -7,12 +7,18 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
+from api.openapi import ENGINE_NOT_FOUND
 from api.schemas import BlockOut, BlockPage
 from api.store import blocks
 from api.store.models import Block
 from engine.wire import BlockState, Group
 
-router = APIRouter(prefix="/engines/{engine_id}/blocks", tags=["blocks"], dependencies=[READ])
+router = APIRouter(
+    prefix="/engines/{engine_id}/blocks",
+    tags=["blocks"],
+    dependencies=[READ],
+    responses=ENGINE_NOT_FOUND,
+)
 MAX_LIMIT = 10_000
 
 

@@ -8,10 +8,14 @@ from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.ingest import dead_letters
+from api.openapi import ENGINE_NOT_FOUND
 from api.schemas import DeadLetterOut, DeadLetterPage
 
 router = APIRouter(
-    prefix="/engines/{engine_id}/dead-letters", tags=["dead-letters"], dependencies=[READ]
+    prefix="/engines/{engine_id}/dead-letters",
+    tags=["dead-letters"],
+    dependencies=[READ],
+    responses=ENGINE_NOT_FOUND,
 )
 
 

@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, status
 from sqlalchemy.orm import Session
 
 from api.deps import READ, EngineDep, RequireWrite, SessionDep, StateDep
+from api.openapi import ENGINE_NOT_FOUND, WRITE_ERRORS, error
 from api.peers import reads as peer_reads
 from api.schemas import EngineDetail, EngineOut, GroupUsage
 from api.store import engines
@@ -19,7 +20,7 @@ def list_engines(session: SessionDep) -> list[Engine]:
     return engines.list_engines(session)
 
 
-@router.get("/{engine_id}", response_model=EngineDetail)
+@router.get("/{engine_id}", response_model=EngineDetail, responses=ENGINE_NOT_FOUND)
 def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
     """The engine, its cache by group, and how many requests the store holds. An engine
     without physical block ids counts its `peer-blocks` per group (all cached, none free; the
@@ -38,7 +39,11 @@ def get_engine(engine: EngineDep, session: SessionDep) -> EngineDetail:
     )
 
 
-@router.delete("/{engine_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/{engine_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=ENGINE_NOT_FOUND | WRITE_ERRORS | {409: error("the engine is connected")},
+)
 def delete_engine(_: RequireWrite, engine: EngineDep, session: SessionDep, state: StateDep) -> None:
     """Forget an engine that is gone: its rows, batches, requests, buckets and its side of
     every pin (the pins stay, for their other engines)."""

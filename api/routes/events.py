@@ -7,13 +7,21 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.deps import MAX_INT64, READ, SessionDep
+from api.openapi import error
 from api.schemas import BatchOut, EventPage
 from api.store import batches, engines
 
 router = APIRouter(prefix="/events", tags=["events"], dependencies=[READ])
 
 
-@router.get("", response_model=EventPage)
+@router.get(
+    "",
+    response_model=EventPage,
+    responses={
+        400: error("`epoch` without `engine_id`"),
+        404: error("no engine of that `engine_id`"),
+    },
+)
 def list_events(
     session: SessionDep,
     engine_id: str | None = None,

@@ -8,14 +8,20 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from api.attribution import hit_rate
 from api.deps import READ, EngineDep, SessionDep
+from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import HitRateBucketOut, HitRateOut, HitRateTotals
 from api.store.models import HitRateBucket
 
-router = APIRouter(prefix="/engines/{engine_id}/hit-rate", tags=["hit-rate"], dependencies=[READ])
+router = APIRouter(
+    prefix="/engines/{engine_id}/hit-rate",
+    tags=["hit-rate"],
+    dependencies=[READ],
+    responses=ENGINE_NOT_FOUND,
+)
 COUNTERS = ("num_requests", "prompt_tokens", "cached_tokens", "computed_tokens")
 
 
-@router.get("", response_model=HitRateOut)
+@router.get("", response_model=HitRateOut, responses={400: error("`since` is after `until`")})
 def get_hit_rate(
     engine: EngineDep,
     session: SessionDep,

@@ -9,13 +9,18 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from api.attribution import junctions
 from api.deps import READ, SessionDep
+from api.openapi import error
 from api.schemas import JunctionOut, JunctionPage, JunctionPinRequest
 from api.store import engines
 
 router = APIRouter(prefix="/junctions", tags=["junctions"], dependencies=[READ])
 
 
-@router.get("/suggested", response_model=JunctionPage)
+@router.get(
+    "/suggested",
+    response_model=JunctionPage,
+    responses={404: error("no engine of that `engine_id`")},
+)
 def suggested_junctions(
     session: SessionDep,
     engine_id: str | None = None,

@@ -19,12 +19,13 @@ from api.deps import READ, RequireWrite, SessionDep, StateDep
 from api.fleet import membership as fleet
 from api.fleet import pin_reads, pins
 from api.guards import json_body
+from api.openapi import BODY_ERRORS, WRITE_ERRORS, ValidationErrorOut, error
 from api.schemas import PinCreate, PinDetail, PinOut, PinTargetOut
 from api.store.models import Pin, PinTarget
 
 router = APIRouter(prefix="/pins", tags=["pins"], dependencies=[READ])
 log = logging.getLogger(__name__)
-ERRORS = {404: {"description": "an engine or pin not found"}}
+NOT_FOUND = {404: error("no pin of that id")}
 #: Up to 16 MiB of token ids (`JUNCTION_MAX_PIN_BODY_BYTES`): decoded in a worker thread.
 PinBody = Annotated[PinCreate, Depends(json_body.JsonBody(PinCreate))]
 
@@ -33,7 +34,16 @@ PinBody = Annotated[PinCreate, Depends(json_body.JsonBody(PinCreate))]
     "",
     response_model=PinOut,
     status_code=status.HTTP_201_CREATED,
-    responses=ERRORS | {422: {"description": "a prefix an engine cannot pin (why: `detail`)"}},
+    responses=WRITE_ERRORS
+    | BODY_ERRORS
+    | {
+        404: error("an engine of `engine_ids` the store has never seen"),
+        422: error(
+            "the body is not valid, or a prefix an engine cannot pin (floored to 0 on its hit "
+            "grid, longer than its max_model_len, over 2^20 tokens): `detail` says why",
+            ValidationErrorOut,
+        ),
+    },
     openapi_extra=json_body.openapi(PinCreate),
 )
 def create_pin(_: RequireWrite, body: PinBody, session: SessionDep, state: StateDep) -> PinOut:
@@ -77,7 +87,7 @@ def list_pins(
     return [pin_out(pin, targets.get(pin.pin_id, [])) for pin in rows]
 
 
-@router.get("/{pin_id}", response_model=PinDetail, responses=ERRORS)
+@router.get("/{pin_id}", response_model=PinDetail, responses=NOT_FOUND)
 def get_pin(pin_id: str, session: SessionDep, tokens: bool = False) -> PinDetail:
     """The pin and its `source`; its token ids (up to a million) only with `?tokens=true`."""
     pin = _pin(session, pin_id)
@@ -86,7 +96,7 @@ def get_pin(pin_id: str, session: SessionDep, tokens: bool = False) -> PinDetail
     return PinDetail(**out.model_dump(), token_ids=token_ids, source=pin.source)
 
 
-@router.delete("/{pin_id}", response_model=PinOut, responses=ERRORS)
+@router.delete("/{pin_id}", response_model=PinOut, responses=NOT_FOUND | WRITE_ERRORS)
 def release_pin(_: RequireWrite, pin_id: str, session: SessionDep, state: StateDep) -> PinOut:
     """Release the pin: its engines are sent an unpin (one that is not connected gets it when
     it next says hello). Releasing a released pin changes nothing."""

@@ -7,10 +7,16 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.deps import READ, EngineDep, Offset, SessionDep
+from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import RequestOut, RequestPage
 from api.store import requests
 
-router = APIRouter(prefix="/engines/{engine_id}/requests", tags=["requests"], dependencies=[READ])
+router = APIRouter(
+    prefix="/engines/{engine_id}/requests",
+    tags=["requests"],
+    dependencies=[READ],
+    responses=ENGINE_NOT_FOUND,
+)
 
 
 @router.get("", response_model=RequestPage)
@@ -30,7 +36,11 @@ def list_requests(
     )
 
 
-@router.get("/{request_id}", response_model=RequestOut)
+@router.get(
+    "/{request_id}",
+    response_model=RequestOut,
+    responses={404: error("no engine of that id, or no request of that id on it")},
+)
 def get_request(engine: EngineDep, session: SessionDep, request_id: str) -> RequestOut:
     """The request's latest record (an id may come back in a later epoch), with its
     attribution."""

@@ -268,7 +268,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
     assert paths["/api/v1/benchmarks"]["post"]["security"] == [{"HTTPBearer": []}]
     whatif = paths["/api/v1/engines/{engine_id}/whatif"]
     assert set(whatif) == {"get", "post"} and whatif["post"]["security"] == [{"HTTPBearer": []}]
-    codes = {"202", "401", "403", "404", "409", "413", "422", "429", "503"}
+    codes = {"202", "401", "403", "404", "408", "409", "413", "422", "429", "503"}
     assert set(whatif["post"]["responses"]) == codes
 
 

@@ -9,12 +9,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
+from api.openapi import ENGINE_NOT_FOUND
 from api.peers import reads as peer_reads
 from api.schemas import PeerBlockOut, PeerBlockPage, PeerSummary
 from api.store.models import PeerBlock
 from engine.events import INT32_MAX
 
-router = APIRouter(prefix="/engines/{engine_id}", tags=["peers"], dependencies=[READ])
+router = APIRouter(
+    prefix="/engines/{engine_id}", tags=["peers"], dependencies=[READ], responses=ENGINE_NOT_FOUND
+)
 MAX_LIMIT = 10_000
 MAX_WINDOW_S = 366 * 86400.0
 

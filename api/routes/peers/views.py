@@ -10,13 +10,16 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from api.deps import READ, EngineDep, SessionDep
+from api.openapi import ENGINE_NOT_FOUND
 from api.peers import analysis as peer_analysis
 from api.peers import reads as peer_reads
 from api.peers.blocks import kind
 from api.store.models import Engine
 from engine.events import INT32_MAX
 
-router = APIRouter(prefix="/engines/{engine_id}", tags=["peers"], dependencies=[READ])
+router = APIRouter(
+    prefix="/engines/{engine_id}", tags=["peers"], dependencies=[READ], responses=ENGINE_NOT_FOUND
+)
 #: The most blocks one analysis reads (all groups of the rank): past it, `num_read` says so.
 MAX_READ_BLOCKS = 200_000
 Rank = Annotated[int | None, Query(ge=0, le=INT32_MAX, description="None: every rank, merged")]

@@ -10,13 +10,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
+from pydantic import ValidationError, WithJsonSchema
 
 from api.deps import MAX_INT64, READ, Offset, RequireWrite, SessionDep, StateDep
 from api.guards import json_body
+from api.openapi import BODY_ERRORS, WRITE_ERRORS, ValidationErrorOut, error
 from api.runs import benchmarks
 from api.runs.broker import BrokerUnavailable, send_run
-from api.runs.specs import standard_suite, validate_spec
+from api.runs.specs import spec_schema, standard_suite, validate_spec
 from api.schemas import BenchmarkRunOut, BenchmarkRunPage, RunStatus
 from api.store.models import BenchmarkRun
 
@@ -30,17 +31,26 @@ EXAMPLE_SPEC = {
     "concurrency": 8,
 }
 SpecBody = Annotated[dict[str, Any], Depends(json_body.JsonBody(dict[str, Any]))]
+#: What the schema shows of the body: a spec (`validate_spec` checks it in the route, where a
+#: failure is named in the spec's terms).
+SpecSchema = Annotated[dict[str, Any], WithJsonSchema(spec_schema())]
 
 
 @router.post(
     "",
     response_model=BenchmarkRunOut,
     status_code=status.HTTP_201_CREATED,
-    responses={
-        422: {"description": "not a valid benchmark spec (what is wrong: `detail`)"},
-        503: {"description": "the Celery broker is unreachable; nothing was queued"},
+    responses=WRITE_ERRORS
+    | BODY_ERRORS
+    | {
+        422: error(
+            "not a valid benchmark spec, or one whose requests do not fit its geometry "
+            "(what is wrong: `detail`)",
+            ValidationErrorOut,
+        ),
+        503: error("the store's database or the Celery broker is unreachable; nothing was queued"),
     },
-    openapi_extra=json_body.openapi(dict[str, Any], examples=[EXAMPLE_SPEC]),
+    openapi_extra=json_body.openapi(SpecSchema, examples=[EXAMPLE_SPEC]),
 )
 def create_benchmark(
     _: RequireWrite,
@@ -100,7 +110,7 @@ def get_suite() -> list[dict[str, Any]]:
 @router.get(
     "/{run_id}",
     response_model=BenchmarkRunOut,
-    responses={404: {"description": "no benchmark run of that id"}},
+    responses={404: error("no benchmark run of that id")},
 )
 def get_benchmark(
     run_id: Annotated[int, Path(ge=1, le=MAX_INT64)], session: SessionDep

@@ -13,6 +13,13 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 
 from api.deps import MAX_INT64, READ, EngineDep, Offset, RequireWrite, SessionDep, StateDep
 from api.guards import json_body
+from api.openapi import (
+    BODY_ERRORS,
+    ENGINE_NOT_FOUND,
+    WRITE_ERRORS,
+    ValidationErrorOut,
+    error,
+)
 from api.runs.broker import BrokerUnavailable, send_whatif
 from api.schemas import WhatIfBody, WhatIfRunOut, WhatIfRunPage, WhatIfStatus
 from api.store.models import WhatIfRun
@@ -30,22 +37,25 @@ EXAMPLE = {
     ]
 }
 Body = Annotated[WhatIfBody, Depends(json_body.JsonBody(WhatIfBody))]
-UNAUTHORIZED = {401: {"description": "no bearer token, or a wrong one"}}
 
 
 @router.post(
     "/engines/{engine_id}/whatif",
     response_model=WhatIfRunOut,
     status_code=status.HTTP_202_ACCEPTED,
-    responses={
-        **UNAUTHORIZED,
-        403: {"description": "the read-only token cannot queue a what-if"},
-        404: {"description": "no engine of that id"},
-        409: {"description": "the engine has no recorded request chains (in that epoch)"},
-        413: {"description": "the body is over JUNCTION_MAX_BODY_BYTES"},
-        422: {"description": "a setting is not valid, or cannot be tried (`detail` names it)"},
-        429: {"description": "JUNCTION_WHATIF_MAX_RUNS runs are queued or running"},
-        503: {"description": "the Celery broker is unreachable; nothing was queued"},
+    responses=WRITE_ERRORS
+    | BODY_ERRORS
+    | ENGINE_NOT_FOUND
+    | {
+        409: error(
+            "the engine has no recorded request chains (in that epoch), or its settings "
+            "cannot be replayed"
+        ),
+        422: error(
+            "a setting is not valid, or cannot be tried (`detail` names it)", ValidationErrorOut
+        ),
+        429: error("JUNCTION_WHATIF_MAX_RUNS runs are queued or running"),
+        503: error("the store's database or the Celery broker is unreachable; nothing was queued"),
     },
     openapi_extra=json_body.openapi(WhatIfBody, examples=[EXAMPLE]),
 )
@@ -98,7 +108,7 @@ def create_whatif(
 @router.get(
     "/engines/{engine_id}/whatif",
     response_model=WhatIfRunPage,
-    responses={**UNAUTHORIZED, 404: {"description": "no engine of that id"}},
+    responses=ENGINE_NOT_FOUND,
 )
 def list_whatif(
     engine: EngineDep,
@@ -120,7 +130,7 @@ def list_whatif(
 @router.get(
     "/whatif/{run_id}",
     response_model=WhatIfRunOut,
-    responses={**UNAUTHORIZED, 404: {"description": "no what-if run of that id"}},
+    responses={404: error("no what-if run of that id")},
 )
 def get_whatif(
     run_id: Annotated[int, Path(ge=1, le=MAX_INT64)], session: SessionDep
