@@ -123,6 +123,10 @@ def test_chained_operations_keep_the_contract(contract_api) -> None:
             stateful_step_count=6,
             deadline=None,
             suppress_health_check=list(HealthCheck),
+            # fixed draws: replaying a failing sequence, schemathesis's link-fed strategies can
+            # draw another type than the first time (hypothesis's FlakyStrategyDefinition, in
+            # about half of the random runs), which says nothing about the app
+            derandomize=True,
         )
     )
 
