@@ -6,11 +6,16 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
+from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from api.main import create_app
 from api.routes.blocks import block_out
+from api.settings import Settings
+from api.store.db import make_engine, make_sessionmaker
 from api.store.models import Block
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
@@ -173,3 +178,20 @@ def assert_same_table(stored: dict[Key, dict], engine: Engine) -> None:
             f"{len(extra)} rows the engine lacks {extra[:5]}, {len(wrong)} rows differ"
             + "".join(f"\n  {line}" for line in shown)
         )
+
+
+def filled_app(tmp_path: Path, database_url: str, engine_run: Engine, token: str) -> FastAPI:
+    """The app on `database_url`, its store filled with a real ledger engine's events, its
+    broker a SQLite file under `tmp_path`."""
+    settings = Settings(
+        _env_file=None,
+        database_url=database_url,
+        api_token=token,
+        broker_url=f"sqla+sqlite:///{tmp_path / 'broker.db'}",
+        result_backend=f"db+sqlite:///{tmp_path / 'results.db'}",
+    )
+    db = make_engine(settings.database_url)
+    with make_sessionmaker(db)() as session:
+        ingest(session, engine_run)
+    db.dispose()
+    return create_app(settings)

@@ -17,9 +17,6 @@ import schemathesis
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from api.main import create_app
-from api.settings import Settings
-from api.store.db import make_engine, make_sessionmaker
 from engine.engine import Engine
 from tests.api import factories
 from tests.api.conftest import TOKEN
@@ -38,18 +35,8 @@ def headers(request: pytest.FixtureRequest) -> dict[str, str]:
 def fuzzed_api(tmp_path: Path, database_url: str, engine_run: Engine, headers: dict[str, str]):
     """The schema of the app over each backend, for each of `headers` (requested here so that
     pytest parametrizes the test by it: schemathesis asks for its fixtures lazily)."""
-    settings = Settings(
-        _env_file=None,
-        database_url=database_url,
-        api_token=TOKEN,
-        broker_url=f"sqla+sqlite:///{tmp_path / 'broker.db'}",
-        result_backend=f"db+sqlite:///{tmp_path / 'results.db'}",
-    )
-    db = make_engine(settings.database_url)
-    with make_sessionmaker(db)() as session:
-        factories.ingest(session, engine_run)
-    db.dispose()
-    return schemathesis.openapi.from_asgi("/openapi.json", create_app(settings))
+    app = factories.filled_app(tmp_path, database_url, engine_run, TOKEN)
+    return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 
 schema = schemathesis.pytest.from_fixture("fuzzed_api")

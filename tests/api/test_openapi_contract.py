@@ -37,7 +37,6 @@ from schemathesis.config import SchemathesisConfig
 
 from api.main import create_app
 from api.settings import Settings
-from api.store.db import make_engine, make_sessionmaker
 from engine.engine import Engine
 from tests.api import factories
 from tests.api.conftest import AUTH, TOKEN
@@ -90,18 +89,7 @@ def contract_config() -> SchemathesisConfig:
 
 @pytest.fixture
 def contract_api(tmp_path: Path, database_url: str, engine_run: Engine):
-    settings = Settings(
-        _env_file=None,
-        database_url=database_url,
-        api_token=TOKEN,
-        broker_url=f"sqla+sqlite:///{tmp_path / 'broker.db'}",
-        result_backend=f"db+sqlite:///{tmp_path / 'results.db'}",
-    )
-    db = make_engine(settings.database_url)
-    with make_sessionmaker(db)() as session:
-        factories.ingest(session, engine_run)
-    db.dispose()
-    app = create_app(settings)
+    app = factories.filled_app(tmp_path, database_url, engine_run, TOKEN)
     return schemathesis.openapi.from_asgi("/openapi.json", app, config=contract_config())
 
 
