@@ -174,7 +174,7 @@ def _join(state: AppState, timeout_s: float) -> None:
 
 
 def _beat(state: AppState) -> None:
-    ids = [connection.connection_id for connection in state.registry.connections()]
+    ids = state.registry.connection_ids()
     with state.sessions() as session:
         replicas.beat(session, state.replica_id, state.settings.replica_timeout_s, ids)
 

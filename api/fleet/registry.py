@@ -62,6 +62,9 @@ class EngineRegistry:
 
     def __init__(self) -> None:
         self._connections: dict[str, Connection] = {}
+        # sockets whose hello is being applied: the store may already name them as the
+        # engine's holder, so the heartbeat must not take them for lost (`connection_ids`)
+        self._opening: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._connections)
@@ -84,6 +87,18 @@ class EngineRegistry:
             return False
         del self._connections[connection.engine_id]
         return True
+
+    def opening(self, connection_id: str) -> None:
+        """A socket's hello is about to be applied under `connection_id`."""
+        self._opening.add(connection_id)
+
+    def opened(self, connection_id: str) -> None:
+        """Its hello was applied (and the connection added) or refused."""
+        self._opening.discard(connection_id)
+
+    def connection_ids(self) -> list[str]:
+        """The ids of the sockets held, and of those whose hello is being applied."""
+        return [c.connection_id for c in self._connections.values()] + list(self._opening)
 
     def engine_ids(self) -> list[str]:
         return sorted(self._connections)

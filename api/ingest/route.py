@@ -123,17 +123,21 @@ async def ingest(websocket: WebSocket, state: StateDep) -> None:
         if data is None:
             return
         connection_id = replicas.new_connection_id()
-        hello, welcome = await in_ingest_thread(state, _hello, state, data, connection_id)
-        connection = Connection(
-            hello.engine_id,
-            hello.epoch,
-            websocket,
-            is_binary=isinstance(data, bytes),
-            connection_id=connection_id,
-        )
-        # the newest hello wins: an older socket of the engine here is closed now, one on
-        # another replica by that replica when the claim's notification reaches it
-        older = state.registry.add(connection)
+        state.registry.opening(connection_id)  # the hello names it holder before it is added
+        try:
+            hello, welcome = await in_ingest_thread(state, _hello, state, data, connection_id)
+            connection = Connection(
+                hello.engine_id,
+                hello.epoch,
+                websocket,
+                is_binary=isinstance(data, bytes),
+                connection_id=connection_id,
+            )
+            # the newest hello wins: an older socket of the engine here is closed now, one on
+            # another replica by that replica when the claim's notification reaches it
+            older = state.registry.add(connection)
+        finally:
+            state.registry.opened(connection_id)
         state.metrics.connected_engines.set(len(state.registry))
         await in_ingest_thread(state, _claim, state, connection)
         if older is not None:

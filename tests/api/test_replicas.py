@@ -288,3 +288,28 @@ def test_replicas_lists_the_live_ones_and_marks_itself(client, session: Session)
     assert by_id["other"]["num_engines"] == 1 and own["num_engines"] == 0
     assert own["pid"] == os.getpid()
     assert client.get("/api/v1/engines/e1").json()["replica_id"] == "other"
+
+
+def test_a_beat_between_a_hello_and_its_socket_added_keeps_the_engine_held(
+    session: Session,
+) -> None:
+    """The hello names the socket holder in the store before the registry holds the socket: a
+    beat in between took the engine for lost and disconnected it (seen as `replica_id` None
+    right after the welcome, across replicas). The registry counts such a socket as held."""
+    from api.fleet.registry import EngineRegistry
+
+    replicas.join(session, "r1", TIMEOUT_S, is_only=False)
+    add_engines(session, "opening")
+    with session.begin():
+        session.execute(
+            update(Engine)
+            .where(Engine.engine_id == "opening")
+            .values(connected=True, replica_id="r1", connection_id="socket-1")
+        )
+    registry = EngineRegistry()
+    registry.opening("socket-1")
+    replicas.beat(session, "r1", TIMEOUT_S, registry.connection_ids())
+    assert engine_row(session, "opening") == (True, "r1", "socket-1")
+    registry.opened("socket-1")  # refused after all: no socket holds it
+    replicas.beat(session, "r1", TIMEOUT_S, registry.connection_ids())
+    assert engine_row(session, "opening")[:2] == (False, None)
