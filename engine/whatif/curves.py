@@ -177,20 +177,28 @@ def lru_curve(stream: BlockStream, sizes: Sequence[int]) -> Curve:
 def sample_stream(stream: BlockStream, rate: float, seed: int = 0) -> BlockStream:
     """SHARDS' spatial sample: the blocks whose mixed key falls under `rate` (`seed` picks
     another mix, so another sample of the same rate). Pure."""
+    kept = sampled_positions(stream.keys, rate, seed)
+    starts = starts_of(np.searchsorted(stream.starts, kept, "right") - 1, stream.num_requests)
+    keys, weights = stream.keys[kept], stream.weights[kept]
+    return BlockStream(keys, starts, weights, stream.num_prompt_tokens, stream.block_size)
+
+
+def sampled_positions(keys: np.ndarray, rate: float, seed: int = 0) -> np.ndarray:
+    """The positions of the keys SHARDS keeps at `rate` (all of them at 1). Pure."""
     if not 0 < rate <= 1:
         raise ValueError(f"sampling rate must be in (0, 1], got {rate}")
     threshold = round(rate * (1 << _SAMPLE_BITS))
     if threshold >= 1 << _SAMPLE_BITS:
-        kept = np.arange(len(stream.keys))
-    else:
-        kept = _kept(stream.keys, _salt(seed), np.uint64(threshold << (64 - _SAMPLE_BITS)))
-    counts = np.bincount(
-        np.searchsorted(stream.starts, kept, "right") - 1, None, stream.num_requests
-    )
-    starts = np.zeros(stream.num_requests + 1, np.int64)
-    np.cumsum(counts, out=starts[1:])
-    keys, weights = stream.keys[kept], stream.weights[kept]
-    return BlockStream(keys, starts, weights, stream.num_prompt_tokens, stream.block_size)
+        return np.arange(len(keys))
+    return _kept(keys, _salt(seed), np.uint64(threshold << (64 - _SAMPLE_BITS)))
+
+
+def starts_of(request_of: np.ndarray, num_requests: int) -> np.ndarray:
+    """Each request's first position in a stream whose positions belong to `request_of`
+    (non-decreasing), and the end: `starts[r]` to `starts[r + 1]`. Pure."""
+    starts = np.zeros(num_requests + 1, np.int64)
+    np.cumsum(np.bincount(request_of, minlength=num_requests), out=starts[1:])
+    return starts
 
 
 def shards_curve(stream: BlockStream, sizes: Sequence[int], rate: float, seed: int = 0) -> Curve:

@@ -43,12 +43,11 @@ from typing import NamedTuple
 import numpy as np
 
 from engine.whatif.curves import (
-    _SAMPLE_BITS,
     BlockStream,
     Curve,
-    _kept,
-    _salt,
     distances_and_users,
+    sampled_positions,
+    starts_of,
 )
 
 HOT_SHARE = 0.001  # a family of at least this share of the requests has its prefix counted,
@@ -129,7 +128,7 @@ def family_shards_curve(
     min_count = max(HOT_MIN_REQUESTS, math.ceil(HOT_SHARE * stream.num_requests))
     families = hot_families(stream, min_count)
     sample, request = _sample_outside(stream, families.prefix, rate, seed)
-    sample_starts = _starts(request, stream.num_requests)
+    sample_starts = starts_of(request, stream.num_requests)
     distances, _, last_user = distances_and_users(stream.keys[sample], sample_starts)
     presence = _Presence(families, stream.num_requests)
     totals = _prompt_block_tokens(stream)
@@ -146,20 +145,10 @@ def _sample_outside(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The positions of the blocks SHARDS keeps at `rate` outside the family prefixes, and
     the request of each."""
-    if rate >= 1:
-        kept = np.arange(len(stream.keys))
-    else:
-        threshold = round(rate * (1 << _SAMPLE_BITS))
-        kept = _kept(stream.keys, _salt(seed), np.uint64(threshold << (64 - _SAMPLE_BITS)))
+    kept = sampled_positions(stream.keys, rate, seed)
     request = np.searchsorted(stream.starts, kept, "right") - 1
     outside = kept - stream.starts[request] >= prefix[request]
     return kept[outside], request[outside]
-
-
-def _starts(request_of: np.ndarray, num_requests: int) -> np.ndarray:
-    starts = np.zeros(num_requests + 1, np.int64)
-    np.cumsum(np.bincount(request_of, minlength=num_requests), out=starts[1:])
-    return starts
 
 
 def _prompt_block_tokens(stream: BlockStream) -> np.ndarray:
