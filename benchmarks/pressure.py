@@ -4,12 +4,14 @@ Four workload families (shared system prompts, multi-turn agents, prefix repetit
 tools), three memory levels each (25%, 50% and 100% of the working set, floored at what the
 requests in flight need: `pressure_cells.py` says how), concurrency 1 and 16. Each cell runs
 Junction's engine once per policy of `EVICTION_POLICIES` (defaults otherwise, the null runner)
-and vLLM 0.33's scheduler (the peer, `make peer`; its one pool gets both budgets), and prints
-hit tokens as % of the bound under memory (`engine.workloads.bound`: Belady's offline
-eviction, a reference, not a proven optimum; a cell above 100% is printed as it is) beside the
-memory-free oracle, and each policy's hit tokens over vLLM's. The summary checks the default
-policy's targets: >= 90% of the bound in every cell, >= 1.3x vLLM's total under pressure (the
-25% and 50% levels), never below vLLM's total in a cell.
+and vLLM 0.33's scheduler (the peer, `make peer`) twice: by blocks (its one pool gets both
+budgets' blocks) and by bytes (pages of `Bm` tokens holding the same bytes, as vLLM runs real
+hybrids; `pressure_cells.py` says how). It prints hit tokens as % of the bound under memory
+(`engine.workloads.bound`: Belady's offline eviction, a reference, not a proven optimum; a cell
+above 100% is printed as it is) beside the memory-free oracle, and each policy's hit tokens
+over vLLM's. The summary checks the default policy's targets: >= 90% of the bound in every
+cell, and against each vLLM run >= 1.3x its total under pressure (the 25% and 50% levels) and
+never below its total in a cell.
 
     make peer && .venv/bin/python benchmarks/pressure.py [--json OUT] [--no-peer]
 """
@@ -46,14 +48,19 @@ def share(tokens: int | None, of: int) -> str:
     return "-" if tokens is None else f"{tokens / of:.1%}" if of else "-"
 
 
+def over(tokens: int, theirs: int | None) -> str:
+    return "-" if not theirs else f"{tokens / theirs:.2f}x"
+
+
 def cells_table(cells: list[Cell], policies: list[str]) -> Table:
     table = Table(title="hit tokens as % of the bound under memory", title_justify="left")
     for header in ("family", "c", "level", "pools attn/mamba", "oracle tok", "bound tok"):
         table.add_column(header, justify="left" if header == "family" else "right")
-    for name in [*policies, "vLLM"]:
+    for name in [*policies, "vLLM", "vLLM by bytes"]:
         table.add_column(f"{name} % bound", justify="right")
     for name in policies:
         table.add_column(f"{name} / vLLM", justify="right")
+    table.add_column(f"{policies[0]} / vLLM by bytes", justify="right")
     for cell in cells:
         vllm = cell.vllm_tokens
         table.add_row(
@@ -65,7 +72,9 @@ def cells_table(cells: list[Cell], policies: list[str]) -> Table:
             f"{cell.bound_tokens:,}",
             *(share(cell.policy_tokens[name], cell.bound_tokens) for name in policies),
             share(vllm, cell.bound_tokens),
-            *("-" if not vllm else f"{cell.policy_tokens[name] / vllm:.2f}x" for name in policies),
+            share(cell.vllm_bytes_tokens, cell.bound_tokens),
+            *(over(cell.policy_tokens[name], vllm) for name in policies),
+            over(cell.policy_tokens[policies[0]], cell.vllm_bytes_tokens),
         )
     return table
 
@@ -83,16 +92,18 @@ def targets(cells: list[Cell], name: str) -> list[tuple[str, bool, str]]:
             f"worst {worst_share:.1%} ({worst.family}, c {worst.concurrency}, {worst.level:.0%})",
         )
     ]
-    if all(c.vllm_tokens is not None for c in cells):
+    for view, field in (("vLLM", "vllm_tokens"), ("vLLM by bytes", "vllm_bytes_tokens")):
+        if any(getattr(c, field) is None for c in cells):
+            continue
         pressed = [c for c in cells if c.level in PRESSURE_LEVELS]
         ours = sum(c.policy_tokens[name] for c in pressed)
-        theirs = sum(c.vllm_tokens for c in pressed)
+        theirs = sum(getattr(c, field) for c in pressed)
         ratio = ours / theirs if theirs else float("inf")
-        rows.append((">= 1.3x vLLM's total under pressure", ratio >= 1.3, f"{ratio:.2f}x"))
-        below = [c for c in cells if c.policy_tokens[name] < c.vllm_tokens]
+        rows.append((f">= 1.3x {view}'s total under pressure", ratio >= 1.3, f"{ratio:.2f}x"))
+        below = [c for c in cells if c.policy_tokens[name] < getattr(c, field)]
         rows.append(
             (
-                "never below vLLM's total in a cell",
+                f"never below {view}'s total in a cell",
                 not below,
                 f"{len(below)} cells below"
                 + "".join(f"; {c.family} c {c.concurrency} {c.level:.0%}" for c in below),

@@ -6,6 +6,14 @@ distinct attention block and resume state the trace has, plus what is in flight)
 scaled alike, and never below the floor the engine needs to run the requests in flight: the
 blocks the bound's in-flight window holds (and one request's blocks), and the Mamba slots it
 holds (one per `Bm` of each sequence in flight, as the engine's tables do), plus 4.
+
+vLLM runs each cell twice. **By blocks**: its one pool gets `num_blocks + num_mamba_blocks`
+blocks of `Ba` tokens, a state taking one of them, as if a state cost the bytes of `Ba` tokens
+of keys and values (generous to vLLM: it may hold hundreds of states where Junction holds a
+few). **By bytes**: as vLLM runs a real hybrid model, one page size for both groups, the
+attention block grown until its keys and values take a state's bytes (vLLM's align mode then
+makes `Ba == Bm`): for a model whose state takes the bytes of `Bm` tokens of attention, pages of
+`Bm` tokens, as many as Junction's two pools hold in bytes (`same_bytes_pages`).
 """
 
 from __future__ import annotations
@@ -74,7 +82,8 @@ class Cell(NamedTuple):
     oracle_tokens: int  # the memory-free oracle
     bound_tokens: int  # the bound under memory at `budget`
     policy_tokens: dict[str, int]  # hit tokens per eviction policy
-    vllm_tokens: int | None  # None without the peer
+    vllm_tokens: int | None  # by blocks; None without the peer
+    vllm_bytes_tokens: int | None  # by bytes; None without the peer
 
 
 def family_requests(name: str) -> list[TraceRequest]:
@@ -122,16 +131,31 @@ def junction_tokens(
     return summary.num_cached_tokens
 
 
+def same_bytes_pages(budget: Budget) -> tuple[int, int]:
+    """vLLM's pages of `Bm` tokens holding Junction's bytes, as (pages for the attention
+    blocks' bytes, pages for the state slots'): `num_blocks * Ba / Bm` (floored) and one a
+    state. The peer's pool gets their sum."""
+    return budget.num_blocks * BLOCK_SIZE // MAMBA_BLOCK_SIZE, budget.num_mamba_blocks
+
+
 def vllm_tokens(
-    peer: PeerProcess, requests: list[TraceRequest], budget: Budget, concurrency: int
+    peer: PeerProcess,
+    requests: list[TraceRequest],
+    budget: Budget,
+    concurrency: int,
+    by_bytes: bool = False,
 ) -> int:
-    """Hit tokens of vLLM's scheduler; its one pool gets both budgets' blocks."""
+    """Hit tokens of vLLM's scheduler; its one pool gets both budgets' blocks, or with
+    `by_bytes` the pages of `Bm` tokens that hold their bytes."""
+    block_size, (num_blocks, num_mamba_blocks) = BLOCK_SIZE, budget
+    if by_bytes:
+        block_size, (num_blocks, num_mamba_blocks) = MAMBA_BLOCK_SIZE, same_bytes_pages(budget)
     geometry = {
-        "block_size": BLOCK_SIZE,
+        "block_size": block_size,
         "mamba_block_size": MAMBA_BLOCK_SIZE,
         "prefix_match_unit": UNIT,
-        "num_blocks": budget.num_blocks,
-        "num_mamba_blocks": budget.num_mamba_blocks,
+        "num_blocks": num_blocks,
+        "num_mamba_blocks": num_mamba_blocks,
     }
     records = peer.replay([expanded_request(r) for r in requests], geometry, concurrency)
     return sum(record["num_cached_tokens"] for record in records)
@@ -159,4 +183,5 @@ def run_cell(
         kept.num_bound_tokens,
         {name: junction_tokens(requests, budget, concurrency, name) for name in policies},
         None if peer is None else vllm_tokens(peer, requests, budget, concurrency),
+        None if peer is None else vllm_tokens(peer, requests, budget, concurrency, by_bytes=True),
     )

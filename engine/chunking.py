@@ -7,7 +7,7 @@ Pure functions of the geometry, so the worked numbers can be checked directly: w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import NamedTuple
 
 from engine.cache.entry import CheckpointReason
@@ -136,15 +136,18 @@ def state_positions(
     mamba_block: int,
     targets: Mapping[int, CheckpointReason],
     inline: bool,
+    refused: Collection[int] = (),
 ) -> list[int]:
     """Positions whose Mamba state the runner writes for a chunk `[start, end)`, ascending.
 
     `stops` mode writes only the chunk end; `inline` also writes every block boundary and
-    checkpoint target inside the chunk.
+    checkpoint target inside the chunk, but for the `refused` ones (the eviction policy's
+    admission). The chunk end is always written: it is the live state.
     """
     if not inline:
         return [end]
     inside = {p for p in targets if start < p < end}
     first_boundary = (start // mamba_block + 1) * mamba_block
     inside.update(range(first_boundary, end, mamba_block))
+    inside.difference_update(refused)
     return sorted(inside) + [end]

@@ -46,6 +46,7 @@ class ChunkPlanner:
             self.cache.mamba_block_size,
             request.targets,
             inline=self.cache.checkpoint_mode == "inline",
+            refused=request.refused_states,
         )
 
     def targets(self, request: Request, junction: int | None) -> dict[int, CheckpointReason]:

@@ -75,6 +75,9 @@ class Request:
     num_registered_tokens: int = 0  # attention keys exist up to here
     prefill_target: int = 0  # tokens to prefill since the last admission
     targets: dict[int, CheckpointReason] = field(default_factory=dict)
+    # states the Mamba pool's policy would not have written (section 5: admission)
+    refused_states: frozenset[int] = frozenset()
+    is_observed: bool = False  # its prompt's chain was shown to the eviction policies
     block_hashes: list[BlockHash] = field(default_factory=list)
     all_token_ids: list[int] = field(default_factory=list)
 

@@ -198,7 +198,14 @@ class Scheduler:
                 junction = hit.attention_length
             targets = self.planner.targets(request, junction)
             self.sharing.keep_sibling_junctions(request, hit, targets, self.waiting)
-            request.targets = targets
+            if not request.is_observed:  # the policies learn from its chain before admitting
+                coordinator.observe(request.block_hashes)
+                request.is_observed = True
+            refused = coordinator.refused_states(
+                request.block_hashes, request.num_prompt_tokens, hit.length, targets
+            )
+            request.refused_states = refused
+            request.targets = {p: r for p, r in targets.items() if p not in refused}
             request.prefill_target = request.num_tokens
             chunk = self.planner.plan(request, hit.length, budget)
             if chunk is None:
@@ -222,7 +229,6 @@ class Scheduler:
         copies = self.coordinator.admit(request.request_id, hit)
         self.events.queue_copies(out, request, copies)
         if request.num_cached_tokens is None:
-            self.coordinator.observe(request.block_hashes)
             request.num_cached_tokens = hit.length
             request.hit_tokens_by_group = hit.by_group
             request.pin_hits = self.pin_manager.hits(request, hit.length)
@@ -292,7 +298,9 @@ class Scheduler:
             if interval:
                 reasons = {**interval, **reasons}
             request.checkpoints.extend(
-                coordinator.register_mamba(chunk.mamba_writes, request.block_hashes, reasons)
+                coordinator.register_mamba(
+                    chunk.mamba_writes, request.block_hashes, reasons, request.refused_states
+                )
             )
             if chunk.sample:
                 token = result.sampled[request.request_id]

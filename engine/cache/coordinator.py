@@ -7,7 +7,7 @@ hit `= M`; attention blocks are trimmed to `ceil(M / Ba)`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from engine.cache.attention import AttentionManager
@@ -183,6 +183,39 @@ class HybridCoordinator:
         for manager in self.managers:
             manager.pool.eviction.observe(hashes)
 
+    def refused_states(
+        self,
+        hashes: Sequence[BlockHash],
+        num_prompt_tokens: int,
+        hit_length: int,
+        targets: dict[int, CheckpointReason],
+    ) -> frozenset[int]:
+        """The states the Mamba pool's policy will not have this request write (docs/rules.md
+        section 5: admission): asked only for `block`, `resend` and `extension` states above
+        the hit, and only while the pool lacks a spare block (one with no entry) for each state
+        the prompt writes, so without pressure every state is written."""
+        policy = self.mamba.pool.eviction
+        if policy.admits_all or not self.config.enable_prefix_caching:
+            return frozenset()
+        size, unit = self.mamba.block_size, self.unit
+        positions = sorted(
+            {*range((hit_length // size + 1) * size, num_prompt_tokens + 1, size)}
+            | {p for p in targets if p > hit_length}
+        )
+        if not positions or policy.num_free_up_to(0, limit=len(positions) + 1) > len(positions):
+            return frozenset()
+        refusable = policy.REFUSABLE
+        refused = set()
+        for position, following in zip(positions, [*positions[1:], None], strict=True):
+            reason = targets.get(position, CheckpointReason.BLOCK)
+            if reason not in refusable or position % unit or position // unit > len(hashes):
+                continue
+            first = position // unit - 1
+            last = len(hashes) if following is None else following // unit - 1
+            if not policy.admits(hashes[first], reason, hashes[first : max(last, first + 1)]):
+                refused.add(position)
+        return frozenset(refused)
+
     def add_interval_states(
         self, start: int, end: int, writes: list[tuple[int, int]], hashes: Sequence[BlockHash]
     ) -> list[int]:
@@ -232,10 +265,11 @@ class HybridCoordinator:
         writes: Sequence[tuple[int, int]],
         hashes: Sequence[BlockHash],
         reasons: dict[int, CheckpointReason],
+        refused: Collection[int] = (),
     ) -> list[int]:
         if not self.config.enable_prefix_caching:
             return []
-        return self.mamba.register(writes, hashes, self.unit, reasons)
+        return self.mamba.register(writes, hashes, self.unit, reasons, refused)
 
     def block_tables(self, request_id: str) -> dict[str, list[int | None]]:
         """The request's block ids per group, in table order (`None`: no Mamba state kept)."""

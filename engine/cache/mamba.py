@@ -9,7 +9,7 @@ block and a copy `live -> cache-owned` runs ahead of the forward (producer copy-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from enum import Enum
 from typing import NamedTuple
 
@@ -202,10 +202,15 @@ class MambaManager(GroupManager):
         hashes: Sequence[BlockHash],
         unit: int,
         reasons: dict[int, CheckpointReason],
+        refused: Collection[int] = (),
     ) -> list[int]:
-        """Register the checkpoints among a finished step's state writes; returns positions."""
+        """Register the checkpoints among a finished step's state writes, but for the `refused`
+        positions (a chunk end the policy refused is written, as the live state, not kept);
+        returns positions."""
         registered = []
         for position, block_id in writes:
+            if position in refused:
+                continue
             reason = reasons.get(position)
             if reason is None and position % self.block_size == 0:
                 reason = CheckpointReason.BLOCK

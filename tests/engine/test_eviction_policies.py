@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from engine.cache.block_pool import BlockPool
 from engine.cache.entry import RETENTION, CheckpointReason
 from engine.cache.eviction import EVICTION_POLICIES
-from engine.cache.eviction.reuse import ATTENTION_HORIZON_PER_BLOCK, STATE_HORIZON_PER_BLOCK
+from engine.cache.eviction.divergence import MAX_TALLIED, MIN_PAST
+from engine.cache.eviction.reuse import (
+    ADMIT_RATE,
+    ATTENTION_HORIZON_PER_BLOCK,
+    EXPECTED_READ_WEIGHT,
+    STATE_HORIZON_PER_BLOCK,
+)
 from engine.cache.eviction.reuse_rates import GHOSTS_PER_BLOCK, PRIOR
 
 NUM_BLOCKS = 10
@@ -91,6 +97,8 @@ class ReuseModel:
         self.hits: Counter[int] = Counter()
         self.departures: Counter[int] = Counter()
         self.ghosts: dict[bytes, int] = {}  # insertion order is eviction order
+        self.passed: Counter[bytes] = Counter()  # requests whose chain passed each key
+        self.diverged: Counter[bytes] = Counter()  # requests that diverged at each key
 
     def klass(self, entries: dict[bytes, tuple[int, CheckpointReason]], block_id: int) -> int:
         if not entries:
@@ -117,10 +125,32 @@ class ReuseModel:
             self.departures[rank[0]] += 1
             self.is_read.add(block_id)
 
-    def next_block(self, free: dict[int, tuple]) -> int:
+    def expected_more(self, key: bytes) -> float | None:
+        """States: from the divergence counts every key ended up with, how many more requests
+        diverge at `key` (None before its first, past the tallied counts, or when fewer than
+        `MIN_PAST` keys got further)."""
+        count = self.diverged[key]
+        if not count or count > MAX_TALLIED:
+            return None
+        counts = [min(c, MAX_TALLIED + 1) for c in self.diverged.values() if c]
+        further = [c for c in counts if c > count]
+        if len(further) < MIN_PAST:
+            return None
+        return sum(c - count for c in further) / sum(1 for c in counts if c >= count)
+
+    def next_block(self, free: dict[int, tuple], keys: dict[int, dict]) -> int:
         def priority(block_id: int) -> tuple:
             klass, stamp = free[block_id]
-            return (-1.0 if not klass else stamp + self.rate(klass) * self.horizon, klass, stamp)
+            if not klass:
+                return (-1.0, klass, stamp)
+            weight = self.rate(klass) * self.horizon
+            if self.holds_states:
+                known = [
+                    m for k in keys.get(block_id, {}) if (m := self.expected_more(k)) is not None
+                ]
+                if known:
+                    weight = max(known) * EXPECTED_READ_WEIGHT * self.horizon
+            return (stamp + weight, klass, stamp)
 
         return min(free, key=priority)
 
@@ -134,7 +164,30 @@ class ReuseModel:
             if len(self.ghosts) > GHOSTS_PER_BLOCK * NUM_BLOCKS:
                 del self.ghosts[next(iter(self.ghosts))]
 
+    def admits(self, key: bytes, reason: CheckpointReason, span: list[bytes]) -> bool:
+        """Refusable states (the Mamba pool): by the divergence within `span` once an earlier
+        request passed `key`, else by the class's rate; a refusal by rate leaves a ghost."""
+        refusable = (CheckpointReason.BLOCK, CheckpointReason.RESEND, CheckpointReason.EXTENSION)
+        if not self.holds_states or reason not in refusable:
+            return True
+        if self.passed[key] > 1:
+            return any(self.diverged[k] for k in span)
+        klass = 1 + 2 * list(CheckpointReason).index(reason)
+        if self.rate(klass) >= ADMIT_RATE:
+            return True
+        self.departures[klass] += 1
+        self.ghosts.pop(key, None)
+        self.ghosts[key] = klass
+        if len(self.ghosts) > GHOSTS_PER_BLOCK * NUM_BLOCKS:
+            del self.ghosts[next(iter(self.ghosts))]
+        return False
+
     def observe(self, hashes: list[bytes], cached: set[bytes]) -> None:
+        if self.holds_states:  # where it diverged: the last key of the run passed before
+            run = next((i for i, key in enumerate(hashes) if not self.passed[key]), len(hashes))
+            if run:
+                self.diverged[hashes[run - 1]] += 1
+            self.passed.update(hashes)
         for key in reversed(hashes):
             if key in cached:
                 return
@@ -194,7 +247,7 @@ class Model:
         if self.policy == "reuse":  # one take learns from its evictions once it is done
             ranks = {}
             for _ in range(num):
-                block_id = self.reuse.next_block(self.free)
+                block_id = self.reuse.next_block(self.free, self.keys)
                 ranks[block_id] = self.free.pop(block_id)
             for block_id, rank in ranks.items():
                 self.reuse.evicted(rank, block_id, self.keys.pop(block_id, {}))
@@ -210,8 +263,21 @@ class Model:
     def cached(self) -> set[bytes]:
         return {key for entries in self.keys.values() for key in entries}
 
+    def admits(self, key: bytes, reason: CheckpointReason, span: list[bytes]) -> bool:
+        """reuse: its model; cost: an interval state where its prefix recurred or the next
+        block to go holds no entry; the others write every state."""
+        if self.policy == "reuse":
+            return self.reuse.admits(key, reason, span)
+        if self.policy != "cost" or reason is not CheckpointReason.INTERVAL:
+            return True
+        if self.counts[key] >= 2:
+            return True
+        return bool(self.free) and not self.keys.get(min(self.free, key=self.free.get))
 
-ACTIONS = ["allocate"] * 3 + ["free"] * 3 + ["touch", "cache", "cache", "observe"]
+
+ACTIONS = (
+    ["allocate"] * 3 + ["free"] * 3 + ["touch", "cache", "cache", "observe", "observe", "admit"]
+)
 
 
 @pytest.mark.parametrize("policy", list(EVICTION_POLICIES))
@@ -247,10 +313,19 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
             model.keys[block_id] = {key: (p, why) for key, p, why in keys}
             model.changed(block_id, before)
         elif action == "observe":  # a request whose chain passes keys, some evicted by now
-            hashes = [key_of(i) for i in sorted(rng.sample(range(next_key), min(num, next_key)))]
+            if rng.random() < 0.5:  # a few keys of the chain
+                picked = sorted(rng.sample(range(next_key), min(num, next_key)))
+            else:  # a prefix of it: requests diverging at various depths, some often
+                picked = range(rng.randrange(next_key + 1) // 2)
+            hashes = [key_of(i) for i in picked]
             pool.eviction.observe(hashes)
             model.counts.update(hashes)
             model.reuse.observe(hashes, model.cached())
+        elif action == "admit" and next_key:  # a state about to be written, and the keys after it
+            first = rng.randrange(next_key)
+            span = [key_of(i) for i in range(first, min(first + num, next_key))]
+            admitted = pool.eviction.admits(span[0], reason, span)
+            assert admitted == model.admits(span[0], reason, span)
         pool.check_invariants()
         assert set(pool.entries) == model.cached()
         assert pool.num_free == len(model.free)
@@ -366,3 +441,137 @@ def test_the_flag_and_the_bench_geometry_choose_a_policy_and_name_the_known_ones
     assert EngineSettings(eviction="lru").cache_config().eviction == "lru"
     with pytest.raises(ValidationError, match=r"eviction\n.*unknown eviction policy 'nope'"):
         EngineSettings(eviction="nope")
+
+
+# ------------------------------------------------------------------ (d) which states are written
+def test_reuse_refuses_a_state_every_sibling_passes_and_admits_it_once_one_diverges_there() -> None:
+    """Siblings share `a0..a3` and part after `a3`: the state at `a1` serves nobody (each
+    resumes from `a3`'s), so it is refused, `a3`'s admitted; once a request diverges after
+    `a1`, the state at `a1` is worth writing again."""
+    policy = BlockPool(4, BLOCK_SIZE, "mamba", 1, eviction="reuse", holds_states=True).eviction
+    prefix = [key_of(i) for i in range(4)]
+    block = CheckpointReason.BLOCK
+    policy.observe([*prefix, key_of(10)])
+    assert policy.admits(prefix[1], block, prefix[1:3])  # a new prefix: its class decides
+    policy.observe([*prefix, key_of(11)])
+    assert not policy.admits(prefix[1], block, prefix[1:3])
+    assert policy.admits(prefix[3], block, prefix[3:])
+    assert policy.admits(prefix[1], CheckpointReason.JUNCTION, prefix[1:3])  # never refused
+    policy.observe([*prefix[:2], key_of(12)])  # diverges right after `a1`
+    assert policy.admits(prefix[1], block, prefix[1:3])
+
+
+def test_reuse_refuses_tail_states_of_a_class_nobody_reads_and_learns_it_back() -> None:
+    """`extension` states evicted unread bring their class below `ADMIT_RATE`, so a new one is
+    refused; requests that would have resumed from refused ones raise the class again."""
+    pool = BlockPool(3, BLOCK_SIZE, "mamba", 1, eviction="reuse", holds_states=True)
+    policy, extension = pool.eviction, CheckpointReason.EXTENSION
+    klass = 1 + 2 * list(CheckpointReason).index(extension)
+    round_ = 0
+    while policy.admits(key_of(1000 + round_), extension, [key_of(1000 + round_)]):
+        (tail,) = pool.allocate(1)
+        pool.cache(tail.block_id, [(key_of(round_), 8, extension)], None)
+        pool.free([tail.block_id])
+        round_ += 1
+        assert round_ < 200
+    assert policy.rates.rate(klass) < ADMIT_RATE
+    refused = key_of(1000 + round_)
+    assert refused in policy.rates.ghosts
+    for turn in range(200):
+        policy.observe([refused, key_of(5000 + turn)])  # a next turn would have resumed there
+        if policy.admits(key_of(2000 + turn), extension, [key_of(2000 + turn)]):
+            break
+        refused = key_of(2000 + turn)
+    else:
+        raise AssertionError("the class never learnt that its states were read")
+    assert policy.rates.rate(klass) >= ADMIT_RATE
+
+
+def shared_prompt_checkpoints(policy: str, num_mamba_blocks: int) -> list[tuple[str, list[int]]]:
+    """Each request's family and the states it registered (4 families of 4 siblings: a 64-token
+    system prompt, 8-token questions; `Bm` 16), run one at a time on the ledger runner, which
+    checks every read."""
+    from engine.config import CacheConfig, SchedulerConfig
+    from engine.engine import Engine
+    from engine.replay import replay
+    from engine.workloads import build_workload
+
+    workload = build_workload(
+        {"kind": "generated_shared_prefix", "num_groups": 4, "prompts_per_group": 4,
+         "system_prompt_len": 64, "question_len": 8, "output_len": 2}
+    )  # fmt: skip
+    cache = CacheConfig(
+        block_size=4,
+        mamba_block_size=16,
+        prefix_match_unit=4,
+        num_blocks=400,
+        num_mamba_blocks=num_mamba_blocks,
+        eviction=policy,
+    )
+    engine = Engine(cache, SchedulerConfig(), runner="ledger")
+    items = workload.items()
+    records, _ = replay(engine, items, 1, on_step=Engine.check_invariants)
+    families = [item.request_id.split("-")[0] for item in items]
+    return [(family, r["checkpoints"]) for family, r in zip(families, records, strict=True)]
+
+
+def test_under_pressure_reuse_writes_only_the_states_siblings_resume_from() -> None:
+    """Under pressure a sibling that misses writes the system prompt's end (where its family
+    diverges) but not the block states before it; the first of a family, whose prompt nobody
+    passed before, writes them all; with room for everything every request writes what
+    `retention` writes."""
+    seen, later = set(), []
+    for family, written in shared_prompt_checkpoints("reuse", 12):
+        if family in seen and 64 in written:
+            later.append(written)
+        elif family not in seen:
+            assert {16, 32, 48, 64} <= set(written)
+        seen.add(family)
+    assert later and all(not {16, 32, 48} & set(written) for written in later)
+    assert shared_prompt_checkpoints("reuse", 200) == shared_prompt_checkpoints("retention", 200)
+
+
+def test_states_are_asked_about_only_while_the_pool_has_no_spare_block_for_each() -> None:
+    """A sibling's block state before the family's junction is refused under pressure, and
+    written while the Mamba pool has an empty block for every state the prompt writes."""
+    from engine.cache.coordinator import HybridCoordinator
+    from engine.config import CacheConfig
+    from engine.events import NullSink
+
+    config = CacheConfig(block_size=4, mamba_block_size=16, prefix_match_unit=4, num_blocks=64,
+                         num_mamba_blocks=6)  # fmt: skip
+    coordinator = HybridCoordinator(config, NullSink())
+    prefix = [key_of(i) for i in range(8)]  # 32 shared tokens, then each request's own 8
+    for question in (100, 101):
+        coordinator.observe([*prefix, key_of(question), key_of(question + 10)])
+    chain = [*prefix, key_of(102), key_of(112)]
+    coordinator.observe(chain)
+    targets = {32: CheckpointReason.JUNCTION}
+    assert coordinator.refused_states(chain, 40, 0, targets) == frozenset()  # 6 empty blocks
+    pool = coordinator.mamba.pool
+    for block in pool.allocate(4):  # 4 of the 6 blocks hold others' states, free
+        pool.cache(block.block_id, [(key_of(200 + block.block_id), 16, CheckpointReason.BLOCK)],
+                   None)  # fmt: skip
+        pool.free([block.block_id])
+    assert coordinator.refused_states(chain, 40, 0, targets) == {16}
+    assert coordinator.refused_states(chain, 40, 16, targets) == frozenset()  # above the hit only
+
+
+def test_divergence_counts_expect_as_many_more_siblings_as_finished_families_had() -> None:
+    """Five families of 8 siblings, then one with 2 so far: its key has had 1 divergence (the
+    second sibling), and finished families went on to 7, so 5 more are expected; a key at 7 is
+    past what any family reached, so nothing is claimed; a stray key shared by chance with an
+    earlier chain past the run does not count as a divergence."""
+    from engine.cache.eviction.divergence import DivergenceCounts
+
+    counts = DivergenceCounts()
+    for family in range(6):
+        prefix = [key_of(1000 * family + i) for i in range(4)]
+        for sibling in range(8 if family < 5 else 2):
+            counts.observe([*prefix, key_of(1000 * family + 100 + sibling)])
+    assert counts.expected_more(key_of(5003)) == pytest.approx(5.0)
+    assert counts.expected_more(key_of(3)) is None  # 7: nobody went further
+    assert counts.expected_more(key_of(5002)) is None  # nobody diverged there
+    assert counts.diverged_within([key_of(3), key_of(2)]) == 7
+    counts.observe([key_of(9000), key_of(3)])  # `key_of(3)` passed before, but not as a prefix
+    assert counts.diverged_within([key_of(3)]) == 7

@@ -27,6 +27,11 @@ class EvictionPolicy(ABC):
     name: ClassVar[str]
     #: True when `admits` says yes to every state (the coordinator then skips asking)
     admits_all: ClassVar[bool] = True
+    #: the reasons whose states `admits` may refuse besides `interval`: what a request writes
+    #: for itself; a junction, message or pin state is always written
+    REFUSABLE: ClassVar[frozenset[CheckpointReason]] = frozenset(
+        {CheckpointReason.BLOCK, CheckpointReason.RESEND, CheckpointReason.EXTENSION}
+    )
 
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
@@ -97,9 +102,15 @@ class EvictionPolicy(ABC):
         blocks already free. Nothing by default."""
         return
 
-    def admits(self, key: BlockHash, reason: CheckpointReason) -> bool:
-        """Whether a spare state keyed `key` (an `interval` state) is worth a block; asked
-        before it is written. Changes nothing. Every state by default."""
+    def admits(
+        self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
+    ) -> bool:
+        """Whether a state keyed `key` is worth a block; asked before it is written, for an
+        `interval` state always, and for a `block`, `resend` or `extension` state while the
+        pool has no spare block for every state the request writes (`REFUSABLE`). `span`: the
+        request's hashes from `key` up to the next state it writes, where a later request
+        would diverge and still resume from this one. A refusal may be learnt from (as a state
+        given up at once) but changes no block's place. Every state by default."""
         return True
 
     @abstractmethod

@@ -132,7 +132,9 @@ class CostAware(EvictionPolicy):
     def observe(self, hashes: Sequence[BlockHash]) -> None:
         self.recurrence.observe(hashes)
 
-    def admits(self, key: BlockHash, reason: CheckpointReason) -> bool:
+    def admits(
+        self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
+    ) -> bool:
         if reason is not CheckpointReason.INTERVAL:
             return True
         if self.recurrence.count(key) >= MIN_RECURRENCE:

@@ -15,6 +15,11 @@ follow the retention levels.
 Why: under pressure a request's tail states (`resend`, `extension`) are read by nobody in some
 workloads (shared system prompts, prefix repetition) and by the next turn in others (agents);
 no fixed order of reasons is right for both, a learnt one is.
+
+The Mamba pool learns two more things, from where requests diverge (`DivergenceCounts`): a
+state whose key requests diverged at is ordered by how many more are expected to, judged by
+how those counts ended up for every key (a finished family's state goes before a new one's);
+and, under pressure, which states are worth writing at all (`admits`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from engine.cache.block import Block, InvariantError
 from engine.cache.entry import RETENTION, CheckpointReason, Entry
 from engine.cache.eviction.base import EvictionPolicy
+from engine.cache.eviction.divergence import DivergenceCounts
 from engine.cache.eviction.reuse_rates import ReuseRates
 from engine.hashing import BlockHash
 
@@ -37,6 +43,12 @@ NUM_CLASSES = 1 + 2 * len(REASONS)
 # pool then keeps the recently used prefixes, the ones the few states are likely to belong to)
 STATE_HORIZON_PER_BLOCK = 32.0
 ATTENTION_HORIZON_PER_BLOCK = 1.0
+# a state of a prefix nobody passed before is written while its class is read at least this
+# often (one time in twenty): below it, the block it takes is worth more to what is cached
+ADMIT_RATE = 0.05
+# what one more expected read is worth in the Mamba pool's order, in horizons: a state whose
+# family is expected to come back `n` more times outlives one never read by `3 n` horizons
+EXPECTED_READ_WEIGHT = 3.0
 
 
 def class_priors() -> list[float]:
@@ -54,6 +66,7 @@ class ReuseLearned(EvictionPolicy):
     """One LRU queue per class; the head of lowest `stamp + rate * horizon` goes first."""
 
     name = "reuse"
+    admits_all = False
 
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
@@ -68,6 +81,8 @@ class ReuseLearned(EvictionPolicy):
         self._stamp = 0
         self._num_free = 0
         self._weights: list[float] | None = None  # `rate * horizon` per class, until one changes
+        # where requests diverged, for admitting states (the Mamba pool only)
+        self.divergence = DivergenceCounts() if holds_states else None
 
     @property
     def num_free(self) -> int:
@@ -86,14 +101,22 @@ class ReuseLearned(EvictionPolicy):
             return EMPTY
         return 1 + 2 * REASON_INDEX[best] + self._is_read[block.block_id]
 
-    def _in_order(self) -> Iterator[Block]:
-        """The free blocks in the order `take` gives them up, without taking any: among the
-        classes' heads, the lowest `stamp + rate * horizon` (an empty block first; the lower
-        class on a tie). The rates are read once: nothing here changes them."""
+    def _class_weights(self) -> list[float]:
+        """`rate * horizon` per class, read once per walk: nothing in a walk changes them."""
         weights = self._weights
         if weights is None:  # a rate changed since the last walk
             weights = [self.rates.rate(klass) * self.horizon for klass in range(NUM_CLASSES)]
             self._weights = weights
+        return weights
+
+    def _in_order(self) -> Iterator[Block]:
+        """The free blocks in the order `take` gives them up, without taking any: among the
+        classes' heads, the lowest `stamp + rate * horizon` (an empty block first; the lower
+        class on a tie); in the Mamba pool, `_states_in_order`."""
+        if self.divergence is not None:
+            yield from self._states_in_order()
+            return
+        weights = self._class_weights()
         iters, heads = {}, {}  # non-empty classes, ascending
         for klass, queue in enumerate(self._queues):
             if queue:
@@ -115,9 +138,36 @@ class ReuseLearned(EvictionPolicy):
             else:
                 heads[best] = following
 
+    def _states_in_order(self) -> Iterator[Block]:
+        """The Mamba pool's order: empty blocks first, oldest first; then by `stamp + weight`
+        (the lower class on a tie), where `weight` is `expected * EXPECTED_READ_WEIGHT *
+        horizon` for a state whose key some requests diverged at and whose count the
+        divergence table can judge (`DivergenceCounts.expected_more`, the largest among its
+        keys), and its class's `rate * horizon` otherwise."""
+        blocks, expected_more = self.blocks, self.divergence.expected_more
+        for block_id in self._queues[EMPTY]:
+            yield blocks[block_id]
+        weights, per_read = self._class_weights(), EXPECTED_READ_WEIGHT * self.horizon
+        scored = []
+        for klass in range(1, NUM_CLASSES):
+            for block_id, stamp in self._queues[klass].items():
+                more = None
+                for key in blocks[block_id].keys:
+                    value = expected_more(key)
+                    if value is not None and (more is None or value > more):
+                        more = value
+                weight = weights[klass] if more is None else more * per_read
+                scored.append((stamp + weight, klass, stamp, block_id))
+        scored.sort()
+        for *_, block_id in scored:
+            yield blocks[block_id]
+
     def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
-        if limit is not None and len(self._queues[EMPTY]) >= limit:
+        num_empty = len(self._queues[EMPTY])
+        if limit is not None and num_empty >= limit:
             return limit  # blocks with no entry go first, and hold nothing retained
+        if retention == 0:  # the empty blocks, all before any block with an entry
+            return num_empty
         return self.count_up_to(self._in_order(), retention, limit)
 
     def add(self, block: Block) -> None:
@@ -176,6 +226,30 @@ class ReuseLearned(EvictionPolicy):
     def observe(self, hashes: Sequence[BlockHash]) -> None:
         self.rates.observe(hashes, self.entries, deepest_only=self.holds_states)
         self._weights = None
+        if self.divergence is not None:
+            self.divergence.observe(hashes)
+
+    def admits(
+        self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
+    ) -> bool:
+        """A `block`, `resend` or `extension` state whose prefix an earlier request passed is
+        written when some request diverged within its `span` (it would resume from it), else
+        a deeper state serves them all, and the next request that diverges there writes it;
+        one whose prefix is new is written while its class is read at least `ADMIT_RATE` of
+        the time, and refusing it counts as giving it up at once: its ghost lets a later
+        request that would have resumed from it raise its class.
+        Interval states and the other reasons are always written."""
+        divergence = self.divergence
+        if reason not in self.REFUSABLE or divergence is None:
+            return True
+        if divergence.count(key) > 1:
+            return divergence.diverged_within(span) > 0
+        klass = 1 + 2 * REASON_INDEX[reason]
+        if self.rates.rate(klass) >= ADMIT_RATE:
+            return True
+        self.rates.evicted(klass, key)
+        self._weights = None
+        return False
 
     def check_invariants(self) -> None:
         num_free = 0

@@ -47,6 +47,7 @@ class ReuseRates:
     def evicted(self, klass: int, key: BlockHash) -> None:
         """A block of `klass` whose deepest key is `key` was given up."""
         self.departures[klass] += 1
+        self.ghosts.pop(key, None)  # a key given up again is the newest ghost
         self.ghosts[key] = klass
         if len(self.ghosts) > self.max_ghosts:
             self.ghosts.popitem(last=False)
