@@ -82,6 +82,7 @@ class HybridCoordinator:
             config.eviction,
             holds_states=True,
         )
+        mamba_pool.eviction.couple(attention_pool.entries)
         self.attention = AttentionManager(attention_pool)
         self.mamba = MambaManager(mamba_pool)
         self.step = 0

@@ -138,11 +138,18 @@ class ReuseModel:
             return None
         return sum(c - count for c in further) / sum(1 for c in counts if c >= count)
 
-    def next_block(self, free: dict[int, tuple], keys: dict[int, dict]) -> int:
+    def next_block(
+        self, free: dict[int, tuple], keys: dict[int, dict], attention: set | None
+    ) -> int:
+        """The empty blocks, oldest first; then states whose keys `attention` lacks, oldest
+        first; then the lowest `stamp + weight`."""
+
         def priority(block_id: int) -> tuple:
             klass, stamp = free[block_id]
             if not klass:
-                return (-1.0, klass, stamp)
+                return (-2.0, klass, stamp)
+            if attention is not None and not set(keys.get(block_id, {})) & attention:
+                return (-1.0, 0, stamp)
             weight = self.rate(klass) * self.horizon
             if self.holds_states:
                 known = [
@@ -209,6 +216,7 @@ class Model:
         self.time = 0
         self.clock = 0  # cost: the priority of the block given up last
         self.reuse = ReuseModel(holds_states)
+        self.attention: set[bytes] | None = None  # the attention pool's keys, when coupled
 
     def rank(self, block_id: int) -> tuple:
         """retention: (level, time freed); lru: (time freed,); cost: (clock + value, time);
@@ -247,7 +255,7 @@ class Model:
         if self.policy == "reuse":  # one take learns from its evictions once it is done
             ranks = {}
             for _ in range(num):
-                block_id = self.reuse.next_block(self.free, self.keys)
+                block_id = self.reuse.next_block(self.free, self.keys, self.attention)
                 ranks[block_id] = self.free.pop(block_id)
             for block_id, rank in ranks.items():
                 self.reuse.evicted(rank, block_id, self.keys.pop(block_id, {}))
@@ -275,9 +283,8 @@ class Model:
         return bool(self.free) and not self.keys.get(min(self.free, key=self.free.get))
 
 
-ACTIONS = (
-    ["allocate"] * 3 + ["free"] * 3 + ["touch", "cache", "cache", "observe", "observe", "admit"]
-)
+ACTIONS = ["allocate"] * 3 + ["free"] * 3 + ["touch", "cache", "cache", "observe", "observe"]
+ACTIONS += ["admit", "attention"]
 
 
 @pytest.mark.parametrize("policy", list(EVICTION_POLICIES))
@@ -287,6 +294,10 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
     holds_states = seed % 2 == 1
     pool = BlockPool(NUM_BLOCKS, BLOCK_SIZE, "g", 0, eviction=policy, holds_states=holds_states)
     model = Model(policy, holds_states)
+    attention: dict[bytes, None] = {}  # the keys an attention pool holds, for a coupled one
+    if seed % 4 == 3:  # a Mamba pool shown the attention pool's keys
+        pool.eviction.couple(attention)
+        model.attention = set() if policy == "reuse" else None
     for block_id in range(NUM_BLOCKS):
         model.add(block_id)
     next_key = 0
@@ -312,6 +323,11 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
             pool.cache(block_id, keys, None)
             model.keys[block_id] = {key: (p, why) for key, p, why in keys}
             model.changed(block_id, before)
+            for key, *_ in keys:  # the attention pool mostly holds a state's prefix
+                if rng.random() < 0.8:
+                    attention[key] = None
+        elif action == "attention" and attention:  # the attention pool gives a prefix up
+            del attention[rng.choice(list(attention))]
         elif action == "observe":  # a request whose chain passes keys, some evicted by now
             if rng.random() < 0.5:  # a few keys of the chain
                 picked = sorted(rng.sample(range(next_key), min(num, next_key)))
@@ -326,6 +342,8 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
             span = [key_of(i) for i in range(first, min(first + num, next_key))]
             admitted = pool.eviction.admits(span[0], reason, span)
             assert admitted == model.admits(span[0], reason, span)
+        if model.attention is not None:
+            model.attention = set(attention)
         pool.check_invariants()
         assert set(pool.entries) == model.cached()
         assert pool.num_free == len(model.free)

@@ -100,3 +100,25 @@ def test_under_pool_pressure_the_defaults_hit_at_least_vllms_total(vllm, num_blo
     ours = sum(r["num_cached_tokens"] for r in junction_replay(requests, geometry, 16))
     theirs = sum(r["num_cached_tokens"] for r in vllm.replay(requests, geometry, 16))
     assert ours >= theirs > 0
+
+
+def test_the_pressure_benchmark_runs_vllm_by_bytes_in_pages_of_the_mamba_block(vllm) -> None:
+    """`benchmarks/pressure.py`'s second vLLM run: pages of `Bm` tokens, as many as Junction's
+    two pools hold in bytes. Its hits land on `Bm` multiples (one page size: `Ba == Bm`), and
+    with fewer pages (the same bytes) it keeps no more than with a state costing one block."""
+    from benchmarks.pressure_cells import MAMBA_BLOCK_SIZE, same_bytes_pages, vllm_tokens
+    from engine.trace import TraceRequest
+    from engine.workloads.bound import Budget
+
+    requests = [
+        TraceRequest(i + 1, f"r{i}", ids, 4, None, 0.0, 1.0, None)
+        for i, ids in enumerate(
+            [list(range(1, 1201)) + [2000 + i] * 60 for i in range(6)]  # 1200 shared tokens
+        )
+    ]
+    budget = Budget(400, 12)
+    assert same_bytes_pages(budget) == (400 * 16 // MAMBA_BLOCK_SIZE, 12)
+    by_bytes = vllm_tokens(vllm, requests, budget, 1, by_bytes=True)
+    by_blocks = vllm_tokens(vllm, requests, budget, 1)
+    assert by_bytes == 5 * 1024  # every sibling hits the last full page of the shared prefix
+    assert by_blocks >= by_bytes

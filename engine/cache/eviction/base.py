@@ -12,7 +12,7 @@ given up.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar
 
 from engine.cache.block import Block
@@ -100,6 +100,12 @@ class EvictionPolicy(ABC):
         """A request was admitted whose prompt chains through `hashes` (told once per request,
         at its first admission). Changes only what the policy learns, never the order of the
         blocks already free. Nothing by default."""
+        return
+
+    def couple(self, prefix_entries: Mapping[BlockHash, Entry]) -> None:
+        """A Mamba pool's policy is shown the attention pool's entries (read, never changed):
+        a state whose key they lack cannot be resumed from, since a hit needs the attention
+        prefix too, so a policy may give it up first. Nothing by default."""
         return
 
     def admits(

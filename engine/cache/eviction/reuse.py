@@ -19,13 +19,14 @@ no fixed order of reasons is right for both, a learnt one is.
 The Mamba pool learns two more things, from where requests diverge (`DivergenceCounts`): a
 state whose key requests diverged at is ordered by how many more are expected to, judged by
 how those counts ended up for every key (a finished family's state goes before a new one's);
-and, under pressure, which states are worth writing at all (`admits`).
+and, under pressure, which states are worth writing at all (`admits`). A state whose prefix
+the attention pool has given up goes right after the empty blocks (`couple`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from engine.cache.block import Block, InvariantError
 from engine.cache.entry import RETENTION, CheckpointReason, Entry
@@ -83,6 +84,11 @@ class ReuseLearned(EvictionPolicy):
         self._weights: list[float] | None = None  # `rate * horizon` per class, until one changes
         # where requests diverged, for admitting states (the Mamba pool only)
         self.divergence = DivergenceCounts() if holds_states else None
+        self.prefix_entries: Mapping[BlockHash, Entry] | None = None  # `couple`
+
+    def couple(self, prefix_entries: Mapping[BlockHash, Entry]) -> None:
+        if self.holds_states:
+            self.prefix_entries = prefix_entries
 
     @property
     def num_free(self) -> int:
@@ -139,27 +145,35 @@ class ReuseLearned(EvictionPolicy):
                 heads[best] = following
 
     def _states_in_order(self) -> Iterator[Block]:
-        """The Mamba pool's order: empty blocks first, oldest first; then by `stamp + weight`
-        (the lower class on a tie), where `weight` is `expected * EXPECTED_READ_WEIGHT *
-        horizon` for a state whose key some requests diverged at and whose count the
-        divergence table can judge (`DivergenceCounts.expected_more`, the largest among its
-        keys), and its class's `rate * horizon` otherwise."""
+        """The Mamba pool's order: empty blocks first, oldest first; then the orphans, states
+        whose keys the attention pool no longer holds (`couple`), oldest first: no request can
+        resume from them; then by `stamp + weight` (the lower class on a tie), where `weight`
+        is `expected * EXPECTED_READ_WEIGHT * horizon` for a state whose key some requests
+        diverged at and whose count the divergence table can judge
+        (`DivergenceCounts.expected_more`, the largest among its keys), and its class's
+        `rate * horizon` otherwise."""
         blocks, expected_more = self.blocks, self.divergence.expected_more
         for block_id in self._queues[EMPTY]:
             yield blocks[block_id]
         weights, per_read = self._class_weights(), EXPECTED_READ_WEIGHT * self.horizon
-        scored = []
+        prefixes = self.prefix_entries
+        orphans, scored = [], []
         for klass in range(1, NUM_CLASSES):
             for block_id, stamp in self._queues[klass].items():
+                keys = blocks[block_id].keys
+                if prefixes is not None and not any(key in prefixes for key in keys):
+                    orphans.append((stamp, block_id))
+                    continue
                 more = None
-                for key in blocks[block_id].keys:
+                for key in keys:
                     value = expected_more(key)
                     if value is not None and (more is None or value > more):
                         more = value
                 weight = weights[klass] if more is None else more * per_read
                 scored.append((stamp + weight, klass, stamp, block_id))
+        orphans.sort()
         scored.sort()
-        for *_, block_id in scored:
+        for *_, block_id in [*orphans, *scored]:
             yield blocks[block_id]
 
     def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
