@@ -4,8 +4,11 @@ Workload: `--requests` prompts of 8192 token ids in [0, 256) that share a `--sha
 prefix (default 4000: it ends inside an attention block and inside a Mamba block) and differ
 after it, on attention block 64, Mamba block 512 and match unit 16, so the fine-grained lookup
 scans inside the attention block past the last whole one; the block-aligned lookup (partial
-hits off) lands on lcm(64, 512) = 512 boundaries. Every figure is measured in this run. This
-script times Junction alone; `benchmarks/vs_vllm.py` times vLLM's code beside it.
+hits off) lands on lcm(64, 512) = 512 boundaries. Then, per eviction policy, one allocation
+from a Mamba pool of `EVICTION_POOL` states all cached and free, a third of them shared by
+earlier requests, each allocation evicting one (the pool's hot path under pressure). Every
+figure is measured in this run. This script times Junction alone; `benchmarks/vs_vllm.py`
+times vLLM's code beside it.
 
     .venv/bin/python benchmarks/lookup.py [--requests 1000] [--shared 4000] [--seed 0]
 """
@@ -21,6 +24,9 @@ from collections.abc import Callable
 import numpy as np
 from tqdm import tqdm
 
+from engine.cache.block_pool import BlockPool
+from engine.cache.entry import CheckpointReason
+from engine.cache.eviction import EVICTION_POLICIES
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.hashing import BlockHash, hash_prefix
@@ -32,6 +38,7 @@ NUM_RUNNING, MAX_TOKENS, WARMUP_STEPS = 64, 200, 10
 # Enough attention blocks for 64 running requests of 8192 + 200 tokens, with room to spare.
 NUM_BLOCKS = NUM_RUNNING * -(-(NUM_TOKENS + MAX_TOKENS) // BLOCK) + 1024
 TARGET_US = {"hash": 300.0, "lookup": 50.0}
+EVICTION_POOL, EVICTIONS = 4096, 1000
 
 
 def make_prompts(num: int, num_shared: int, seed: int) -> list[list[int]]:
@@ -119,6 +126,33 @@ def bench_scheduler(prompts: list[list[int]]) -> list[int]:
     return samples[WARMUP_STEPS:]
 
 
+def bench_eviction(policy: str) -> list[int]:
+    """Nanoseconds of each allocate-and-cache of one state from a Mamba pool of
+    `EVICTION_POOL` free cached states under `policy`, the block freed again after it."""
+    pool = BlockPool(EVICTION_POOL, MAMBA_BLOCK, "mamba", 1, eviction=policy, holds_states=True)
+
+    def key(index: int) -> BlockHash:
+        return index.to_bytes(16, "little")
+
+    blocks = pool.allocate(EVICTION_POOL)
+    for index, block in enumerate(blocks):
+        pool.cache(block.block_id, [(key(index), MAMBA_BLOCK, CheckpointReason.BLOCK)], None)
+    for index in range(0, EVICTION_POOL, 3):  # shared: two requests passed each
+        for sibling in (1, 2):
+            pool.eviction.observe([key(index), key(10**9 + 2 * index + sibling)])
+    pool.free([block.block_id for block in blocks])
+
+    def evict_one(index: int) -> None:
+        (block,) = pool.allocate(1)
+        pool.cache(block.block_id, [(key(index), MAMBA_BLOCK, CheckpointReason.BLOCK)], None)
+        pool.free([block.block_id])
+
+    first = EVICTION_POOL + 1
+    samples, _ = time_each(list(range(first, first + EVICTIONS)), evict_one, warmup=50)
+    pool.check_invariants()
+    return samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1000, help="requests to hash and look up")
@@ -139,6 +173,7 @@ def main() -> None:
     fine_ns, fine_hits = bench_lookup(True, prompts[0][: args.shared], hashes)
     aligned_ns, aligned_hits = bench_lookup(False, prompts[0][: args.shared], hashes)
     step_ns = bench_scheduler(prompts)
+    eviction_us = {policy: summary(bench_eviction(policy)) for policy in EVICTION_POLICIES}
 
     hash_us, fine_us, aligned_us = summary(hash_ns), summary(fine_ns), summary(aligned_ns)
     step_median, _, step_mean = summary(step_ns)
@@ -151,6 +186,9 @@ def main() -> None:
         ("hash_prefix (8192 tokens)", hash_us),
         (f"lookup fine-grained (hit {fine_hits})", fine_us),
         (f"lookup block-aligned (hit {aligned_hits})", aligned_us),
+    ]
+    rows += [
+        (f"evict a state of {EVICTION_POOL} ({policy})", us) for policy, us in eviction_us.items()
     ]
     for name, (median, p90, _) in rows:
         print(f"{name:34}{median:12.1f}{p90:12.1f}")

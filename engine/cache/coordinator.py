@@ -179,8 +179,9 @@ class HybridCoordinator:
         )
 
     def observe(self, hashes: Sequence[BlockHash]) -> None:
-        """A request is admitted for the first time: its prompt's chain is shown to both pools'
-        eviction policies, which may learn from it (`EvictionPolicy.observe`)."""
+        """A request is being admitted for the first time: its prompt's chain is shown to both
+        pools' eviction policies before its states are chosen, and they may learn from it
+        (`EvictionPolicy.observe`)."""
         for manager in self.managers:
             manager.pool.eviction.observe(hashes)
 
@@ -199,6 +200,9 @@ class HybridCoordinator:
         if policy.admits_all or not self.config.enable_prefix_caching:
             return frozenset()
         size, unit = self.mamba.block_size, self.unit
+        most = num_prompt_tokens // size + len(targets) + 1  # states it may write, and one more
+        if policy.num_free_up_to(0, limit=most) >= most:  # room for all: the common case
+            return frozenset()
         positions = sorted(
             {*range((hit_length // size + 1) * size, num_prompt_tokens + 1, size)}
             | {p for p in targets if p > hit_length}

@@ -84,9 +84,11 @@ def test_no_policy_gives_up_a_pinned_block_or_one_in_use(policy, trace, holds_st
 
 # ------------------------------------------------------------------ (b) each policy's model
 class ReuseModel:
-    """`reuse` from its docstring: free blocks as (class, stamp), the class a reason's place in
-    `CheckpointReason` and whether the block was read while cached; per class hits and
-    departures; ghosts of evicted deepest keys, FIFO; priority `stamp + rate * horizon`."""
+    """`reuse` from its docstring: free blocks as (place, stamp), the place a class (a reason's
+    index in `CheckpointReason` and whether the block was read while cached) and, for states,
+    the divergence count when placed; per class hits and departures; ghosts of evicted deepest
+    keys, FIFO; empty blocks first, then among each place's oldest block the oldest orphan (the
+    attention pool lacks its every key), else the lowest `stamp + weight`."""
 
     def __init__(self, holds_states: bool) -> None:
         self.holds_states = holds_states
@@ -113,24 +115,30 @@ class ReuseModel:
         prior = (RETENTION[reason] + 0.5 * ((klass - 1) % 2)) / top
         return (self.hits[klass] + PRIOR * prior) / (self.departures[klass] + PRIOR)
 
+    def place(self, entries: dict, block_id: int) -> tuple:
+        """(class, divergence count): the count for states only."""
+        klass = self.klass(entries, block_id)
+        if not klass or not self.holds_states:
+            return (klass, 0)
+        return (klass, min(max(self.diverged[key] for key in entries), MAX_TALLIED + 1))
+
     def rank(self, entries: dict, block_id: int) -> tuple:
         if not entries:
             self.is_read.discard(block_id)
         self.stamp += 1
-        return (self.klass(entries, block_id), self.stamp)
+        return (self.place(entries, block_id), self.stamp)
 
     def read(self, rank: tuple | None, block_id: int) -> None:
-        if rank is not None and rank[0]:
-            self.hits[rank[0]] += 1
-            self.departures[rank[0]] += 1
+        if rank is not None and rank[0][0]:
+            self.hits[rank[0][0]] += 1
+            self.departures[rank[0][0]] += 1
             self.is_read.add(block_id)
 
-    def expected_more(self, key: bytes) -> float | None:
+    def expected_at(self, count: int) -> float | None:
         """States: from the divergence counts every key ended up with, how many more requests
-        diverge at `key` (None before its first, past the tallied counts, or when fewer than
+        diverge at a key `count` did (None past the tallied counts, or when fewer than
         `MIN_PAST` keys got further)."""
-        count = self.diverged[key]
-        if not count or count > MAX_TALLIED:
+        if count > MAX_TALLIED:
             return None
         counts = [min(c, MAX_TALLIED + 1) for c in self.diverged.values() if c]
         further = [c for c in counts if c > count]
@@ -138,36 +146,39 @@ class ReuseModel:
             return None
         return sum(c - count for c in further) / sum(1 for c in counts if c >= count)
 
-    def next_block(
-        self, free: dict[int, tuple], keys: dict[int, dict], attention: set | None
-    ) -> int:
-        """The empty blocks, oldest first; then states whose keys `attention` lacks, oldest
-        first; then the lowest `stamp + weight`."""
+    def next_block(self, free: dict[int, tuple], keys: dict, attention: dict | None) -> int:
+        """The oldest empty block; else among each place's oldest block the oldest orphan;
+        else the lowest `stamp + weight` (the lower class, then the older, on a tie)."""
+        empty = [b for b in free if not free[b][0][0]]
+        if empty:
+            return min(empty, key=lambda b: free[b][1])
+        heads: dict[tuple, int] = {}
+        for block_id, (place, stamp) in free.items():
+            if place not in heads or stamp < free[heads[place]][1]:
+                heads[place] = block_id
+        if attention is not None:
+            orphans = [b for b in heads.values() if not any(k in attention for k in keys[b])]
+            if orphans:
+                return min(orphans, key=lambda b: free[b][1])
 
         def priority(block_id: int) -> tuple:
-            klass, stamp = free[block_id]
-            if not klass:
-                return (-2.0, klass, stamp)
-            if attention is not None and not set(keys.get(block_id, {})) & attention:
-                return (-1.0, 0, stamp)
+            (klass, count), stamp = free[block_id]
             weight = self.rate(klass) * self.horizon
-            if self.holds_states:
-                known = [
-                    m for k in keys.get(block_id, {}) if (m := self.expected_more(k)) is not None
-                ]
-                if known:
-                    weight = max(known) * EXPECTED_READ_WEIGHT * self.horizon
+            expected = self.expected_at(count) if count else None
+            if expected is not None:
+                weight = expected * EXPECTED_READ_WEIGHT * self.horizon
             return (stamp + weight, klass, stamp)
 
-        return min(free, key=priority)
+        return min(heads.values(), key=priority)
 
     def evicted(self, rank: tuple, block_id: int, entries: dict) -> None:
+        klass = rank[0][0]
         self.is_read.discard(block_id)
-        if rank[0]:
-            self.departures[rank[0]] += 1
+        if klass:
+            self.departures[klass] += 1
             deepest = max(entries, key=lambda key: entries[key][0])
             self.ghosts.pop(deepest, None)
-            self.ghosts[deepest] = rank[0]
+            self.ghosts[deepest] = klass
             if len(self.ghosts) > GHOSTS_PER_BLOCK * NUM_BLOCKS:
                 del self.ghosts[next(iter(self.ghosts))]
 
@@ -189,19 +200,31 @@ class ReuseModel:
             del self.ghosts[next(iter(self.ghosts))]
         return False
 
-    def observe(self, hashes: list[bytes], cached: set[bytes]) -> None:
-        if self.holds_states:  # where it diverged: the last key of the run passed before
-            run = next((i for i, key in enumerate(hashes) if not self.passed[key]), len(hashes))
-            if run:
-                self.diverged[hashes[run - 1]] += 1
-            self.passed.update(hashes)
+    def observe(self, hashes: list[bytes], cached: set[bytes]) -> bytes | None:
+        """Learns from a prompt's chain; returns the key it diverged at (states only)."""
         for key in reversed(hashes):
             if key in cached:
-                return
+                break
             if key in self.ghosts:
                 self.hits[self.ghosts.pop(key)] += 1
                 if self.holds_states:
-                    return
+                    break
+        if not self.holds_states:
+            return None
+        # where it diverged: the last key of the run passed before, found by bisection (a real
+        # chain's passed keys are a prefix of it; these drawn chains need not be)
+        run, high = 0, len(hashes)
+        while run < high:
+            middle = (run + high) // 2
+            if self.passed[hashes[middle]]:
+                run = middle + 1
+            else:
+                high = middle
+        self.passed.update(hashes)
+        if not run:
+            return None
+        self.diverged[hashes[run - 1]] += 1
+        return hashes[run - 1]
 
 
 class Model:
@@ -216,7 +239,7 @@ class Model:
         self.time = 0
         self.clock = 0  # cost: the priority of the block given up last
         self.reuse = ReuseModel(holds_states)
-        self.attention: set[bytes] | None = None  # the attention pool's keys, when coupled
+        self.attention: dict[bytes, None] | None = None  # the attention pool's keys, if coupled
 
     def rank(self, block_id: int) -> tuple:
         """retention: (level, time freed); lru: (time freed,); cost: (clock + value, time);
@@ -245,7 +268,8 @@ class Model:
         if block_id not in self.free:
             return
         if self.policy == "reuse":
-            moved = self.reuse.klass(self.keys.get(block_id, {}), block_id) != before[0]
+            place = self.reuse.place(self.keys.get(block_id, {}), block_id)
+            moved = place != before[0]
         else:
             moved = self.policy == "retention" and self.rank(block_id)[0] != before[0]
         if self.policy == "cost" or moved:
@@ -271,6 +295,10 @@ class Model:
     def cached(self) -> set[bytes]:
         return {key for entries in self.keys.values() for key in entries}
 
+    def holder(self, key: bytes) -> int | None:
+        """The free block that caches `key`, if any."""
+        return next((b for b in self.free if key in self.keys.get(b, {})), None)
+
     def admits(self, key: bytes, reason: CheckpointReason, span: list[bytes]) -> bool:
         """reuse: its model; cost: an interval state where its prefix recurred or the next
         block to go holds no entry; the others write every state."""
@@ -295,9 +323,10 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
     pool = BlockPool(NUM_BLOCKS, BLOCK_SIZE, "g", 0, eviction=policy, holds_states=holds_states)
     model = Model(policy, holds_states)
     attention: dict[bytes, None] = {}  # the keys an attention pool holds, for a coupled one
+    gone: list[bytes] = []  # the keys it gave up
     if seed % 4 == 3:  # a Mamba pool shown the attention pool's keys
         pool.eviction.couple(attention)
-        model.attention = set() if policy == "reuse" else None
+        model.attention = attention if policy == "reuse" else None
     for block_id in range(NUM_BLOCKS):
         model.add(block_id)
     next_key = 0
@@ -313,21 +342,30 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
             if not block.ref_cnt:
                 model.add(block_id)
         elif action == "touch":
-            model.reuse.read(model.free.pop(block_id, None), block_id)
+            rank = model.free.pop(block_id, None)
+            if policy == "reuse":
+                model.reuse.read(rank, block_id)
             pool.touch(block_id)
         elif action == "cache" and not block.keys:  # fresh keys inside one span
             span = rng.randrange(7) * BLOCK_SIZE  # depth and length drawn apart
             keys = [(key_of(next_key + i), span + 1 + i, reason) for i in range(num)]
             next_key += num
+            for key, *_ in keys:  # the attention pool mostly holds a state's prefix already
+                if rng.random() < 0.8:
+                    attention[key] = None
             before = model.free.get(block_id, ())
             pool.cache(block_id, keys, None)
             model.keys[block_id] = {key: (p, why) for key, p, why in keys}
             model.changed(block_id, before)
-            for key, *_ in keys:  # the attention pool mostly holds a state's prefix
-                if rng.random() < 0.8:
-                    attention[key] = None
-        elif action == "attention" and attention:  # the attention pool gives a prefix up
-            del attention[rng.choice(list(attention))]
+        elif action == "attention" and (attention or gone):
+            if gone and (not attention or rng.random() < 0.5):  # a request computed it again
+                key = gone.pop(rng.randrange(len(gone)))
+                attention[key] = None
+            else:  # the attention pool gives a prefix up
+                key = rng.choice(list(attention))
+                del attention[key]
+                gone.append(key)
+
         elif action == "observe":  # a request whose chain passes keys, some evicted by now
             if rng.random() < 0.5:  # a few keys of the chain
                 picked = sorted(rng.sample(range(next_key), min(num, next_key)))
@@ -336,14 +374,15 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
             hashes = [key_of(i) for i in picked]
             pool.eviction.observe(hashes)
             model.counts.update(hashes)
-            model.reuse.observe(hashes, model.cached())
+            diverged = model.reuse.observe(hashes, model.cached())
+            holder = None if diverged is None else model.holder(diverged)
+            if policy == "reuse" and holder is not None:
+                model.changed(holder, model.free[holder])  # its count rose
         elif action == "admit" and next_key:  # a state about to be written, and the keys after it
             first = rng.randrange(next_key)
             span = [key_of(i) for i in range(first, min(first + num, next_key))]
             admitted = pool.eviction.admits(span[0], reason, span)
             assert admitted == model.admits(span[0], reason, span)
-        if model.attention is not None:
-            model.attention = set(attention)
         pool.check_invariants()
         assert set(pool.entries) == model.cached()
         assert pool.num_free == len(model.free)
@@ -578,8 +617,8 @@ def test_states_are_asked_about_only_while_the_pool_has_no_spare_block_for_each(
 def test_divergence_counts_expect_as_many_more_siblings_as_finished_families_had() -> None:
     """Five families of 8 siblings, then one with 2 so far: its key has had 1 divergence (the
     second sibling), and finished families went on to 7, so 5 more are expected; a key at 7 is
-    past what any family reached, so nothing is claimed; a stray key shared by chance with an
-    earlier chain past the run does not count as a divergence."""
+    past what any family reached, so nothing is claimed. Past `max_keys` the older generation of
+    hashes is forgotten, their divergences with them, but a hash passed again moved on."""
     from engine.cache.eviction.divergence import DivergenceCounts
 
     counts = DivergenceCounts()
@@ -591,5 +630,14 @@ def test_divergence_counts_expect_as_many_more_siblings_as_finished_families_had
     assert counts.expected_more(key_of(3)) is None  # 7: nobody went further
     assert counts.expected_more(key_of(5002)) is None  # nobody diverged there
     assert counts.diverged_within([key_of(3), key_of(2)]) == 7
-    counts.observe([key_of(9000), key_of(3)])  # `key_of(3)` passed before, but not as a prefix
-    assert counts.diverged_within([key_of(3)]) == 7
+    assert counts.count(key_of(3)) == 8
+
+    small = DivergenceCounts(max_keys=6)  # generations of 3 hashes
+    small.observe([key_of(1), key_of(2), key_of(3)])
+    assert small.observe([key_of(1), key_of(2), key_of(4)]) == key_of(2)  # 4 hashes: a new one
+    small.observe([key_of(7), key_of(8), key_of(9)])
+    assert small.count(key_of(3)) == 1 and small.count(key_of(1)) == 2  # the older generation
+    # passed again, `key_of(1)` moves on; 5 hashes: `key_of(2..4)`'s generation is forgotten
+    assert small.observe([key_of(1), key_of(10)]) == key_of(1)
+    assert small.count(key_of(2)) == 0 and small.ends(key_of(2)) == 0
+    assert small.count(key_of(1)) == 3  # it had moved to the generation that stays

@@ -97,8 +97,9 @@ class EvictionPolicy(ABC):
         has checked that `num <= num_free`. Their entries are still on them."""
 
     def observe(self, hashes: Sequence[BlockHash]) -> None:
-        """A request was admitted whose prompt chains through `hashes` (told once per request,
-        at its first admission). Changes only what the policy learns, never the order of the
+        """A request whose prompt chains through `hashes` is being admitted (told once per
+        request, at its first admission, before the states it writes are chosen, so `admits`
+        already knows its chain). Changes only what the policy learns, never the order of the
         blocks already free. Nothing by default."""
         return
 

@@ -5,78 +5,116 @@ admission (`reuse`'s Mamba pool: which states to write, and how long to keep one
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 
-from engine.cache.eviction.recurrence import NUM_SLOTS, RecurrenceCounts
 from engine.hashing import BlockHash
 
 MAX_TALLIED = 64  # divergence counts tallied one by one; those above count as one bucket
 MIN_PAST = 3  # keys that went past a count before `expected_more` trusts it
+MAX_KEYS = 1 << 16  # prefix hashes remembered: two generations of at most half as many
 
 
-class DivergenceCounts(RecurrenceCounts):
-    """Recurrence counts plus, per prefix hash, how many requests diverged there: the deepest
-    hash of the run, from the prompt's start, that earlier requests had passed (bounded the
-    same way).
+class DivergenceCounts:
+    """Per prefix hash, how many requests' prompts passed it and how many diverged there: the
+    deepest hash of the run, from the prompt's start, that earlier requests had passed.
+
+    Exact per hash, not per slot of a table, so the counts follow the prompts' structure
+    alone: a what-if replay, whose hashes are not the engine's, counts the same. Bounded: the
+    hashes passed lately are kept in two generations of at most `MAX_KEYS / 2` each; a hash
+    passed again moves to the current one, and when it is full the older generation is
+    forgotten. A chain's hashes are all passed together, so the remembered hashes of any chain
+    are a prefix of it (the run is found by bisection).
 
     A state at `p` pays only for the requests that diverge at or past `p` and before the next
     state of the chain: the ones that would resume from it. Where a prefix recurred but nobody
     diverged in that span (a 512 state under a 1024-token system prompt: every sibling goes on
     to 1024), a deeper state serves every reader, and this one is dead weight.
 
-    How those counts ended up tells how many more a key will get (`expected_more`): the slots
+    How those counts ended up tells how many more a key will get (`expected_more`): the keys
     are tallied by count, so the share of keys that went from `n` divergences to `n + 1` is
     known. A family of eight siblings is done after its eighth; a popular system prompt, whose
     peers kept going, is not.
     """
 
-    def __init__(self, num_slots: int = NUM_SLOTS) -> None:
-        super().__init__(num_slots)
-        self._ends = array("I", bytes(4 * num_slots))
-        self._tally = [0] * (MAX_TALLIED + 2)  # slots per divergence count (the last: more)
+    def __init__(self, max_keys: int = MAX_KEYS) -> None:
+        self.max_keys = max_keys
+        # hash -> requests that passed it: those passed in this generation, and in the last
+        self._current: dict[BlockHash, int] = {}
+        self._previous: dict[BlockHash, int] = {}
+        self._ends: dict[BlockHash, int] = {}  # hash -> requests that diverged there
+        self._tally = [0] * (MAX_TALLIED + 2)  # keys per divergence count (the last: more)
         self._expected: list[float | None] | None = None  # per count, until a count moves
 
-    def observe(self, hashes: Sequence[BlockHash]) -> None:
-        counts, num_slots = self._counts, self.num_slots
-        shared = None  # the slot of the deepest hash of the run of passed ones from the start
-        in_run = True  # forward: a stray shared slot past the run cannot count
+    def observe(self, hashes: Sequence[BlockHash]) -> BlockHash | None:
+        """Count one more request passing every hash of `hashes`; returns the hash it
+        diverged at (its count rose), None when no earlier request shared its first."""
+        current, previous = self._current, self._previous
+        low, high = 0, len(hashes)  # the run: the hashes passed before, a prefix of the chain
+        while low < high:
+            middle = (low + high) // 2
+            if hashes[middle] in current or hashes[middle] in previous:
+                low = middle + 1
+            else:
+                high = middle
         for key in hashes:
-            index = int.from_bytes(key[:8], "little") % num_slots
-            count = counts[index]
-            if in_run:
-                if count:
-                    shared = index
-                else:
-                    in_run = False
-            if count < 0xFFFFFFFF:
-                counts[index] = count + 1
-        if shared is not None and self._ends[shared] < 0xFFFFFFFF:
-            before = self._ends[shared]
-            self._ends[shared] = before + 1
-            if before:
-                self._tally[min(before, MAX_TALLIED + 1)] -= 1
-            self._tally[min(before + 1, MAX_TALLIED + 1)] += 1
-            self._expected = None
+            count = current.get(key)
+            if count is None:
+                count = previous.pop(key, 0)
+            current[key] = count + 1
+        if len(current) > self.max_keys // 2:  # a new generation: the older one is forgotten
+            for key in previous:
+                self._forget(key)
+            self._previous, self._current = current, {}
+        if not low:
+            return None
+        key = hashes[low - 1]
+        before = self._ends.get(key, 0)
+        self._ends[key] = before + 1
+        self._move_tally(before, before + 1)
+        return key
+
+    def _forget(self, key: BlockHash) -> None:
+        ends = self._ends.pop(key, 0)
+        if ends:
+            self._move_tally(ends, 0)
+
+    def _move_tally(self, before: int, after: int) -> None:
+        tally = self._tally
+        if before:
+            tally[min(before, MAX_TALLIED + 1)] -= 1
+        if after:
+            tally[min(after, MAX_TALLIED + 1)] += 1
+        self._expected = None
+
+    def count(self, key: BlockHash) -> int:
+        """Requests whose prompts passed `key` (while remembered). Changes nothing."""
+        count = self._current.get(key)
+        return self._previous.get(key, 0) if count is None else count
 
     def diverged_within(self, span: Sequence[BlockHash]) -> int:
-        """Requests that diverged at a hash of `span` (or one sharing its slot). Changes
-        nothing."""
-        ends, num_slots = self._ends, self.num_slots
-        return sum(ends[int.from_bytes(key[:8], "little") % num_slots] for key in span)
+        """Requests that diverged at a hash of `span`. Changes nothing."""
+        ends = self._ends
+        return sum(ends.get(key, 0) for key in span)
+
+    def ends(self, key: BlockHash) -> int:
+        """Requests that diverged at `key`. Changes nothing."""
+        return self._ends.get(key, 0)
 
     def expected_more(self, key: BlockHash) -> float | None:
-        """How many more requests will diverge at `key`, judged by the keys that got as many:
-        the sum over `m > n` of the share of them that reached `m`, where `n` is its count. None
-        when nobody diverged there yet, or when fewer than `MIN_PAST` keys went past `n` (the
-        families still going would make any estimate too low). Changes nothing."""
-        ends = self._ends[int.from_bytes(key[:8], "little") % self.num_slots]
-        if not ends:
-            return None
+        """How many more requests will diverge at `key`: `expected_at` its count, None before
+        its first. Changes nothing."""
+        ends = self.ends(key)
+        return self.expected_at(min(ends, MAX_TALLIED + 1)) if ends else None
+
+    def expected_at(self, count: int) -> float | None:
+        """How many more requests will diverge at a key `count` did, judged by the keys that
+        got as many: the sum over `m > count` of the share of them that reached `m`. None when
+        fewer than `MIN_PAST` keys went past `count` (the families still going would make any
+        estimate too low) or past the tallied counts. Changes nothing."""
         expected = self._expected
         if expected is None:
             expected = self._expected = self._tabulate()
-        return expected[min(ends, MAX_TALLIED + 1)]
+        return expected[count]
 
     def _tabulate(self) -> list[float | None]:
         tally = self._tally

@@ -21,6 +21,12 @@ state whose key requests diverged at is ordered by how many more are expected to
 how those counts ended up for every key (a finished family's state goes before a new one's);
 and, under pressure, which states are worth writing at all (`admits`). A state whose prefix
 the attention pool has given up goes right after the empty blocks (`couple`).
+
+Each of those is a queue of its own, least recently freed first, so an allocation compares only
+the queues' heads: a free state's *place* is its class, or its class and its divergence count
+`n` as it was when it was queued (refreshed when a request diverges at its key). Among the
+heads, an orphan (a state whose key the attention pool no longer holds: no hit can resume from
+it) goes first.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from engine.cache.block import Block, InvariantError
 from engine.cache.entry import RETENTION, CheckpointReason, Entry
 from engine.cache.eviction.base import EvictionPolicy
-from engine.cache.eviction.divergence import DivergenceCounts
+from engine.cache.eviction.divergence import MAX_TALLIED, DivergenceCounts
 from engine.cache.eviction.reuse_rates import ReuseRates
 from engine.hashing import BlockHash
 
@@ -39,6 +45,9 @@ REASONS = list(CheckpointReason)
 REASON_INDEX = {reason: index for index, reason in enumerate(REASONS)}
 EMPTY = 0  # the class of a block with no entry; then 1 + 2 * reason index + was read
 NUM_CLASSES = 1 + 2 * len(REASONS)
+# the Mamba pool's other places: per divergence count `n >= 1` (capped) one place per class,
+# `COUNTED + (n - 1) * NUM_CLASSES + class`
+COUNTED = NUM_CLASSES
 # the horizon in frees per block of the pool:
 # long for states (a prefix family comes back after many requests), short for attention KV (its
 # pool then keeps the recently used prefixes, the ones the few states are likely to belong to)
@@ -50,6 +59,11 @@ ADMIT_RATE = 0.05
 # what one more expected read is worth in the Mamba pool's order, in horizons: a state whose
 # family is expected to come back `n` more times outlives one never read by `3 n` horizons
 EXPECTED_READ_WEIGHT = 3.0
+
+
+def class_of(place: int) -> int:
+    """The class of a place: itself, or the class a counted place holds."""
+    return place if place < COUNTED else (place - COUNTED) % NUM_CLASSES
 
 
 def class_priors() -> list[float]:
@@ -64,7 +78,7 @@ def class_priors() -> list[float]:
 
 
 class ReuseLearned(EvictionPolicy):
-    """One LRU queue per class; the head of lowest `stamp + rate * horizon` goes first."""
+    """One LRU queue per place; the head of lowest `stamp + weight` goes first."""
 
     name = "reuse"
     admits_all = False
@@ -76,13 +90,17 @@ class ReuseLearned(EvictionPolicy):
         self.rates = ReuseRates(class_priors(), len(blocks))
         per_block = STATE_HORIZON_PER_BLOCK if holds_states else ATTENTION_HORIZON_PER_BLOCK
         self.horizon = per_block * len(blocks)
-        # class -> block id -> the stamp it was freed at, least recently freed first
-        self._queues: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(NUM_CLASSES)]
+        # place -> block id -> the stamp it was freed at, least recently freed first; and the
+        # places holding a free block
+        num_places = COUNTED + (MAX_TALLIED + 1) * NUM_CLASSES if holds_states else NUM_CLASSES
+        self._queues: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(num_places)]
+        self._held: set[int] = set()
         self._is_read = [False] * len(blocks)  # read since its entries were cached
+        self._counts = [0] * len(blocks)  # a state's divergence count when it was queued
         self._stamp = 0
         self._num_free = 0
-        self._weights: list[float] | None = None  # `rate * horizon` per class, until one changes
-        # where requests diverged, for admitting states (the Mamba pool only)
+        self._weights: dict[int, float] | None = None  # per place, until a rate changes
+        # where requests diverged, for admitting and ordering states (the Mamba pool only)
         self.divergence = DivergenceCounts() if holds_states else None
         self.prefix_entries: Mapping[BlockHash, Entry] | None = None  # `couple`
 
@@ -95,7 +113,8 @@ class ReuseLearned(EvictionPolicy):
         return self._num_free
 
     def klass(self, block: Block) -> int:
-        """The queue the block's entries and reads call for. Changes nothing."""
+        """The block's class: its highest-retention reason and whether it was read since it
+        was cached; EMPTY with no entry. Changes nothing."""
         best, best_retention = None, -1
         entries = self.entries
         for key in block.keys:
@@ -107,36 +126,68 @@ class ReuseLearned(EvictionPolicy):
             return EMPTY
         return 1 + 2 * REASON_INDEX[best] + self._is_read[block.block_id]
 
-    def _class_weights(self) -> list[float]:
-        """`rate * horizon` per class, read once per walk: nothing in a walk changes them."""
-        weights = self._weights
-        if weights is None:  # a rate changed since the last walk
-            weights = [self.rates.rate(klass) * self.horizon for klass in range(NUM_CLASSES)]
-            self._weights = weights
-        return weights
+    def place(self, block: Block, count: int | None = None) -> int:
+        """The queue the block belongs in: its class, or in the Mamba pool its class under its
+        divergence `count` (its queued one when None). Changes nothing."""
+        klass = self.klass(block)
+        if klass == EMPTY or self.divergence is None:
+            return klass
+        if count is None:
+            count = self._counts[block.block_id]
+        return klass if not count else COUNTED + (count - 1) * NUM_CLASSES + klass
+
+    def _count_of(self, block: Block) -> int:
+        """The largest divergence count among the block's keys, capped; 0 outside the Mamba
+        pool."""
+        if self.divergence is None:
+            return 0
+        ends = self.divergence.ends
+        return min(max((ends(key) for key in block.keys), default=0), MAX_TALLIED + 1)
+
+    def _weight(self, place: int) -> float:
+        """`rate * horizon` of the place's class; for a counted place whose count the divergence
+        table can judge, `expected * EXPECTED_READ_WEIGHT * horizon`."""
+        if place < COUNTED:
+            return self.rates.rate(place) * self.horizon
+        count, klass = divmod(place - COUNTED, NUM_CLASSES)
+        expected = self.divergence.expected_at(count + 1)
+        if expected is None:
+            return self.rates.rate(klass) * self.horizon
+        return expected * EXPECTED_READ_WEIGHT * self.horizon
 
     def _in_order(self) -> Iterator[Block]:
-        """The free blocks in the order `take` gives them up, without taking any: among the
-        classes' heads, the lowest `stamp + rate * horizon` (an empty block first; the lower
-        class on a tie); in the Mamba pool, `_states_in_order`."""
-        if self.divergence is not None:
-            yield from self._states_in_order()
-            return
-        weights = self._class_weights()
-        iters, heads = {}, {}  # non-empty classes, ascending
-        for klass, queue in enumerate(self._queues):
-            if queue:
-                iters[klass] = iter(queue.items())
-                heads[klass] = next(iters[klass])
-        blocks = self.blocks
+        """The free blocks in the order `take` gives them up, without taking any: the empty
+        blocks, oldest first; then, one at a time, among the other places' heads the oldest
+        orphan (`couple`), else the lowest `stamp + weight` (the lower class, then the older,
+        on a tie). The weights are read once a walk: nothing here changes them."""
+        weights = self._weights
+        if weights is None:
+            weights = self._weights = {}
+        blocks, queues = self.blocks, self._queues
+        for block_id in queues[EMPTY]:
+            yield blocks[block_id]
+        iters, heads, classes = {}, {}, {}
+        for place in self._held:
+            if place != EMPTY:
+                iters[place] = iter(queues[place].items())
+                heads[place] = next(iters[place])
+                classes[place] = class_of(place)
+                if place not in weights:
+                    weights[place] = self._weight(place)
+        prefixes = self.prefix_entries
         while heads:
-            best, best_priority = EMPTY, -1.0
-            if EMPTY not in heads:
-                best = None
-                for klass, (_, stamp) in heads.items():
-                    priority = stamp + weights[klass]
-                    if best is None or priority < best_priority:
-                        best, best_priority = klass, priority
+            best = None if prefixes is None else self._oldest_orphan(heads)
+            if best is None:
+                best_priority, best_stamp = 0.0, 0
+                for place, (_, stamp) in heads.items():
+                    priority = stamp + weights[place]
+                    if (
+                        best is None
+                        or priority < best_priority
+                        or priority == best_priority
+                        and (classes[place], stamp) < (classes[best], best_stamp)
+                    ):
+                        best, best_priority, best_stamp = place, priority, stamp
             yield blocks[heads[best][0]]
             following = next(iters[best], None)
             if following is None:
@@ -144,37 +195,15 @@ class ReuseLearned(EvictionPolicy):
             else:
                 heads[best] = following
 
-    def _states_in_order(self) -> Iterator[Block]:
-        """The Mamba pool's order: empty blocks first, oldest first; then the orphans, states
-        whose keys the attention pool no longer holds (`couple`), oldest first: no request can
-        resume from them; then by `stamp + weight` (the lower class on a tie), where `weight`
-        is `expected * EXPECTED_READ_WEIGHT * horizon` for a state whose key some requests
-        diverged at and whose count the divergence table can judge
-        (`DivergenceCounts.expected_more`, the largest among its keys), and its class's
-        `rate * horizon` otherwise."""
-        blocks, expected_more = self.blocks, self.divergence.expected_more
-        for block_id in self._queues[EMPTY]:
-            yield blocks[block_id]
-        weights, per_read = self._class_weights(), EXPECTED_READ_WEIGHT * self.horizon
-        prefixes = self.prefix_entries
-        orphans, scored = [], []
-        for klass in range(1, NUM_CLASSES):
-            for block_id, stamp in self._queues[klass].items():
-                keys = blocks[block_id].keys
-                if prefixes is not None and not any(key in prefixes for key in keys):
-                    orphans.append((stamp, block_id))
-                    continue
-                more = None
-                for key in keys:
-                    value = expected_more(key)
-                    if value is not None and (more is None or value > more):
-                        more = value
-                weight = weights[klass] if more is None else more * per_read
-                scored.append((stamp + weight, klass, stamp, block_id))
-        orphans.sort()
-        scored.sort()
-        for *_, block_id in [*orphans, *scored]:
-            yield blocks[block_id]
+    def _oldest_orphan(self, heads: dict[int, tuple[int, int]]) -> int | None:
+        """The place whose head is the oldest orphan among `heads`, None without one."""
+        best, best_stamp, prefixes, blocks = None, 0, self.prefix_entries, self.blocks
+        for place, (block_id, stamp) in heads.items():
+            if (best is None or stamp < best_stamp) and not any(
+                key in prefixes for key in blocks[block_id].keys
+            ):
+                best, best_stamp = place, stamp
+        return best
 
     def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
         num_empty = len(self._queues[EMPTY])
@@ -185,35 +214,52 @@ class ReuseLearned(EvictionPolicy):
         return self.count_up_to(self._in_order(), retention, limit)
 
     def add(self, block: Block) -> None:
+        block_id = block.block_id
         if not block.keys:
-            self._is_read[block.block_id] = False
-        klass = self.klass(block)
-        block.free_queue = klass
+            self._is_read[block_id] = False
+            place = EMPTY
+        elif self.divergence is None:  # the attention pool: its class
+            place = self.klass(block)
+        else:
+            count = self._counts[block_id] = self._count_of(block)
+            place = self.place(block, count)
+        block.free_queue = place
         self._stamp += 1
-        self._queues[klass][block.block_id] = self._stamp
+        queue = self._queues[place]
+        if not queue:
+            self._held.add(place)
+        queue[block_id] = self._stamp
         self._num_free += 1
 
-    def remove(self, block: Block) -> None:
-        klass = block.free_queue
-        del self._queues[klass][block.block_id]
+    def _unqueue(self, block: Block) -> int:
+        """Take a free block out of its queue; returns its place."""
+        place = block.free_queue
+        queue = self._queues[place]
+        del queue[block.block_id]
+        if not queue:
+            self._held.discard(place)
         block.free_queue = None
         self._num_free -= 1
-        if klass != EMPTY:  # held again while cached: a read
-            self.rates.hit(klass)
+        return place
+
+    def remove(self, block: Block) -> None:
+        place = self._unqueue(block)
+        if place != EMPTY:  # held again while cached: a read
+            self.rates.hit(class_of(place))
             self._weights = None
             self._is_read[block.block_id] = True
 
     def update(self, block: Block) -> None:
-        """Move a free block to the class its entries now call for, last in it."""
-        klass = block.free_queue
-        if klass is not None and klass != self.klass(block):
-            del self._queues[klass][block.block_id]
-            self._num_free -= 1
+        """Move a free block to the place its entries and its divergence count now call for,
+        last in it."""
+        place = block.free_queue
+        if place is not None and place != self.place(block, self._count_of(block)):
+            self._unqueue(block)
             self.add(block)
 
     def take(self, num: int) -> list[Block]:
         empty = self._queues[EMPTY]
-        if len(empty) >= num:  # the common case: blocks with no entry go first, oldest first
+        if len(empty) >= num:  # the common case: oldest empty first
             blocks, is_read = self.blocks, self._is_read
             taken = []
             for _ in range(num):
@@ -222,26 +268,29 @@ class ReuseLearned(EvictionPolicy):
                 block.free_queue = None
                 is_read[block_id] = False
                 taken.append(block)
+            if not empty:
+                self._held.discard(EMPTY)
             self._num_free -= num
             return taken
         taken = [block for block, _ in zip(self._in_order(), range(num), strict=False)]
         for block in taken:
-            klass = block.free_queue
-            del self._queues[klass][block.block_id]
-            block.free_queue = None
+            place = self._unqueue(block)
+            klass = class_of(place)
             self._is_read[block.block_id] = False
             if klass != EMPTY:
                 deepest = max(block.keys, key=lambda key: self.entries[key].position)
                 self.rates.evicted(klass, deepest)
                 self._weights = None
-        self._num_free -= len(taken)
         return taken
 
     def observe(self, hashes: Sequence[BlockHash]) -> None:
         self.rates.observe(hashes, self.entries, deepest_only=self.holds_states)
         self._weights = None
         if self.divergence is not None:
-            self.divergence.observe(hashes)
+            diverged = self.divergence.observe(hashes)
+            entry = None if diverged is None else self.entries.get(diverged)
+            if entry is not None:  # its state's count rose: its place may move
+                self.update(self.blocks[entry.block_id])
 
     def admits(
         self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
@@ -267,22 +316,24 @@ class ReuseLearned(EvictionPolicy):
 
     def check_invariants(self) -> None:
         num_free = 0
-        for klass, queue in enumerate(self._queues):
+        for place, queue in enumerate(self._queues):
+            if bool(queue) != (place in self._held):
+                raise InvariantError(f"free place {place}: its queue and the held places disagree")
             for block_id in queue:
                 block = self.blocks[block_id]
-                if block.free_queue != klass:
+                if block.free_queue != place:
                     raise InvariantError(
-                        f"block {block_id}: in free class {klass} "
-                        f"but records class {block.free_queue}"
+                        f"block {block_id}: in free place {place} "
+                        f"but records place {block.free_queue}"
                     )
-                if klass != self.klass(block):
-                    raise InvariantError(f"block {block_id}: free class {klass} is stale")
+                if place != self.place(block):
+                    raise InvariantError(f"block {block_id}: free place {place} is stale")
                 num_free += 1
         if num_free != self._num_free:
             raise InvariantError(f"free count {self._num_free} != queued {num_free}")
         for block in self.blocks:
-            klass = block.free_queue
-            if klass is not None and block.block_id not in self._queues[klass]:
+            place = block.free_queue
+            if place is not None and block.block_id not in self._queues[place]:
                 raise InvariantError(
-                    f"block {block.block_id}: records free class {klass} but is not queued there"
+                    f"block {block.block_id}: records free place {place} but is not queued there"
                 )
