@@ -200,9 +200,6 @@ class HybridCoordinator:
         if policy.admits_all or not self.config.enable_prefix_caching:
             return frozenset()
         size, unit = self.mamba.block_size, self.unit
-        most = num_prompt_tokens // size + len(targets) + 1  # states it may write, and one more
-        if policy.num_free_up_to(0, limit=most) >= most:  # room for all: the common case
-            return frozenset()
         positions = sorted(
             {*range((hit_length // size + 1) * size, num_prompt_tokens + 1, size)}
             | {p for p in targets if p > hit_length}

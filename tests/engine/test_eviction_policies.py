@@ -626,9 +626,10 @@ def test_divergence_counts_expect_as_many_more_siblings_as_finished_families_had
         prefix = [key_of(1000 * family + i) for i in range(4)]
         for sibling in range(8 if family < 5 else 2):
             counts.observe([*prefix, key_of(1000 * family + 100 + sibling)])
-    assert counts.expected_more(key_of(5003)) == pytest.approx(5.0)
-    assert counts.expected_more(key_of(3)) is None  # 7: nobody went further
-    assert counts.expected_more(key_of(5002)) is None  # nobody diverged there
+    assert counts.ends(key_of(5003)) == 1 and counts.ends(key_of(3)) == 7
+    assert counts.expected_at(1) == pytest.approx(5.0)
+    assert counts.expected_at(7) is None  # nobody went further
+    assert counts.expected_at(counts.ends(key_of(5002))) is None  # nobody diverged there
     assert counts.diverged_within([key_of(3), key_of(2)]) == 7
     assert counts.count(key_of(3)) == 8
 

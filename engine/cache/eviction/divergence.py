@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from engine.hashing import BlockHash
 
 MAX_TALLIED = 64  # divergence counts tallied one by one; those above count as one bucket
-MIN_PAST = 3  # keys that went past a count before `expected_more` trusts it
+MIN_PAST = 3  # keys that went past a count before `expected_at` trusts it
 MAX_KEYS = 1 << 16  # prefix hashes remembered: two generations of at most half as many
 
 
@@ -30,7 +30,7 @@ class DivergenceCounts:
     diverged in that span (a 512 state under a 1024-token system prompt: every sibling goes on
     to 1024), a deeper state serves every reader, and this one is dead weight.
 
-    How those counts ended up tells how many more a key will get (`expected_more`): the keys
+    How those counts ended up tells how many more a key will get (`expected_at`): the keys
     are tallied by count, so the share of keys that went from `n` divergences to `n + 1` is
     known. A family of eight siblings is done after its eighth; a popular system prompt, whose
     peers kept going, is not.
@@ -100,17 +100,11 @@ class DivergenceCounts:
         """Requests that diverged at `key`. Changes nothing."""
         return self._ends.get(key, 0)
 
-    def expected_more(self, key: BlockHash) -> float | None:
-        """How many more requests will diverge at `key`: `expected_at` its count, None before
-        its first. Changes nothing."""
-        ends = self.ends(key)
-        return self.expected_at(min(ends, MAX_TALLIED + 1)) if ends else None
-
     def expected_at(self, count: int) -> float | None:
         """How many more requests will diverge at a key `count` did, judged by the keys that
         got as many: the sum over `m > count` of the share of them that reached `m`. None when
         fewer than `MIN_PAST` keys went past `count` (the families still going would make any
-        estimate too low) or past the tallied counts. Changes nothing."""
+        estimate too low), past the tallied counts, or for 0. Changes nothing."""
         expected = self._expected
         if expected is None:
             expected = self._expected = self._tabulate()

@@ -166,12 +166,11 @@ class ReuseLearned(EvictionPolicy):
         blocks, queues = self.blocks, self._queues
         for block_id in queues[EMPTY]:
             yield blocks[block_id]
-        iters, heads, classes = {}, {}, {}
+        iters, heads = {}, {}
         for place in self._held:
             if place != EMPTY:
                 iters[place] = iter(queues[place].items())
                 heads[place] = next(iters[place])
-                classes[place] = class_of(place)
                 if place not in weights:
                     weights[place] = self._weight(place)
         prefixes = self.prefix_entries
@@ -185,7 +184,7 @@ class ReuseLearned(EvictionPolicy):
                         best is None
                         or priority < best_priority
                         or priority == best_priority
-                        and (classes[place], stamp) < (classes[best], best_stamp)
+                        and (class_of(place), stamp) < (class_of(best), best_stamp)
                     ):
                         best, best_priority, best_stamp = place, priority, stamp
             yield blocks[heads[best][0]]
