@@ -78,6 +78,9 @@ class Request:
     # states the Mamba pool's policy would not have written (section 5: admission)
     refused_states: frozenset[int] = frozenset()
     is_observed: bool = False  # its prompt's chain was shown to the eviction policies
+    # where its prompt branched off earlier ones that went on, as learnt then (a state there
+    # serves the siblings that follow; docs/rules.md section 5); None: nowhere known
+    branch_point: int | None = None
     block_hashes: list[BlockHash] = field(default_factory=list)
     all_token_ids: list[int] = field(default_factory=list)
 

@@ -193,14 +193,20 @@ class Scheduler:
             if self.sharing.waits_for_producer(request, hit, self.running):
                 index += 1  # the requests behind it may go ahead
                 continue
-            junction = None
-            if config.junction_checkpoints and hit.attention_length > hit.length:
-                junction = hit.attention_length
-            targets = self.planner.targets(request, junction)
-            self.sharing.keep_sibling_junctions(request, hit, targets, self.waiting)
             if not request.is_observed:  # the policies learn from its chain before admitting
-                coordinator.observe(request.block_hashes)
+                request.branch_point = coordinator.observe(request.block_hashes)
                 request.is_observed = True
+            junction = branch = None
+            if config.junction_checkpoints:
+                if hit.attention_length > hit.length:
+                    junction = hit.attention_length
+                elif request.branch_point is not None:
+                    # the match finds none: where prompts parted, as the policy learnt it
+                    branch = self.planner.branch_target(request.branch_point, hit.length)
+            targets = self.planner.targets(request, junction)
+            if branch is not None:
+                targets.setdefault(branch, CheckpointReason.BLOCK)
+            self.sharing.keep_sibling_junctions(request, hit, targets, self.waiting)
             refused = coordinator.refused_states(
                 request.block_hashes, request.num_prompt_tokens, hit.length, targets
             )
@@ -222,6 +228,8 @@ class Scheduler:
                 break
             del self.waiting[index]
             self._admit(out, request, hit)
+            if refused:
+                coordinator.tell_refused(request.block_hashes, refused, targets)
             self.running.append(request)
             budget -= self._schedule_chunk(out, request, chunk, positions)
 

@@ -9,7 +9,7 @@ default the least recently freed block of the lowest retention level).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from engine.cache.block import Block, InvariantError, NoFreeBlocksError
 from engine.cache.entry import REASON_VALUE, RETENTION, CheckpointReason, Entry, highest_retention
@@ -48,6 +48,8 @@ class BlockPool:
         self._num_pinned = 0
         self.dirty: set[int] = set()
         self.step = 0
+        # told the keys of every block evicted, before they are dropped (`StateSupport`)
+        self.on_evict: Callable[[list[BlockHash]], None] | None = None
 
     # ------------------------------------------------------------------ queries
     @property
@@ -106,6 +108,8 @@ class BlockPool:
         if not block.keys:
             return
         keys, entries = block.keys, self.entries
+        if self.on_evict is not None:
+            self.on_evict(keys)
         block.keys = []
         block.retention = 0
         if not self.is_recording:  # nobody listens: no event to build
@@ -122,6 +126,15 @@ class BlockPool:
                 medium=self.medium,
             )
         )
+
+    def reorder(self, key: BlockHash) -> None:
+        """What the key is worth to the eviction policy changed (not its entry): a free block
+        holding it may move in the order."""
+        entry = self.entries.get(key)
+        if entry is not None:
+            block = self.blocks[entry.block_id]
+            if block.free_queue is not None:
+                self.eviction.update(block)
 
     def touch(self, block_id: int) -> None:
         """Add a reference: a request table or a step's copy now holds the block."""

@@ -16,6 +16,7 @@ from engine.cache.entry import CheckpointReason
 from engine.cache.lookup import HitGeometry, find_hit, reachable_hit
 from engine.cache.mamba import MambaHit, MambaManager
 from engine.cache.manager import BlockCopy
+from engine.cache.support import StateSupport
 from engine.config import CacheConfig
 from engine.events import EventSink
 from engine.hashing import BlockHash
@@ -83,6 +84,12 @@ class HybridCoordinator:
             holds_states=True,
         )
         mamba_pool.eviction.couple(attention_pool.entries)
+        # the attention blocks the cached states need, for a policy that reads them
+        self.support: StateSupport | None = None
+        if attention_pool.eviction.reads_support:
+            self.support = StateSupport(attention_pool, self.unit)
+            attention_pool.eviction.couple_support(self.support.counts)
+            mamba_pool.on_evict = self.support.evicted
         self.attention = AttentionManager(attention_pool)
         self.mamba = MambaManager(mamba_pool)
         self.step = 0
@@ -178,12 +185,14 @@ class HybridCoordinator:
             new_block_ids={ATTENTION: new_attention, MAMBA: mamba.new_block_ids},
         )
 
-    def observe(self, hashes: Sequence[BlockHash]) -> None:
+    def observe(self, hashes: Sequence[BlockHash]) -> int | None:
         """A request is being admitted for the first time: its prompt's chain is shown to both
         pools' eviction policies before its states are chosen, and they may learn from it
-        (`EvictionPolicy.observe`)."""
-        for manager in self.managers:
-            manager.pool.eviction.observe(hashes)
+        (`EvictionPolicy.observe`). Returns the position where, as the Mamba pool's policy
+        learnt, the prompt branched off earlier ones that went on; None if nowhere known."""
+        self.attention.pool.eviction.observe(hashes)
+        branched = self.mamba.pool.eviction.observe(hashes)
+        return None if branched is None else branched * self.unit
 
     def refused_states(
         self,
@@ -217,6 +226,21 @@ class HybridCoordinator:
             if not policy.admits(hashes[first], reason, hashes[first : max(last, first + 1)]):
                 refused.add(position)
         return frozenset(refused)
+
+    def tell_refused(
+        self,
+        hashes: Sequence[BlockHash],
+        refused: Collection[int],
+        targets: dict[int, CheckpointReason],
+    ) -> None:
+        """The request `refused_states` answered for is admitted: its refused states are told
+        to the Mamba pool's policy once (`EvictionPolicy.refused`), however many times a
+        waiting request asked."""
+        policy, unit = self.mamba.pool.eviction, self.unit
+        for position in sorted(refused):
+            policy.refused(
+                hashes[position // unit - 1], targets.get(position, CheckpointReason.BLOCK)
+            )
 
     def add_interval_states(
         self, start: int, end: int, writes: list[tuple[int, int]], hashes: Sequence[BlockHash]
@@ -271,7 +295,11 @@ class HybridCoordinator:
     ) -> list[int]:
         if not self.config.enable_prefix_caching:
             return []
-        return self.mamba.register(writes, hashes, self.unit, reasons, refused)
+        registered = self.mamba.register(writes, hashes, self.unit, reasons, refused)
+        if self.support is not None:
+            for position in registered:
+                self.support.cached(hashes, position)
+        return registered
 
     def block_tables(self, request_id: str) -> dict[str, list[int | None]]:
         """The request's block ids per group, in table order (`None`: no Mamba state kept)."""
@@ -288,3 +316,5 @@ class HybridCoordinator:
     def check_invariants(self) -> None:
         for manager in self.managers:
             manager.check_invariants()
+        if self.support is not None:
+            self.support.check_invariants(self.mamba.pool.entries)

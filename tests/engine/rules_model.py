@@ -36,6 +36,7 @@ class Rules:
     inline: bool = True  # checkpoint_mode "inline"; False: "stops"
     chunk_limit: int = 8192  # min(token budget, long_prefill_threshold)
     checkpoint_interval: int | None = 0  # None: 64 rounded up to U
+    learns_branches: bool = False  # the eviction policy learns where prompts part (`reuse`)
 
     @classmethod
     def of(cls, config, chunk_limit: int) -> Rules:
@@ -54,6 +55,7 @@ class Rules:
             config.checkpoint_mode == "inline",
             chunk_limit,
             config.checkpoint_interval,
+            config.eviction == "reuse",
         )
 
     @property
@@ -109,6 +111,8 @@ class RulesModel:
     attention: set[tuple[int, ...]] = field(default_factory=set)  # matchable prefixes
     mamba: set[tuple[int, ...]] = field(default_factory=set)  # checkpointed prefixes
     pins: list[tuple[int, ...]] = field(default_factory=list)  # pinned prefixes (boundaries)
+    # every admitted prompt's whole units, in order: where later ones branch (section 5)
+    chains: list[tuple[int, ...]] = field(default_factory=list)
 
     # ------------------------------------------------------------------ lookup
     def lookup(self, prompt: Sequence[int], needs_logits: bool = True) -> tuple[int, int]:
@@ -140,11 +144,33 @@ class RulesModel:
         return match, hit
 
     # ------------------------------------------------------------------ checkpoints
-    def targets(self, prompt: Sequence[int], match: int, hit: int, is_pin: bool) -> set[int]:
-        """Checkpoint positions beyond block boundaries: `c`, `e`, `j`, `floor(j/S)*S`, pins."""
+    def branch(self, prompt: Sequence[int]) -> int | None:
+        """Where the prompt parts from every earlier one (section 5's branch point): the
+        longest whole-unit prefix an earlier prompt shares, when some earlier prompt sharing
+        it goes on past it; records the prompt."""
+        unit = self.rules.unit
+        chain = tuple(prompt[: floor_to(len(prompt), unit)])
+        run = max(
+            (p for q in self.chains for p in range(unit, min(len(q), len(chain)) + 1, unit)
+             if q[:p] == chain[:p]),
+            default=0,
+        )  # fmt: skip
+        passed = [q for q in self.chains if len(q) >= run and q[:run] == chain[:run]]
+        self.chains.append(chain)
+        if not run or all(len(q) == run for q in passed):
+            return None
+        return run
+
+    def targets(
+        self, prompt: Sequence[int], match: int, hit: int, is_pin: bool, branch: int | None
+    ) -> set[int]:
+        """Checkpoint positions beyond block boundaries: `c`, `e`, `j`, `floor(j/S)*S`, the
+        branch point, pins."""
         r, num = self.rules, len(prompt)
         floor = r.unit if r.partial_hits else r.scheduler_block
         out: set[int] = set()
+        if r.junction_checkpoints and match <= hit and branch is not None:
+            out.add(floor_to(branch - r.eagle_drop, floor))  # kept only above the hit (below)
         if r.partial_hits:
             resend = (
                 max(floor_to(num, r.unit) - r.unit, 0) if r.eagle else floor_to(num - 1, r.unit)
@@ -202,7 +228,8 @@ class RulesModel:
         match, hit = self.lookup(prompt, needs_logits=not is_pin)
         if is_pin and hit >= num:
             return Outcome(hit, match, [], [])
-        targets = self.targets(prompt, match, hit, is_pin)
+        branch = self.branch(prompt) if r.learns_branches else None
+        targets = self.targets(prompt, match, hit, is_pin, branch)
         ends = self.chunk_ends(hit, num, targets, eagle=r.eagle and not is_pin)
         chunks = list(zip([hit, *ends], ends, strict=False))
         # decode feeds every output but the last back in: one position per step

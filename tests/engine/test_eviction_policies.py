@@ -101,6 +101,9 @@ class ReuseModel:
         self.ghosts: dict[bytes, int] = {}  # insertion order is eviction order
         self.passed: Counter[bytes] = Counter()  # requests whose chain passed each key
         self.diverged: Counter[bytes] = Counter()  # requests that diverged at each key
+        self.lasts: Counter[bytes] = Counter()  # chains that ended at each key
+        self.branch: int | None = None  # the last chain's branch point, in keys
+        self.support: dict[bytes, int] | None = None  # attention: keys cached states need
 
     def klass(self, entries: dict[bytes, tuple[int, CheckpointReason]], block_id: int) -> int:
         if not entries:
@@ -116,11 +119,15 @@ class ReuseModel:
         return (self.hits[klass] + PRIOR * prior) / (self.departures[klass] + PRIOR)
 
     def place(self, entries: dict, block_id: int) -> tuple:
-        """(class, divergence count): the count for states only."""
+        """(class, divergence count, needed by a cached state): the count for states only, the
+        last for attention blocks only."""
         klass = self.klass(entries, block_id)
-        if not klass or not self.holds_states:
-            return (klass, 0)
-        return (klass, min(max(self.diverged[key] for key in entries), MAX_TALLIED + 1))
+        if not klass:
+            return (klass, 0, False)
+        if not self.holds_states:
+            support = self.support or {}
+            return (klass, 0, any(support.get(key) for key in entries))
+        return (klass, min(max(self.diverged[key] for key in entries), MAX_TALLIED + 1), False)
 
     def rank(self, entries: dict, block_id: int) -> tuple:
         if not entries:
@@ -148,7 +155,8 @@ class ReuseModel:
 
     def next_block(self, free: dict[int, tuple], keys: dict, attention: dict | None) -> int:
         """The oldest empty block; else among each place's oldest block the oldest orphan;
-        else the lowest `stamp + weight` (the lower class, then the older, on a tie)."""
+        else, among the heads no cached state needs if there is one, the lowest `stamp +
+        weight` (the lower class, then the older, on a tie)."""
         empty = [b for b in free if not free[b][0][0]]
         if empty:
             return min(empty, key=lambda b: free[b][1])
@@ -156,13 +164,15 @@ class ReuseModel:
         for block_id, (place, stamp) in free.items():
             if place not in heads or stamp < free[heads[place]][1]:
                 heads[place] = block_id
+        unneeded = {place: b for place, b in heads.items() if not place[2]}
+        heads = unneeded or heads
         if attention is not None:
             orphans = [b for b in heads.values() if not any(k in attention for k in keys[b])]
             if orphans:
                 return min(orphans, key=lambda b: free[b][1])
 
         def priority(block_id: int) -> tuple:
-            (klass, count), stamp = free[block_id]
+            (klass, count, _), stamp = free[block_id]
             weight = self.rate(klass) * self.horizon
             expected = self.expected_at(count) if count else None
             if expected is not None:
@@ -190,15 +200,17 @@ class ReuseModel:
             return True
         if self.passed[key] > 1:
             return any(self.diverged[k] for k in span)
-        klass = 1 + 2 * list(CheckpointReason).index(reason)
-        if self.rate(klass) >= ADMIT_RATE:
-            return True
-        self.departures[klass] += 1
-        self.ghosts.pop(key, None)
-        self.ghosts[key] = klass
-        if len(self.ghosts) > GHOSTS_PER_BLOCK * NUM_BLOCKS:
-            del self.ghosts[next(iter(self.ghosts))]
-        return False
+        return self.rate(1 + 2 * list(CheckpointReason).index(reason)) >= ADMIT_RATE
+
+    def refused(self, key: bytes, reason: CheckpointReason) -> None:
+        """A refusal by rate (a new prefix) leaves a ghost; one by divergence nothing."""
+        if self.holds_states and self.passed[key] <= 1:
+            klass = 1 + 2 * list(CheckpointReason).index(reason)
+            self.departures[klass] += 1
+            self.ghosts.pop(key, None)
+            self.ghosts[key] = klass
+            if len(self.ghosts) > GHOSTS_PER_BLOCK * NUM_BLOCKS:
+                del self.ghosts[next(iter(self.ghosts))]
 
     def observe(self, hashes: list[bytes], cached: set[bytes]) -> bytes | None:
         """Learns from a prompt's chain; returns the key it diverged at (states only)."""
@@ -220,11 +232,16 @@ class ReuseModel:
                 run = middle + 1
             else:
                 high = middle
+        key = hashes[run - 1] if run else None
+        # a branch: some earlier chain went on past the key (not all of them ended there)
+        self.branch = run if run and self.passed[key] > self.lasts[key] else None
         self.passed.update(hashes)
+        if hashes:
+            self.lasts[hashes[-1]] += 1
         if not run:
             return None
-        self.diverged[hashes[run - 1]] += 1
-        return hashes[run - 1]
+        self.diverged[key] += 1
+        return key
 
 
 class Model:
@@ -312,7 +329,7 @@ class Model:
 
 
 ACTIONS = ["allocate"] * 3 + ["free"] * 3 + ["touch", "cache", "cache", "observe", "observe"]
-ACTIONS += ["admit", "attention"]
+ACTIONS += ["admit", "attention", "support", "support"]
 
 
 @pytest.mark.parametrize("policy", list(EVICTION_POLICIES))
@@ -327,6 +344,10 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
     if seed % 4 == 3:  # a Mamba pool shown the attention pool's keys
         pool.eviction.couple(attention)
         model.attention = attention if policy == "reuse" else None
+    support: dict[bytes, int] = {}  # the keys cached states need, for a coupled attention pool
+    if seed % 4 == 2:
+        pool.eviction.couple_support(support)
+        model.reuse.support = support if policy == "reuse" else None
     for block_id in range(NUM_BLOCKS):
         model.add(block_id)
     next_key = 0
@@ -372,17 +393,32 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
             else:  # a prefix of it: requests diverging at various depths, some often
                 picked = range(rng.randrange(next_key + 1) // 2)
             hashes = [key_of(i) for i in picked]
-            pool.eviction.observe(hashes)
+            branch = pool.eviction.observe(hashes)
             model.counts.update(hashes)
             diverged = model.reuse.observe(hashes, model.cached())
+            assert branch == (model.reuse.branch if policy == "reuse" else None)
             holder = None if diverged is None else model.holder(diverged)
             if policy == "reuse" and holder is not None:
                 model.changed(holder, model.free[holder])  # its count rose
+        elif action == "support" and next_key:  # a state past the key is cached, or given up
+            key = key_of(rng.randrange(next_key))
+            if support.pop(key, None) is None:
+                support[key] = rng.randint(1, 3)
+            holder = model.holder(key)
+            before = model.free.get(holder, ()) if holder is not None else ()
+            pool.reorder(key)
+            if holder is not None:
+                model.changed(holder, before)
         elif action == "admit" and next_key:  # a state about to be written, and the keys after it
             first = rng.randrange(next_key)
             span = [key_of(i) for i in range(first, min(first + num, next_key))]
             admitted = pool.eviction.admits(span[0], reason, span)
             assert admitted == model.admits(span[0], reason, span)
+            assert pool.eviction.admits(span[0], reason, span) == admitted  # asking changes nothing
+            if not admitted and rng.random() < 0.5:  # its request is admitted: told once
+                pool.eviction.refused(span[0], reason)
+                if policy == "reuse":
+                    model.reuse.refused(span[0], reason)
         pool.check_invariants()
         assert set(pool.entries) == model.cached()
         assert pool.num_free == len(model.free)
@@ -525,7 +561,16 @@ def test_reuse_refuses_tail_states_of_a_class_nobody_reads_and_learns_it_back() 
     policy, extension = pool.eviction, CheckpointReason.EXTENSION
     klass = 1 + 2 * list(CheckpointReason).index(extension)
     round_ = 0
-    while policy.admits(key_of(1000 + round_), extension, [key_of(1000 + round_)]):
+
+    def admitted(key: bytes) -> bool:
+        """Ask twice, as a waiting request may, then admit its request: told once."""
+        answer = policy.admits(key, extension, [key])
+        assert policy.admits(key, extension, [key]) == answer
+        if not answer:
+            policy.refused(key, extension)
+        return answer
+
+    while admitted(key_of(1000 + round_)):
         (tail,) = pool.allocate(1)
         pool.cache(tail.block_id, [(key_of(round_), 8, extension)], None)
         pool.free([tail.block_id])
@@ -536,7 +581,7 @@ def test_reuse_refuses_tail_states_of_a_class_nobody_reads_and_learns_it_back() 
     assert refused in policy.rates.ghosts
     for turn in range(200):
         policy.observe([refused, key_of(5000 + turn)])  # a next turn would have resumed there
-        if policy.admits(key_of(2000 + turn), extension, [key_of(2000 + turn)]):
+        if admitted(key_of(2000 + turn)):
             break
         refused = key_of(2000 + turn)
     else:
@@ -614,6 +659,47 @@ def test_states_are_asked_about_only_while_the_pool_has_no_spare_block_for_each(
     assert coordinator.refused_states(chain, 40, 16, targets) == frozenset()  # above the hit only
 
 
+def test_a_prompt_that_parts_from_its_siblings_branches_and_one_extending_the_last_does_not():
+    """Where a prompt diverged is a branch when an earlier prompt went on past it (siblings
+    part there: a state there serves the ones that follow), not when every earlier prompt
+    that passed it ended there (a next turn extending the last one's prompt)."""
+    from engine.cache.eviction.divergence import DivergenceCounts
+
+    counts = DivergenceCounts()
+    turn = [key_of(i) for i in range(4)]
+    assert counts.observe(turn) is None  # nobody passed its first hash
+    assert counts.observe([*turn, key_of(4), key_of(5)]) == (key_of(3), 4, False)  # extends it
+    assert counts.observe([*turn, key_of(6)]) == (key_of(3), 4, True)  # the second went on
+    assert counts.observe(turn[:2]) == (key_of(1), 2, True)  # ends where the others went on
+
+
+def test_a_waiting_request_asked_again_and_again_teaches_its_refusals_once() -> None:
+    """A new prompt whose tail class is read below `ADMIT_RATE` is refused its `extension`
+    state; asking at each admission attempt learns nothing, and admitting its request counts
+    the refusal once, as a ghost a later request may raise the class from."""
+    from engine.cache.coordinator import HybridCoordinator
+    from engine.config import CacheConfig
+    from engine.events import NullSink
+
+    config = CacheConfig(block_size=4, mamba_block_size=16, prefix_match_unit=4, num_blocks=64,
+                         num_mamba_blocks=2)  # fmt: skip
+    coordinator = HybridCoordinator(config, NullSink())
+    policy, extension = coordinator.mamba.pool.eviction, CheckpointReason.EXTENSION
+    klass = 1 + 2 * list(CheckpointReason).index(extension)
+    for round_ in range(100):  # tail states given up unread
+        policy.rates.evicted(klass, key_of(500 + round_))
+    chain = [key_of(i) for i in range(10)]  # 40 tokens nobody passed: states at 16, 32, 40
+    coordinator.observe(chain)
+    targets = {40: extension}
+    departures = list(policy.rates.departures)
+    for _ in range(5):  # a waiting request, asked at each step
+        assert 40 in coordinator.refused_states(chain, 40, 0, targets)
+    assert policy.rates.departures == departures
+    coordinator.tell_refused(chain, {40}, targets)
+    departures[klass] += 1
+    assert policy.rates.departures == departures and key_of(9) in policy.rates.ghosts
+
+
 def test_divergence_counts_expect_as_many_more_siblings_as_finished_families_had() -> None:
     """Five families of 8 siblings, then one with 2 so far: its key has had 1 divergence (the
     second sibling), and finished families went on to 7, so 5 more are expected; a key at 7 is
@@ -635,10 +721,47 @@ def test_divergence_counts_expect_as_many_more_siblings_as_finished_families_had
 
     small = DivergenceCounts(max_keys=6)  # generations of 3 hashes
     small.observe([key_of(1), key_of(2), key_of(3)])
-    assert small.observe([key_of(1), key_of(2), key_of(4)]) == key_of(2)  # 4 hashes: a new one
+    # 4 hashes: a new one; the first prompt went on past `key_of(2)`: a branch
+    assert small.observe([key_of(1), key_of(2), key_of(4)]) == (key_of(2), 2, True)
     small.observe([key_of(7), key_of(8), key_of(9)])
     assert small.count(key_of(3)) == 1 and small.count(key_of(1)) == 2  # the older generation
     # passed again, `key_of(1)` moves on; 5 hashes: `key_of(2..4)`'s generation is forgotten
-    assert small.observe([key_of(1), key_of(10)]) == key_of(1)
+    assert small.observe([key_of(1), key_of(10)]).key == key_of(1)
     assert small.count(key_of(2)) == 0 and small.ends(key_of(2)) == 0
     assert small.count(key_of(1)) == 3  # it had moved to the generation that stays
+
+
+def branch_run(policy: str) -> dict[str, dict]:
+    """A family's first request, then prompts of their own until the attention pool has given
+    its prefix up, then two siblings: the first finds no junction in the attention match. The
+    family's prefix is 40 tokens (`Bm` 16: no block state there). Ledger runner, one at a time,
+    every read checked."""
+    from engine.config import CacheConfig, SchedulerConfig
+    from engine.engine import Engine
+    from engine.replay import replay
+    from engine.trace import TraceRequest, segment_tokens
+
+    prefix = segment_tokens(1, 40)
+    prompts = {"a": prefix + segment_tokens(2, 8)}
+    prompts |= {f"other{i}": segment_tokens(10 + i, 48) for i in range(6)}
+    prompts |= {"b": prefix + segment_tokens(3, 8), "c": prefix + segment_tokens(4, 8)}
+    items = [
+        TraceRequest(line, name, tokens, 2, None, 0.0, 1.0, 0)
+        for line, (name, tokens) in enumerate(prompts.items())
+    ]
+    cache = CacheConfig(block_size=4, mamba_block_size=16, prefix_match_unit=4, num_blocks=40,
+                        num_mamba_blocks=64, eviction=policy)  # fmt: skip
+    engine = Engine(cache, SchedulerConfig(), runner="ledger")
+    records, _ = replay(engine, items, 1, on_step=Engine.check_invariants)
+    return {record["id"]: record for record in records}
+
+
+def test_a_sibling_whose_prefix_the_attention_pool_gave_up_still_keeps_the_branch_state() -> None:
+    """`reuse` learnt that the family's prompts part at 40, so `b`, which finds no junction
+    (the attention pool gave the prefix up), writes the state there and `c` hits it; under
+    `retention` `b` writes only the block states and `c` hits 32."""
+    learnt, fixed = branch_run("reuse"), branch_run("retention")
+    for run in (learnt, fixed):
+        assert run["b"]["num_cached_tokens"] == 0  # the attention prefix was given up
+    assert 40 in learnt["b"]["checkpoints"] and learnt["c"]["num_cached_tokens"] == 40
+    assert 40 not in fixed["b"]["checkpoints"] and fixed["c"]["num_cached_tokens"] == 32

@@ -27,6 +27,9 @@ class EvictionPolicy(ABC):
     name: ClassVar[str]
     #: True when `admits` says yes to every state (the coordinator then skips asking)
     admits_all: ClassVar[bool] = True
+    #: True when an attention pool's policy reads which keys the cached states need
+    #: (`couple_support`; the coordinator then keeps the counts)
+    reads_support: ClassVar[bool] = False
     #: the reasons whose states `admits` may refuse besides `interval`: what a request writes
     #: for itself; a junction, message or pin state is always written
     REFUSABLE: ClassVar[frozenset[CheckpointReason]] = frozenset(
@@ -96,17 +99,28 @@ class EvictionPolicy(ABC):
         """Remove the next `num` free blocks and return them in the order given up; the pool
         has checked that `num <= num_free`. Their entries are still on them."""
 
-    def observe(self, hashes: Sequence[BlockHash]) -> None:
+    def observe(self, hashes: Sequence[BlockHash]) -> int | None:
         """A request whose prompt chains through `hashes` is being admitted (told once per
         request, at its first admission, before the states it writes are chosen, so `admits`
         already knows its chain). Changes only what the policy learns, never the order of the
-        blocks already free. Nothing by default."""
-        return
+        blocks already free. A policy that learns where prompts diverge returns how many of
+        `hashes` this one shared before it branched off earlier prompts that went on past
+        them (a state there serves the siblings that follow); None when it knows of no such
+        branch. Nothing by default."""
+        return None
 
     def couple(self, prefix_entries: Mapping[BlockHash, Entry]) -> None:
         """A Mamba pool's policy is shown the attention pool's entries (read, never changed):
         a state whose key they lack cannot be resumed from, since a hit needs the attention
         prefix too, so a policy may give it up first. Nothing by default."""
+        return
+
+    def couple_support(self, support: Mapping[BlockHash, int]) -> None:
+        """An attention pool's policy that `reads_support` is shown, per attention key, how
+        many of the Mamba pool's cached states lie past it in its chain (read, never changed;
+        `engine.cache.support`): a block none of whose keys has one serves no hit, since a hit
+        resumes from a state. When a key's count turns zero or leaves it, the pool `update`s
+        the free block holding it. Nothing by default."""
         return
 
     def admits(
@@ -116,9 +130,16 @@ class EvictionPolicy(ABC):
         `interval` state always, and for a `block`, `resend` or `extension` state while the
         pool has no spare block for every state the request writes (`REFUSABLE`). `span`: the
         request's hashes from `key` up to the next state it writes, where a later request
-        would diverge and still resume from this one. A refusal may be learnt from (as a state
-        given up at once) but changes no block's place. Every state by default."""
+        would diverge and still resume from this one. Changes nothing: asking again, as a
+        waiting request does at each admission attempt, gives the same answer. Every state by
+        default."""
         return True
+
+    def refused(self, key: BlockHash, reason: CheckpointReason) -> None:
+        """A state `admits` refused was not written: told once, when the request that would
+        have written it is admitted. The policy may learn from it (as a state given up at
+        once) but no block's place changes. Nothing by default."""
+        return
 
     @abstractmethod
     def check_invariants(self) -> None:

@@ -6,12 +6,24 @@ admission (`reuse`'s Mamba pool: which states to write, and how long to keep one
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from engine.hashing import BlockHash
 
 MAX_TALLIED = 64  # divergence counts tallied one by one; those above count as one bucket
 MIN_PAST = 3  # keys that went past a count before `expected_at` trusts it
 MAX_KEYS = 1 << 16  # prefix hashes remembered: two generations of at most half as many
+
+
+class Divergence(NamedTuple):
+    """Where one prompt diverged: the deepest hash earlier prompts had passed, its index + 1
+    in the prompt's chain, and whether some earlier prompt went on past it (a branch, where
+    siblings part) rather than all of them ending there (a prompt extended, as a next turn
+    extends the last)."""
+
+    key: BlockHash
+    length: int
+    is_branch: bool
 
 
 class DivergenceCounts:
@@ -42,12 +54,13 @@ class DivergenceCounts:
         self._current: dict[BlockHash, int] = {}
         self._previous: dict[BlockHash, int] = {}
         self._ends: dict[BlockHash, int] = {}  # hash -> requests that diverged there
+        self._lasts: dict[BlockHash, int] = {}  # hash -> prompts whose chain ended there
         self._tally = [0] * (MAX_TALLIED + 2)  # keys per divergence count (the last: more)
         self._expected: list[float | None] | None = None  # per count, until a count moves
 
-    def observe(self, hashes: Sequence[BlockHash]) -> BlockHash | None:
-        """Count one more request passing every hash of `hashes`; returns the hash it
-        diverged at (its count rose), None when no earlier request shared its first."""
+    def observe(self, hashes: Sequence[BlockHash]) -> Divergence | None:
+        """Count one more request passing every hash of `hashes`; returns where it diverged
+        (that hash's count rose), None when no earlier request shared its first."""
         current, previous = self._current, self._previous
         low, high = 0, len(hashes)  # the run: the hashes passed before, a prefix of the chain
         while low < high:
@@ -56,11 +69,16 @@ class DivergenceCounts:
                 low = middle + 1
             else:
                 high = middle
-        for key in hashes:
+        passed_before = 0
+        for index, key in enumerate(hashes):
             count = current.get(key)
             if count is None:
                 count = previous.pop(key, 0)
             current[key] = count + 1
+            if index == low - 1:
+                passed_before = count
+        if hashes:
+            self._lasts[hashes[-1]] = self._lasts.get(hashes[-1], 0) + 1
         if len(current) > self.max_keys // 2:  # a new generation: the older one is forgotten
             for key in previous:
                 self._forget(key)
@@ -71,9 +89,11 @@ class DivergenceCounts:
         before = self._ends.get(key, 0)
         self._ends[key] = before + 1
         self._move_tally(before, before + 1)
-        return key
+        ended = self._lasts.get(key, 0) - (low == len(hashes))  # not counting this prompt
+        return Divergence(key, low, passed_before > ended)
 
     def _forget(self, key: BlockHash) -> None:
+        self._lasts.pop(key, None)
         ends = self._ends.pop(key, 0)
         if ends:
             self._move_tally(ends, 0)

@@ -20,7 +20,10 @@ The Mamba pool learns two more things, from where requests diverge (`DivergenceC
 state whose key requests diverged at is ordered by how many more are expected to, judged by
 how those counts ended up for every key (a finished family's state goes before a new one's);
 and, under pressure, which states are worth writing at all (`admits`). A state whose prefix
-the attention pool has given up goes right after the empty blocks (`couple`).
+the attention pool has given up goes right after the empty blocks (`couple`). The other way
+round, the attention pool gives up a block that some cached state needs (one lies past it in
+its chain: `couple_support`) only once no other block is left, since a hit resumes from a
+state through the attention before it, and the blocks past every cached state serve none.
 
 Each of those is a queue of its own, least recently freed first, so an allocation compares only
 the queues' heads: a free state's *place* is its class, or its class and its divergence count
@@ -48,6 +51,9 @@ NUM_CLASSES = 1 + 2 * len(REASONS)
 # the Mamba pool's other places: per divergence count `n >= 1` (capped) one place per class,
 # `COUNTED + (n - 1) * NUM_CLASSES + class`
 COUNTED = NUM_CLASSES
+# the attention pool's other places: a block some cached state needs (`couple_support`), one
+# place per class, `SUPPORTED + class`, each given up only once no other block is left
+SUPPORTED = NUM_CLASSES
 # the horizon in frees per block of the pool:
 # long for states (a prefix family comes back after many requests), short for attention KV (its
 # pool then keeps the recently used prefixes, the ones the few states are likely to belong to)
@@ -62,7 +68,8 @@ EXPECTED_READ_WEIGHT = 3.0
 
 
 def class_of(place: int) -> int:
-    """The class of a place: itself, or the class a counted place holds."""
+    """The class of a place: itself, or the class a counted (Mamba) or supported (attention)
+    place holds."""
     return place if place < COUNTED else (place - COUNTED) % NUM_CLASSES
 
 
@@ -82,6 +89,7 @@ class ReuseLearned(EvictionPolicy):
 
     name = "reuse"
     admits_all = False
+    reads_support = True
 
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
@@ -92,7 +100,9 @@ class ReuseLearned(EvictionPolicy):
         self.horizon = per_block * len(blocks)
         # place -> block id -> the stamp it was freed at, least recently freed first; and the
         # places holding a free block
-        num_places = COUNTED + (MAX_TALLIED + 1) * NUM_CLASSES if holds_states else NUM_CLASSES
+        num_places = COUNTED + (MAX_TALLIED + 1) * NUM_CLASSES if holds_states else 2 * NUM_CLASSES
+        # places from here on are given up only once no other place holds a block
+        self._last_tier = num_places if holds_states else SUPPORTED
         self._queues: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(num_places)]
         self._held: set[int] = set()
         self._is_read = [False] * len(blocks)  # read since its entries were cached
@@ -103,10 +113,15 @@ class ReuseLearned(EvictionPolicy):
         # where requests diverged, for admitting and ordering states (the Mamba pool only)
         self.divergence = DivergenceCounts() if holds_states else None
         self.prefix_entries: Mapping[BlockHash, Entry] | None = None  # `couple`
+        self.support: Mapping[BlockHash, int] | None = None  # `couple_support`
 
     def couple(self, prefix_entries: Mapping[BlockHash, Entry]) -> None:
         if self.holds_states:
             self.prefix_entries = prefix_entries
+
+    def couple_support(self, support: Mapping[BlockHash, int]) -> None:
+        if not self.holds_states:
+            self.support = support
 
     @property
     def num_free(self) -> int:
@@ -128,13 +143,26 @@ class ReuseLearned(EvictionPolicy):
 
     def place(self, block: Block, count: int | None = None) -> int:
         """The queue the block belongs in: its class, or in the Mamba pool its class under its
-        divergence `count` (its queued one when None). Changes nothing."""
+        divergence `count` (its queued one when None), or in the attention pool its class among
+        the blocks a cached state needs. Changes nothing."""
         klass = self.klass(block)
-        if klass == EMPTY or self.divergence is None:
+        if klass == EMPTY:
             return klass
+        if self.divergence is None:
+            return self._supported(block, klass)
         if count is None:
             count = self._counts[block.block_id]
         return klass if not count else COUNTED + (count - 1) * NUM_CLASSES + klass
+
+    def _supported(self, block: Block, klass: int) -> int:
+        """An attention block's place: its class, among the supported places when a cached
+        state needs one of its keys (`couple_support`)."""
+        support = self.support
+        if support:
+            for key in block.keys:
+                if key in support:
+                    return SUPPORTED + klass
+        return klass
 
     def _count_of(self, block: Block) -> int:
         """The largest divergence count among the block's keys, capped; 0 outside the Mamba
@@ -147,8 +175,8 @@ class ReuseLearned(EvictionPolicy):
     def _weight(self, place: int) -> float:
         """`rate * horizon` of the place's class; for a counted place whose count the divergence
         table can judge, `expected * EXPECTED_READ_WEIGHT * horizon`."""
-        if place < COUNTED:
-            return self.rates.rate(place) * self.horizon
+        if place < COUNTED or self.divergence is None:
+            return self.rates.rate(class_of(place)) * self.horizon
         count, klass = divmod(place - COUNTED, NUM_CLASSES)
         expected = self.divergence.expected_at(count + 1)
         if expected is None:
@@ -159,7 +187,8 @@ class ReuseLearned(EvictionPolicy):
         """The free blocks in the order `take` gives them up, without taking any: the empty
         blocks, oldest first; then, one at a time, among the other places' heads the oldest
         orphan (`couple`), else the lowest `stamp + weight` (the lower class, then the older,
-        on a tie). The weights are read once a walk: nothing here changes them."""
+        on a tie), the attention pool's supported places last (`couple_support`). The weights
+        are read once a walk: nothing here changes them."""
         weights = self._weights
         if weights is None:
             weights = self._weights = {}
@@ -173,20 +202,24 @@ class ReuseLearned(EvictionPolicy):
                 heads[place] = next(iters[place])
                 if place not in weights:
                     weights[place] = self._weight(place)
-        prefixes = self.prefix_entries
+        prefixes, last_tier = self.prefix_entries, self._last_tier
         while heads:
             best = None if prefixes is None else self._oldest_orphan(heads)
             if best is None:
-                best_priority, best_stamp = 0.0, 0
+                best_priority, best_stamp, best_tier = 0.0, 0, False
                 for place, (_, stamp) in heads.items():
-                    priority = stamp + weights[place]
+                    priority, tier = stamp + weights[place], place >= last_tier
                     if (
                         best is None
-                        or priority < best_priority
-                        or priority == best_priority
-                        and (class_of(place), stamp) < (class_of(best), best_stamp)
+                        or tier < best_tier
+                        or tier == best_tier
+                        and (
+                            priority < best_priority
+                            or priority == best_priority
+                            and (class_of(place), stamp) < (class_of(best), best_stamp)
+                        )
                     ):
-                        best, best_priority, best_stamp = place, priority, stamp
+                        best, best_priority, best_stamp, best_tier = place, priority, stamp, tier
             yield blocks[heads[best][0]]
             following = next(iters[best], None)
             if following is None:
@@ -217,8 +250,8 @@ class ReuseLearned(EvictionPolicy):
         if not block.keys:
             self._is_read[block_id] = False
             place = EMPTY
-        elif self.divergence is None:  # the attention pool: its class
-            place = self.klass(block)
+        elif self.divergence is None:  # the attention pool: its class, supported or not
+            place = self._supported(block, self.klass(block))
         else:
             count = self._counts[block_id] = self._count_of(block)
             place = self.place(block, count)
@@ -282,14 +315,20 @@ class ReuseLearned(EvictionPolicy):
                 self._weights = None
         return taken
 
-    def observe(self, hashes: Sequence[BlockHash]) -> None:
+    def observe(self, hashes: Sequence[BlockHash]) -> int | None:
+        """Learns from the chain; in the Mamba pool returns where the prompt branched off
+        earlier ones that went on (`Divergence.is_branch`), None elsewhere."""
         self.rates.observe(hashes, self.entries, deepest_only=self.holds_states)
         self._weights = None
-        if self.divergence is not None:
-            diverged = self.divergence.observe(hashes)
-            entry = None if diverged is None else self.entries.get(diverged)
-            if entry is not None:  # its state's count rose: its place may move
-                self.update(self.blocks[entry.block_id])
+        if self.divergence is None:
+            return None
+        diverged = self.divergence.observe(hashes)
+        if diverged is None:
+            return None
+        entry = self.entries.get(diverged.key)
+        if entry is not None:  # its state's count rose: its place may move
+            self.update(self.blocks[entry.block_id])
+        return diverged.length if diverged.is_branch else None
 
     def admits(
         self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
@@ -298,20 +337,22 @@ class ReuseLearned(EvictionPolicy):
         written when some request diverged within its `span` (it would resume from it), else
         a deeper state serves them all, and the next request that diverges there writes it;
         one whose prefix is new is written while its class is read at least `ADMIT_RATE` of
-        the time, and refusing it counts as giving it up at once: its ghost lets a later
-        request that would have resumed from it raise its class.
-        Interval states and the other reasons are always written."""
+        the time (`refused` learns from a refusal). Interval states and the other reasons are
+        always written."""
         divergence = self.divergence
         if reason not in self.REFUSABLE or divergence is None:
             return True
         if divergence.count(key) > 1:
             return divergence.diverged_within(span) > 0
-        klass = 1 + 2 * REASON_INDEX[reason]
-        if self.rates.rate(klass) >= ADMIT_RATE:
-            return True
-        self.rates.evicted(klass, key)
-        self._weights = None
-        return False
+        return self.rates.rate(1 + 2 * REASON_INDEX[reason]) >= ADMIT_RATE
+
+    def refused(self, key: BlockHash, reason: CheckpointReason) -> None:
+        """A state refused for its class's rate (its prefix was new) counts as given up at
+        once: its ghost lets a later request that would have resumed from it raise the class.
+        One refused because a deeper state serves its prefix teaches nothing."""
+        if self.divergence is not None and self.divergence.count(key) <= 1:
+            self.rates.evicted(1 + 2 * REASON_INDEX[reason], key)
+            self._weights = None
 
     def check_invariants(self) -> None:
         num_free = 0
