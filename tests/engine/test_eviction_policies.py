@@ -332,6 +332,32 @@ ACTIONS = ["allocate"] * 3 + ["free"] * 3 + ["touch", "cache", "cache", "observe
 ACTIONS += ["admit", "attention", "support", "support"]
 
 
+def observe_both(pool: BlockPool, model: Model, hashes: list[bytes]) -> None:
+    """Show a chain to the policy and its model: the same branch point, and a state whose
+    divergence count rose moves in both."""
+    branch = pool.eviction.observe(hashes)
+    model.counts.update(hashes)
+    diverged = model.reuse.observe(hashes, model.cached())
+    assert branch == (model.reuse.branch if model.policy == "reuse" else None)
+    holder = None if diverged is None else model.holder(diverged)
+    if model.policy == "reuse" and holder is not None:
+        model.changed(holder, model.free[holder])  # its count rose
+
+
+def admit_both(
+    pool: BlockPool, model: Model, span: list[bytes], reason: CheckpointReason, tell: bool
+) -> None:
+    """Ask the policy and its model about a state (twice: asking changes nothing); with `tell`,
+    its request is admitted and a refusal is told once."""
+    admitted = pool.eviction.admits(span[0], reason, span)
+    assert admitted == model.admits(span[0], reason, span)
+    assert pool.eviction.admits(span[0], reason, span) == admitted
+    if not admitted and tell:
+        pool.eviction.refused(span[0], reason)
+        if model.policy == "reuse":
+            model.reuse.refused(span[0], reason)
+
+
 @pytest.mark.parametrize("policy", list(EVICTION_POLICIES))
 @pytest.mark.parametrize("seed", range(12))
 def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int) -> None:
@@ -392,14 +418,7 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
                 picked = sorted(rng.sample(range(next_key), min(num, next_key)))
             else:  # a prefix of it: requests diverging at various depths, some often
                 picked = range(rng.randrange(next_key + 1) // 2)
-            hashes = [key_of(i) for i in picked]
-            branch = pool.eviction.observe(hashes)
-            model.counts.update(hashes)
-            diverged = model.reuse.observe(hashes, model.cached())
-            assert branch == (model.reuse.branch if policy == "reuse" else None)
-            holder = None if diverged is None else model.holder(diverged)
-            if policy == "reuse" and holder is not None:
-                model.changed(holder, model.free[holder])  # its count rose
+            observe_both(pool, model, [key_of(i) for i in picked])
         elif action == "support" and next_key:  # a state past the key is cached, or given up
             key = key_of(rng.randrange(next_key))
             if support.pop(key, None) is None:
@@ -412,13 +431,7 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
         elif action == "admit" and next_key:  # a state about to be written, and the keys after it
             first = rng.randrange(next_key)
             span = [key_of(i) for i in range(first, min(first + num, next_key))]
-            admitted = pool.eviction.admits(span[0], reason, span)
-            assert admitted == model.admits(span[0], reason, span)
-            assert pool.eviction.admits(span[0], reason, span) == admitted  # asking changes nothing
-            if not admitted and rng.random() < 0.5:  # its request is admitted: told once
-                pool.eviction.refused(span[0], reason)
-                if policy == "reuse":
-                    model.reuse.refused(span[0], reason)
+            admit_both(pool, model, span, reason, tell=rng.random() < 0.5)
         pool.check_invariants()
         assert set(pool.entries) == model.cached()
         assert pool.num_free == len(model.free)

@@ -251,7 +251,13 @@ class ReuseLearned(EvictionPolicy):
             self._is_read[block_id] = False
             place = EMPTY
         elif self.divergence is None:  # the attention pool: its class, supported or not
-            place = self._supported(block, self.klass(block))
+            place = self.klass(block)
+            support = self.support
+            if support:  # `_supported`, inline: every attention block freed passes here
+                for key in block.keys:
+                    if key in support:
+                        place += SUPPORTED
+                        break
         else:
             count = self._counts[block_id] = self._count_of(block)
             place = self.place(block, count)
