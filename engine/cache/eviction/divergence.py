@@ -69,14 +69,12 @@ class DivergenceCounts:
                 low = middle + 1
             else:
                 high = middle
-        passed_before = 0
-        for index, key in enumerate(hashes):
+        passed_before = self.count(hashes[low - 1]) if low else 0
+        for key in hashes:
             count = current.get(key)
             if count is None:
                 count = previous.pop(key, 0)
             current[key] = count + 1
-            if index == low - 1:
-                passed_before = count
         if hashes:
             self._lasts[hashes[-1]] = self._lasts.get(hashes[-1], 0) + 1
         if len(current) > self.max_keys // 2:  # a new generation: the older one is forgotten
