@@ -116,11 +116,11 @@ class EvictionPolicy(ABC):
         return
 
     def couple_support(self, support: Mapping[BlockHash, int]) -> None:
-        """An attention pool's policy that `reads_support` is shown, per attention key, how
-        many of the Mamba pool's cached states lie past it in its chain (read, never changed;
-        `engine.cache.support`): a block none of whose keys has one serves no hit, since a hit
-        resumes from a state. When a key's count turns zero or leaves it, the pool `update`s
-        the free block holding it. Nothing by default."""
+        """An attention pool's policy that `reads_support` is shown the attention keys some
+        cached Mamba state needs, a state lying at or past the key in its chain, each with a
+        positive count (read, never changed; `engine.cache.support`): a block none of whose
+        keys is there serves no hit, since a hit resumes from a state. When a key comes or
+        goes, the pool `update`s the free block holding it. Nothing by default."""
         return
 
     def admits(

@@ -46,6 +46,7 @@ from engine.hashing import BlockHash
 
 REASONS = list(CheckpointReason)
 REASON_INDEX = {reason: index for index, reason in enumerate(REASONS)}
+REASON_CLASS = {reason: 1 + 2 * index for reason, index in REASON_INDEX.items()}  # unread
 EMPTY = 0  # the class of a block with no entry; then 1 + 2 * reason index + was read
 NUM_CLASSES = 1 + 2 * len(REASONS)
 # the Mamba pool's other places: per divergence count `n >= 1` (capped) one place per class,
@@ -251,13 +252,15 @@ class ReuseLearned(EvictionPolicy):
             self._is_read[block_id] = False
             place = EMPTY
         elif self.divergence is None:  # the attention pool: its class, supported or not
-            place = self.klass(block)
-            support = self.support
-            if support:  # `_supported`, inline: every attention block freed passes here
-                for key in block.keys:
-                    if key in support:
-                        place += SUPPORTED
-                        break
+            keys = block.keys
+            if len(keys) == 1:  # `place`, inline for one key: every attention block freed
+                key = keys[0]
+                place = REASON_CLASS[self.entries[key].reason] + self._is_read[block_id]
+                support = self.support
+                if support and key in support:
+                    place += SUPPORTED
+            else:
+                place = self._supported(block, self.klass(block))
         else:
             count = self._counts[block_id] = self._count_of(block)
             place = self.place(block, count)
