@@ -140,7 +140,7 @@ class ReuseLearned(EvictionPolicy):
                 best, best_retention = reason, retention
         if best is None:
             return EMPTY
-        return 1 + 2 * REASON_INDEX[best] + self._is_read[block.block_id]
+        return REASON_CLASS[best] + self._is_read[block.block_id]
 
     def place(self, block: Block, count: int | None = None) -> int:
         """The queue the block belongs in: its class, or in the Mamba pool its class under its
@@ -353,14 +353,14 @@ class ReuseLearned(EvictionPolicy):
             return True
         if divergence.count(key) > 1:
             return divergence.diverged_within(span) > 0
-        return self.rates.rate(1 + 2 * REASON_INDEX[reason]) >= ADMIT_RATE
+        return self.rates.rate(REASON_CLASS[reason]) >= ADMIT_RATE
 
     def refused(self, key: BlockHash, reason: CheckpointReason) -> None:
         """A state refused for its class's rate (its prefix was new) counts as given up at
         once: its ghost lets a later request that would have resumed from it raise the class.
         One refused because a deeper state serves its prefix teaches nothing."""
         if self.divergence is not None and self.divergence.count(key) <= 1:
-            self.rates.evicted(1 + 2 * REASON_INDEX[reason], key)
+            self.rates.evicted(REASON_CLASS[reason], key)
             self._weights = None
 
     def check_invariants(self) -> None:
