@@ -12,14 +12,16 @@ replaces every unacknowledged frame; it is asked for (`needs_snapshot`) when the
 or the store wants a seq no longer held, and jumps past `seq_floor`, the seq a store ahead of
 us said it wants.
 
-But one: the snapshot the store is applying (the oldest frame, sent on the live connection and
-not yet acknowledged) is never replaced, and its requests are held beside `max_bytes` (at most
-`max_request_bytes` more) until its ack. A snapshot built meanwhile follows it (its seq is
-not the next one: the only gap the frames have) and carries only the requests of the frames
-after it, so nothing is cut while the store answers: were the applied one replaced, its
-requests would be carried again and cut to fit, and lost should its connection fail before the
-commit. An ack also releases, by their batch's seq, the requests a later snapshot carries that
-the store holds already (it would skip them), so each request counts against the bound once.
+But the snapshots the store is applying: those sent on the live connection and not yet
+acknowledged, the oldest frames, in seq order (the store applies them in turn). They are never
+replaced, and their requests are held beside `max_bytes` (at most `max_request_bytes` more)
+until their acks; a snapshot that would pass that is not sent until an ack makes room (it may
+be replaced meanwhile). A snapshot built meanwhile follows them (its seq is not the next one:
+the only gaps the frames have are between snapshots) and carries only the requests of the
+frames after them, so nothing is cut while the store answers: were one replaced, its requests
+would be carried again and cut to fit, and lost should its connection fail before the commit.
+An ack also releases, by their batch's seq, the requests a later snapshot carries that the
+store holds already (it would skip them), so each request counts against the bound once.
 
 No finished request is dropped for a snapshot. The `RequestFinished` events of the batches it
 replaces (and of a batch refused for room) ride in the snapshot as `CarriedRequest`s, each with
@@ -137,7 +139,7 @@ class Outbox:
             ]
             has_room = len(self._frames) < self.max_batches
             has_room &= len(payload) <= self.max_frame_bytes
-            held = self._num_batch_bytes + self._num_carried_bytes - self._in_flight_bytes()
+            held = self._num_batch_bytes + self._num_carried_bytes - self._applying_bytes()
             if has_room and held + len(payload) <= self.max_bytes:
                 self._frames.append(OutFrame(seq, False, None, payload, requests))
                 self._num_batch_bytes += len(payload)
@@ -160,20 +162,19 @@ class Outbox:
     def put_snapshot(self, make: Callable[[int, list[CarriedRequest]], Snapshot]) -> None:
         """Replace every unacknowledged frame with the snapshot `make(seq, requests)`, which
         carries their finished requests (and those of batches refused for room), in seq
-        order; the snapshot the store is applying stays, ahead of it, with its own."""
+        order; the snapshots the store is applying stay, ahead of it, with their own."""
         with self.cond:
             seq = max(self._next_seq, self._seq_floor)
-            applying = self._in_flight()  # stays, with its requests: see the module's docstring
-            replaced = list(self._frames)[1:] if applying else list(self._frames)
+            applying = self._applying()  # they stay, with their requests: see the docstring
+            replaced = list(self._frames)[len(applying) :]
             carried = [_sized(r) for f in replaced for r in f.requests] + self._refused
             self._refused = []
             self._counts["dropped"] += sum(1 for f in replaced if not f.is_snapshot)
             carried = self._bound_requests(carried)
             self._frames.clear()
-            if applying:
-                self._frames.append(applying)
+            self._frames.extend(applying)
             self._num_batch_bytes = 0
-            self._num_carried_bytes = self._in_flight_bytes() + sum(n for _, n in carried)
+            self._num_carried_bytes = self._applying_bytes() + sum(n for _, n in carried)
             snapshot = make(seq, [request for request, _ in carried])
             self._frames.append(OutFrame(seq, True, snapshot, None, carried))
             self._next_seq = seq + 1
@@ -223,8 +224,8 @@ class Outbox:
             return is_ahead
 
     def disconnected(self) -> None:
-        """The connection ended: a snapshot sent on it is no longer being applied (the next
-        one built may replace it, carrying its requests)."""
+        """The connection ended: the snapshots sent on it are no longer being applied (the
+        next one built may replace them, carrying their requests)."""
         with self.cond:
             self._is_connected = False
 
@@ -293,9 +294,11 @@ class Outbox:
     def _release_stored(self, seq: int) -> None:
         """Let go of the requests snapshots carry from batches up to `seq`: the store, past
         `seq`, holds them (committed in their batch or in a snapshot it applied) and skips them.
-        Only the first two frames can be snapshots (the one applied, and one built after)."""
-        for frame in list(self._frames)[:2]:
-            if not frame.is_snapshot or not frame.requests or frame.requests[0][0].seq > seq:
+        The snapshots are the first frames (those applied, and one built after)."""
+        for frame in self._frames:
+            if not frame.is_snapshot:
+                break
+            if not frame.requests or frame.requests[0][0].seq > seq:
                 continue
             kept = [r for r in frame.requests if r[0].seq > seq]
             self._num_carried_bytes -= sum(n for _, n in frame.requests) - sum(n for _, n in kept)
@@ -305,19 +308,23 @@ class Outbox:
                     frame.frame, requests=[request for request, _ in kept]
                 )
 
-    def _in_flight(self) -> OutFrame | None:
-        """The snapshot the store is applying: the oldest frame, a snapshot sent on the live
-        connection and not yet acknowledged; None when there is none."""
-        frames = self._frames
-        if self._is_connected and frames and frames[0].is_snapshot:
-            return frames[0] if frames[0].seq < self._send_seq else None
-        return None
+    def _sent_snapshots(self) -> list[OutFrame]:
+        """The oldest frames, while they are snapshots sent and not yet acknowledged."""
+        sent = []
+        for frame in self._frames:
+            if not frame.is_snapshot or frame.seq >= self._send_seq:
+                break
+            sent.append(frame)
+        return sent
 
-    def _in_flight_bytes(self) -> int:
-        """The bytes of the requests the snapshot being applied carries (held beside the
-        bound until its ack)."""
-        applying = self._in_flight()
-        return sum(n for _, n in applying.requests) if applying is not None else 0
+    def _applying(self) -> list[OutFrame]:
+        """The snapshots the store is applying: those sent on the live connection."""
+        return self._sent_snapshots() if self._is_connected else []
+
+    def _applying_bytes(self) -> int:
+        """The bytes of the requests the snapshots being applied carry (held beside the
+        bound until their acks)."""
+        return sum(n for frame in self._applying() for _, n in frame.requests)
 
     def _forget(self, frame: OutFrame) -> None:
         """Take a frame that left the outbox out of its byte counts."""
@@ -327,18 +334,22 @@ class Outbox:
             self._num_batch_bytes -= len(frame.payload)
 
     def _next_frame(self) -> OutFrame | None:
-        """The frame to send now: seq `_send_seq`, or a snapshot past it."""
-        frames = self._frames
-        if not frames:
-            return None
-        if frames[0].seq >= self._send_seq:
-            index = 0
-        else:  # the frames after the first hold consecutive seqs (it may be the one applied)
-            index = 1 + max(0, self._send_seq - frames[1].seq) if len(frames) > 1 else 1
+        """The frame to send now: seq `_send_seq`, or a snapshot past it; none while a snapshot
+        would hold more requests beside the bound than `max_request_bytes` (an ack makes room)."""
+        frames, sent = self._frames, self._sent_snapshots()
+        index = len(sent)  # the frames after them hold consecutive seqs, but a snapshot's
+        if index < len(frames):
+            index += max(0, self._send_seq - frames[index].seq)
         if index >= len(frames):
             return None
         frame = frames[index]
-        return frame if frame.seq == self._send_seq or frame.is_snapshot else None
+        if frame.seq != self._send_seq and not frame.is_snapshot:
+            return None
+        if frame.is_snapshot and sent and self._is_connected:
+            beside = sum(n for f in sent for _, n in f.requests)
+            if beside + sum(n for _, n in frame.requests) > self.max_request_bytes:
+                return None
+        return frame
 
     def _has_gap(self) -> bool:
         """The store wants a seq that is neither held nor yet to come."""
