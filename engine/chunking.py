@@ -50,13 +50,15 @@ def checkpoint_targets(
     junction: int | None = None,
     pins: Iterable[int] = (),
     messages: Iterable[int] = (),
+    branch: int | None = None,
 ) -> dict[int, CheckpointReason]:
     """Positions inside the prompt, beyond block boundaries, whose Mamba state is kept.
 
     The junction `j` brings `floor(j / S) * S` with it; `messages` are the offsets where the
-    prompt's rendered chat messages end, floored to `U`. With partial hits off only the
-    junction, messages and pins remain, floored to the scheduler block.
-    A position claimed twice keeps the reason that is retained longest.
+    prompt's rendered chat messages end, floored to `U`; `branch` is where the prompt parted
+    from earlier ones (after the EAGLE drop), a `block` state floored as the junction is. With
+    partial hits off only the junction, branch, messages and pins remain, floored to the
+    scheduler block. A position claimed twice keeps the reason that is retained longest.
     """
     candidates: list[tuple[int, CheckpointReason]] = []
     if partial_hits:
@@ -74,6 +76,8 @@ def checkpoint_targets(
         # a state there (vLLM keeps that one); at or below the hit it is never a stop
         block_floor = junction // scheduler_block * scheduler_block
         candidates.append((block_floor, CheckpointReason.JUNCTION))
+    if branch is not None:
+        candidates.append((branch // floor * floor, CheckpointReason.BLOCK))
     candidates.extend((pin // floor * floor, CheckpointReason.PIN) for pin in pins)
     candidates.extend((end // floor * floor, CheckpointReason.MESSAGE) for end in messages)
     targets: dict[int, CheckpointReason] = {}

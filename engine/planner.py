@@ -49,18 +49,11 @@ class ChunkPlanner:
             refused=request.refused_states,
         )
 
-    def branch_target(self, branch: int, hit: int) -> int | None:
-        """The state kept where a prompt parted from earlier ones (`branch`, as the eviction
-        policy learnt it), when the attention match finds no junction: placed as a junction
-        would be (after the EAGLE drop, floored to `U`, or to `S` with partial hits off);
-        None at or below the hit."""
-        cache = self.cache
-        floor = cache.match_unit if cache.partial_hits else cache.scheduler_block_size
-        position = (branch - cache.eagle_drop) // floor * floor
-        return position if position > hit else None
-
-    def targets(self, request: Request, junction: int | None) -> dict[int, CheckpointReason]:
-        """The positions the request keeps a state at, and why."""
+    def targets(
+        self, request: Request, junction: int | None, branch: int | None = None
+    ) -> dict[int, CheckpointReason]:
+        """The positions the request keeps a state at, and why; `branch` is where its prompt
+        parted from earlier ones, as the eviction policy learnt it (before the EAGLE drop)."""
         cache = self.cache
         return checkpoint_targets(
             request.num_prompt_tokens,
@@ -71,4 +64,5 @@ class ChunkPlanner:
             junction,
             self.pins.boundaries(request),
             request.checkpoint_offsets,
+            None if branch is None else branch - cache.eagle_drop,
         )

@@ -200,12 +200,9 @@ class Scheduler:
             if config.junction_checkpoints:
                 if hit.attention_length > hit.length:
                     junction = hit.attention_length
-                elif request.branch_point is not None:
-                    # the match finds none: where prompts parted, as the policy learnt it
-                    branch = self.planner.branch_target(request.branch_point, hit.length)
-            targets = self.planner.targets(request, junction)
-            if branch is not None:
-                targets.setdefault(branch, CheckpointReason.BLOCK)
+                else:  # the match finds none: where prompts parted, as the policy learnt it
+                    branch = request.branch_point
+            targets = self.planner.targets(request, junction, branch)
             self.sharing.keep_sibling_junctions(request, hit, targets, self.waiting)
             refused = coordinator.refused_states(
                 request.block_hashes, request.num_prompt_tokens, hit.length, targets

@@ -26,6 +26,7 @@ RESEND = CheckpointReason.RESEND
 EXTENSION = CheckpointReason.EXTENSION
 JUNCTION = CheckpointReason.JUNCTION
 PIN = CheckpointReason.PIN
+BLOCK = CheckpointReason.BLOCK
 
 
 @pytest.fixture
@@ -439,3 +440,16 @@ def test_inline_mode_writes_message_states_inside_one_chunk() -> None:
     assert plan_chunk(0, 8192, 2100, BM, 8192, False, targets, False) == Chunk(2100, "end")
     positions = state_positions(0, 2100, BM, targets, inline=True)
     assert positions == [512, 992, 1024, 1536, 2048, 2080, 2100]
+
+
+def test_the_branch_point_is_a_block_state_floored_as_the_junction_is() -> None:
+    # floored to U with partial hits on; to S with them off
+    targets = checkpoint_targets(1024, UNIT, BM, False, True, branch=775)
+    assert targets == {992: RESEND, 1024: EXTENSION, 768: BLOCK}
+    targets = checkpoint_targets(10000, UNIT, 1536, False, False, branch=2000)
+    assert targets == {1536: BLOCK}
+    # claimed twice, the reason retained longest stays
+    targets = checkpoint_targets(10000, UNIT, BM, False, True, junction=576, branch=590)
+    assert targets == {9984: RESEND, 512: JUNCTION, 576: JUNCTION}
+    targets = checkpoint_targets(1024, UNIT, BM, False, True, branch=1010)
+    assert targets == {992: RESEND, 1024: EXTENSION}
