@@ -69,6 +69,9 @@ def test_nothing_is_dropped_once_the_store_answers_again(cut_api):
         assert publisher.flush(30)
         proxy.cut()
         harness.run(requests(1000, 40))
+        # the store refused a frame (1013): the outage is seen before it ends, not after the
+        # welcome below, which would then be a connection of the outage's
+        assert wait_until(lambda: not publisher.stats().is_connected, 30)
         during = publisher.stats()
         # the outage overflowed the outbox's batches: a snapshot carries its requests, all kept
         assert during.num_dropped > 0 and during.num_requests_dropped == 0
