@@ -81,6 +81,7 @@ class Cell(NamedTuple):
     num_prompt_tokens: int
     oracle_tokens: int  # the memory-free oracle
     bound_tokens: int  # the bound under memory at `budget`
+    blind_tokens: int  # the order-blind reference at `budget` (how often, not when)
     policy_tokens: dict[str, int]  # hit tokens per eviction policy
     vllm_tokens: int | None  # by blocks; None without the peer
     vllm_bytes_tokens: int | None  # by bytes; None without the peer
@@ -171,7 +172,18 @@ def run_cell(
 ) -> Cell:
     share, budget, is_floored = level
     best = oracle(requests, UNIT)
-    kept = bound(requests, UNIT, BLOCK_SIZE, budget, concurrency, mamba_block_size=MAMBA_BLOCK_SIZE)
+    kept, blind = (
+        bound(
+            requests,
+            UNIT,
+            BLOCK_SIZE,
+            budget,
+            concurrency,
+            mamba_block_size=MAMBA_BLOCK_SIZE,
+            order_blind=order_blind,
+        )
+        for order_blind in (False, True)
+    )
     return Cell(
         family,
         concurrency,
@@ -181,6 +193,7 @@ def run_cell(
         best.num_prompt_tokens,
         best.num_oracle_tokens,
         kept.num_bound_tokens,
+        blind.num_bound_tokens,
         {name: junction_tokens(requests, budget, concurrency, name) for name in policies},
         None if peer is None else vllm_tokens(peer, requests, budget, concurrency),
         None if peer is None else vllm_tokens(peer, requests, budget, concurrency, by_bytes=True),

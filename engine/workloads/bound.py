@@ -35,6 +35,13 @@ request `i` of `P` prompt tokens:
   Belady's apart: the two together, and the value of a state (its position), are not weighed,
   so the bound is a strong reference, not the optimum.
 
+**Order-blind** (`order_blind=True`): the same model with one piece of the future taken away,
+the order. Each pool gives up the unpinned item fewer later requests will read (counted as
+above; one never read first), the least recently read or written first among equals. It knows
+how often each item will be read again and where states will be resumed, which no online
+policy knows, but not when: in a shuffled trace it tells how much of the bound comes from
+knowing which family comes next. It is a reference too, not the best order-blind policy.
+
 `working_set` is the budget at which nothing is ever evicted: every distinct attention block
 of the trace plus the in-flight outputs' blocks, every distinct resume state plus the most live
 slots the requests in flight hold at once. There the bound equals the oracle.
@@ -98,12 +105,21 @@ class BoundResult(NamedTuple):
         }
 
 
+STAMP = 1 << 32  # the order-blind priority's room for the recency stamp
+
+
 class Uses:
     """When each key is read next: request indices, ascending, per unit hash a block holds
     (the blocks' needs) and per resume state. A request reads every resume state inside its
-    oracle hit, not only the one it resumes at: under memory it may fall back to one."""
+    oracle hit, not only the one it resumes at: under memory it may fall back to one.
 
-    def __init__(self, plans: Sequence[Plan]) -> None:
+    `block` and `state` give the priority a pool evicts the largest of first: the next use
+    (`NEVER` for none); `order_blind`, below `NEVER` by the number of later reads (times
+    `STAMP`) and by how recently it was asked (each ask is a read or a write)."""
+
+    def __init__(self, plans: Sequence[Plan], order_blind: bool = False) -> None:
+        self.order_blind = order_blind
+        self._stamp = 0
         self.by_need: dict[BlockHash, list[int]] = {}
         self.by_resume: dict[BlockHash, list[int]] = {}
         resumes = {plan.resume for plan in plans if plan.resume is not None}
@@ -122,17 +138,35 @@ class Uses:
         return indices[at] if at < len(indices) else NEVER
 
     def block(self, unit_hashes: Iterable[BlockHash], now: int) -> int:
+        if self.order_blind:
+            reads = max(
+                (self.reads_after(self.by_need.get(h), now) for h in unit_hashes), default=0
+            )
+            return self._blind(reads)
         return min((self.after(self.by_need.get(h), now) for h in unit_hashes), default=NEVER)
 
     def state(self, key: BlockHash, now: int) -> int:
+        if self.order_blind:
+            return self._blind(self.reads_after(self.by_resume.get(key), now))
         return self.after(self.by_resume.get(key), now)
+
+    @staticmethod
+    def reads_after(indices: list[int] | None, now: int) -> int:
+        return len(indices) - bisect_right(indices, now) if indices else 0
+
+    def _blind(self, reads: int) -> int:
+        """The order-blind priority of an item `reads` later requests read, asked now."""
+        if not reads:
+            return NEVER
+        self._stamp += 1
+        return NEVER - 1 - reads * STAMP - self._stamp
 
 
 class Memory:
     """The two pools of the bound and the unit hashes the held attention blocks hold."""
 
-    def __init__(self, plans: Sequence[Plan]) -> None:
-        self.uses = Uses(plans)
+    def __init__(self, plans: Sequence[Plan], order_blind: bool = False) -> None:
+        self.uses = Uses(plans, order_blind)
         self.blocks = BeladyPool()
         self.states = BeladyPool()
         self.unit_hashes: dict[BlockHash, tuple[BlockHash, ...]] = {}  # held block -> units
@@ -194,13 +228,15 @@ def bound(
     eagle: bool = False,
     outputs: Mapping[str, Sequence[int]] | None = None,
     mamba_block_size: int | None = None,
+    order_blind: bool = False,
 ) -> BoundResult:
     """The hit of every request of `items` (pins dropped) under `budget`, `concurrency` in
-    flight; `block_size` is the attention block `Ba` (times `dcp_size`)."""
+    flight; `block_size` is the attention block `Ba` (times `dcp_size`); with `order_blind`,
+    the reference that knows how often each item is read again but not when."""
     if concurrency < 1:
         raise ValueError(f"the concurrency must be at least 1, got {concurrency}")
     plans = plan_requests(items, unit, block_size, eagle, outputs)
-    memory = Memory(plans)
+    memory = Memory(plans, order_blind)
     live = [plan.num_live_states(mamba_block_size) for plan in plans]
     hits = []
     first = 0  # the oldest request in flight
