@@ -4,6 +4,8 @@ An item is a key with a next use (the index of the next request that reads it, `
 none) and a pin count (requests in flight that hold it). Only unpinned items may be evicted,
 the one whose next use is farthest first. The order is a max-heap with lazy deletion: an entry
 is stale once its item left, was pinned, or got a new next use, and is skipped when it surfaces.
+The order-blind reference passes its own priority in the next use's place (`bound.Uses`): the
+pool gives up the largest either way.
 """
 
 from __future__ import annotations
