@@ -79,6 +79,11 @@ class OutFrame:
         return self.chunks
 
 
+def _carried_bytes(frames: list[OutFrame]) -> int:
+    """The encoded bytes of the finished requests `frames` carry."""
+    return sum(n for frame in frames for _, n in frame.requests)
+
+
 def _sized(request: tuple[CarriedRequest, int | None]) -> tuple[CarriedRequest, int]:
     """A finished request with its encoded size, measured now if it was not yet."""
     carried, num_bytes = request
@@ -324,7 +329,7 @@ class Outbox:
     def _applying_bytes(self) -> int:
         """The bytes of the requests the snapshots being applied carry (held beside the
         bound until their acks)."""
-        return sum(n for frame in self._applying() for _, n in frame.requests)
+        return _carried_bytes(self._applying())
 
     def _forget(self, frame: OutFrame) -> None:
         """Take a frame that left the outbox out of its byte counts."""
@@ -345,9 +350,8 @@ class Outbox:
         frame = frames[index]
         if frame.seq != self._send_seq and not frame.is_snapshot:
             return None
-        if frame.is_snapshot and sent and self._is_connected:
-            beside = sum(n for f in sent for _, n in f.requests)
-            if beside + sum(n for _, n in frame.requests) > self.max_request_bytes:
+        if frame.is_snapshot and sent and self._is_connected:  # `sent`: those being applied
+            if _carried_bytes([*sent, frame]) > self.max_request_bytes:
                 return None
         return frame
 
