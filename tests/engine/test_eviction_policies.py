@@ -153,6 +153,14 @@ class ReuseModel:
             return None
         return sum(c - count for c in further) / sum(1 for c in counts if c >= count)
 
+    def weight(self, klass: int, count: int) -> float:
+        """`rate * horizon`, or for a state whose count the others' counts judge, `expected *
+        EXPECTED_READ_WEIGHT * horizon`."""
+        expected = self.expected_at(count) if count else None
+        if expected is not None:
+            return expected * EXPECTED_READ_WEIGHT * self.horizon
+        return self.rate(klass) * self.horizon
+
     def next_block(self, free: dict[int, tuple], keys: dict, attention: dict | None) -> int:
         """The oldest empty block; else among each place's oldest block the oldest orphan;
         else, among the heads no cached state needs if there is one, the lowest `stamp +
@@ -173,11 +181,7 @@ class ReuseModel:
 
         def priority(block_id: int) -> tuple:
             (klass, count, _), stamp = free[block_id]
-            weight = self.rate(klass) * self.horizon
-            expected = self.expected_at(count) if count else None
-            if expected is not None:
-                weight = expected * EXPECTED_READ_WEIGHT * self.horizon
-            return (stamp + weight, klass, stamp)
+            return (stamp + self.weight(klass, count), klass, stamp)
 
         return min(heads.values(), key=priority)
 
@@ -192,15 +196,47 @@ class ReuseModel:
             if len(self.ghosts) > GHOSTS_PER_BLOCK * NUM_BLOCKS:
                 del self.ghosts[next(iter(self.ghosts))]
 
-    def admits(self, key: bytes, reason: CheckpointReason, span: list[bytes]) -> bool:
+    def admits(
+        self,
+        key: bytes,
+        reason: CheckpointReason,
+        span: list[bytes],
+        free: dict[int, tuple],
+        keys: dict,
+        attention: dict | None,
+    ) -> bool:
         """Refusable states (the Mamba pool): by the divergence within `span` once an earlier
-        request passed `key`, else by the class's rate; a refusal by rate leaves a ghost."""
-        refusable = (CheckpointReason.BLOCK, CheckpointReason.RESEND, CheckpointReason.EXTENSION)
+        request passed `key`, else by the class's rate (a refusal by rate leaves a ghost); then
+        one that would rank below the first cached block given up is refused, but for the
+        first `block` or junction state of a new prefix."""
+        refusable = (
+            CheckpointReason.BLOCK,
+            CheckpointReason.RESEND,
+            CheckpointReason.EXTENSION,
+            CheckpointReason.JUNCTION,
+        )
         if not self.holds_states or reason not in refusable:
             return True
+        klass = 1 + 2 * list(CheckpointReason).index(reason)
         if self.passed[key] > 1:
-            return any(self.diverged[k] for k in span)
-        return self.rate(1 + 2 * list(CheckpointReason).index(reason)) >= ADMIT_RATE
+            if reason is not CheckpointReason.JUNCTION and not any(self.diverged[k] for k in span):
+                return False
+        elif reason is CheckpointReason.JUNCTION:
+            return True
+        elif self.rate(klass) < ADMIT_RATE:
+            return False
+        elif reason is CheckpointReason.BLOCK:
+            return True
+        cached = {block_id: rank for block_id, rank in free.items() if rank[0][0]}
+        if not cached:
+            return True
+        victim = self.next_block(cached, keys, attention)
+        if attention is not None and not any(k in attention for k in keys[victim]):
+            return True  # an orphan goes first whatever is written
+        (victim_class, victim_count, _), victim_stamp = cached[victim]
+        count = min(self.diverged[key], MAX_TALLIED + 1)
+        mine = self.stamp + 1 + self.weight(klass, count)
+        return mine >= victim_stamp + self.weight(victim_class, victim_count)
 
     def refused(self, key: bytes, reason: CheckpointReason) -> None:
         """A refusal by rate (a new prefix) leaves a ghost; one by divergence nothing."""
@@ -320,7 +356,7 @@ class Model:
         """reuse: its model; cost: an interval state where its prefix recurred or the next
         block to go holds no entry; the others write every state."""
         if self.policy == "reuse":
-            return self.reuse.admits(key, reason, span)
+            return self.reuse.admits(key, reason, span, self.free, self.keys, self.attention)
         if self.policy != "cost" or reason is not CheckpointReason.INTERVAL:
             return True
         if self.counts[key] >= 2:
@@ -562,9 +598,43 @@ def test_reuse_refuses_a_state_every_sibling_passes_and_admits_it_once_one_diver
     policy.observe([*prefix, key_of(11)])
     assert not policy.admits(prefix[1], block, prefix[1:3])
     assert policy.admits(prefix[3], block, prefix[3:])
-    assert policy.admits(prefix[1], CheckpointReason.JUNCTION, prefix[1:3])  # never refused
+    assert policy.admits(prefix[1], CheckpointReason.JUNCTION, prefix[1:3])  # nothing to lose
     policy.observe([*prefix[:2], key_of(12)])  # diverges right after `a1`
     assert policy.admits(prefix[1], block, prefix[1:3])
+
+
+def test_reuse_writes_no_state_that_would_go_before_the_cached_state_it_displaces() -> None:
+    """Five families of 8 siblings ended at 7 divergences each; family `x` has had 1 (5 more
+    expected), family `y` 6 (5/6 more). With `x`'s state cached and free, a junction state for
+    `y` would rank below it, so writing it would give up the state worth more: refused; so is
+    a tail state of a new prefix, whose class ranks low. Not refused: anything while an empty
+    block is the only one left, the first `block` or junction state of a new prefix, and
+    anything once `x`'s state is an orphan (its attention prefix gone)."""
+    pool = BlockPool(2, BLOCK_SIZE, "mamba", 1, eviction="reuse", holds_states=True)
+    policy, junction = pool.eviction, CheckpointReason.JUNCTION
+    attention: dict[bytes, None] = {}
+    policy.couple(attention)
+    siblings_of = [8] * 5 + [2, 7]  # the five finished families, `x`, `y`
+    for index, siblings in enumerate(siblings_of):
+        prefix = [key_of(1000 * index + i) for i in range(4)]
+        for sibling in range(siblings):
+            policy.observe([*prefix, key_of(1000 * index + 100 + sibling)])
+            attention |= dict.fromkeys(prefix)
+    x, y, new = key_of(5003), key_of(6003), key_of(9000)
+    assert policy.divergence.expected_at(policy.divergence.ends(x)) == pytest.approx(5.0)
+    assert policy.divergence.expected_at(policy.divergence.ends(y)) == pytest.approx(5 / 6)
+    policy.observe([new])
+    assert policy.admits(y, junction, [y])  # no cached state to lose yet
+    (block,) = pool.allocate(1)
+    pool.cache(block.block_id, [(x, 16, junction)], None)
+    pool.free([block.block_id])
+    assert not policy.admits(y, junction, [y])
+    assert not policy.admits(new, CheckpointReason.RESEND, [new])
+    assert policy.admits(new, CheckpointReason.BLOCK, [new])
+    assert policy.admits(key_of(9001), junction, [key_of(9001)])  # nobody passed it
+    assert policy.admits(x, junction, [x])  # worth as much as the one it displaces
+    del attention[x]
+    assert policy.admits(y, junction, [y])  # the state it displaces serves no hit
 
 
 def test_reuse_refuses_tail_states_of_a_class_nobody_reads_and_learns_it_back() -> None:

@@ -74,6 +74,11 @@ def class_of(place: int) -> int:
     return place if place < COUNTED else (place - COUNTED) % NUM_CLASSES
 
 
+def counted_place(klass: int, count: int) -> int:
+    """A state's place in the Mamba pool: its class, or its class under divergence `count`."""
+    return klass if not count else COUNTED + (count - 1) * NUM_CLASSES + klass
+
+
 def class_priors() -> list[float]:
     """Each class's rate before anything is learnt: its reason's retention over a pin's (a
     block read once a little above one never read)."""
@@ -91,6 +96,8 @@ class ReuseLearned(EvictionPolicy):
     name = "reuse"
     admits_all = False
     reads_support = True
+    #: a junction state is refused only when it would go first (`admits`)
+    REFUSABLE = EvictionPolicy.REFUSABLE | {CheckpointReason.JUNCTION}
 
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
@@ -153,7 +160,7 @@ class ReuseLearned(EvictionPolicy):
             return self._supported(block, klass)
         if count is None:
             count = self._counts[block.block_id]
-        return klass if not count else COUNTED + (count - 1) * NUM_CLASSES + klass
+        return counted_place(klass, count)
 
     def _supported(self, block: Block, klass: int) -> int:
         """An attention block's place: its class, among the supported places when a cached
@@ -342,23 +349,50 @@ class ReuseLearned(EvictionPolicy):
     def admits(
         self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
     ) -> bool:
-        """A `block`, `resend` or `extension` state whose prefix an earlier request passed is
-        written when some request diverged within its `span` (it would resume from it), else
-        a deeper state serves them all, and the next request that diverges there writes it;
-        one whose prefix is new is written while its class is read at least `ADMIT_RATE` of
-        the time (`refused` learns from a refusal). Interval states and the other reasons are
-        always written."""
+        """Under pressure, a `block`, `resend` or `extension` state whose prefix an earlier
+        request passed is written only when some request diverged within its `span` (it would
+        resume from it): else a deeper state serves them all, and the next request that
+        diverges there writes it. One whose prefix is new is written while its class is read
+        at least `ADMIT_RATE` of the time (`refused` learns from a refusal). Nor is a state
+        written that, freed now, would rank below the cached state it displaces
+        (`_goes_first`): asked of junction states too (refusable here alone), but not of the
+        first `block` or junction state of a new prefix, from which its family is counted.
+        Interval states and the other reasons are always written."""
         divergence = self.divergence
         if reason not in self.REFUSABLE or divergence is None:
             return True
-        if divergence.count(key) > 1:
-            return divergence.diverged_within(span) > 0
-        return self.rates.rate(REASON_CLASS[reason]) >= ADMIT_RATE
+        is_junction = reason is CheckpointReason.JUNCTION
+        if divergence.count(key) > 1:  # an earlier request passed it
+            if not is_junction and not divergence.diverged_within(span):
+                return False
+        elif is_junction or reason is CheckpointReason.BLOCK:
+            return is_junction or self.rates.rate(REASON_CLASS[reason]) >= ADMIT_RATE
+        elif self.rates.rate(REASON_CLASS[reason]) < ADMIT_RATE:
+            return False
+        return not self._goes_first(key, reason)
+
+    def _goes_first(self, key: BlockHash, reason: CheckpointReason) -> bool:
+        """Whether a state keyed `key` for `reason`, freed now, would rank below the first
+        cached state an allocation gives up (past the empty blocks; an orphan, worth nothing,
+        never loses to it): writing it would give up a state worth more than itself. Changes
+        nothing."""
+        count = min(self.divergence.ends(key), MAX_TALLIED + 1)
+        priority = self._stamp + 1 + self._weight(counted_place(REASON_CLASS[reason], count))
+        prefixes = self.prefix_entries
+        for block in self._in_order():
+            victim = block.free_queue
+            if victim == EMPTY:
+                continue
+            if prefixes is not None and not any(k in prefixes for k in block.keys):
+                return False
+            return priority < self._queues[victim][block.block_id] + self._weight(victim)
+        return False
 
     def refused(self, key: BlockHash, reason: CheckpointReason) -> None:
-        """A state refused for its class's rate (its prefix was new) counts as given up at
-        once: its ghost lets a later request that would have resumed from it raise the class.
-        One refused because a deeper state serves its prefix teaches nothing."""
+        """A state whose prefix was new, refused for its class's rate or its rank, counts as
+        given up at once: its ghost lets a later request that would have resumed from it raise
+        the class. One refused because a deeper state serves its prefix, or whose family's
+        count ranked it low, teaches nothing."""
         if self.divergence is not None and self.divergence.count(key) <= 1:
             self.rates.evicted(REASON_CLASS[reason], key)
             self._weights = None
