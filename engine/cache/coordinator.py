@@ -202,9 +202,10 @@ class HybridCoordinator:
         targets: dict[int, CheckpointReason],
     ) -> frozenset[int]:
         """The states the Mamba pool's policy will not have this request write (docs/rules.md
-        section 5: admission): asked only for `block`, `resend` and `extension` states above
-        the hit, and only while the pool lacks a spare block (one with no entry) for each state
-        the prompt writes, so without pressure every state is written."""
+        section 5: admission): asked only for the policy's `REFUSABLE` states above the hit (a
+        message state only when the state after it is written), and only while the pool lacks
+        a spare block (one with no entry) for each state the prompt writes, so without
+        pressure every state is written."""
         policy = self.mamba.pool.eviction
         if policy.admits_all or not self.config.enable_prefix_caching:
             return frozenset()
@@ -217,9 +218,14 @@ class HybridCoordinator:
             return frozenset()
         refusable = policy.REFUSABLE
         refused = set()
-        for position, following in zip(positions, [*positions[1:], None], strict=True):
+        # deepest first: a message state is asked only when the state after it is written
+        for position, following in reversed(
+            list(zip(positions, [*positions[1:], None], strict=True))
+        ):
             reason = targets.get(position, CheckpointReason.BLOCK)
             if reason not in refusable or position % unit or position // unit > len(hashes):
+                continue
+            if reason is CheckpointReason.MESSAGE and (following is None or following in refused):
                 continue
             first = position // unit - 1
             last = len(hashes) if following is None else following // unit - 1

@@ -214,9 +214,12 @@ class ReuseModel:
             CheckpointReason.RESEND,
             CheckpointReason.EXTENSION,
             CheckpointReason.JUNCTION,
+            CheckpointReason.MESSAGE,
         )
         if not self.holds_states or reason not in refusable:
             return True
+        if reason is CheckpointReason.MESSAGE:  # the next state within a unit serves them
+            return len(span) > 1 or any(self.diverged[k] for k in span)
         klass = 1 + 2 * list(CheckpointReason).index(reason)
         if self.passed[key] > 1:
             if reason is not CheckpointReason.JUNCTION and not any(self.diverged[k] for k in span):
@@ -239,8 +242,9 @@ class ReuseModel:
         return mine >= victim_stamp + self.weight(victim_class, victim_count)
 
     def refused(self, key: bytes, reason: CheckpointReason) -> None:
-        """A refusal by rate (a new prefix) leaves a ghost; one by divergence nothing."""
-        if self.holds_states and self.passed[key] <= 1:
+        """A refusal of a new prefix's state (by rate or rank) leaves a ghost; one by
+        divergence, or of a message state, nothing."""
+        if self.holds_states and self.passed[key] <= 1 and reason is not CheckpointReason.MESSAGE:
             klass = 1 + 2 * list(CheckpointReason).index(reason)
             self.departures[klass] += 1
             self.ghosts.pop(key, None)
@@ -740,6 +744,52 @@ def test_states_are_asked_about_only_while_the_pool_has_no_spare_block_for_each(
         pool.free([block.block_id])
     assert coordinator.refused_states(chain, 40, 0, targets) == {16}
     assert coordinator.refused_states(chain, 40, 16, targets) == frozenset()  # above the hit only
+
+
+def pressed_coordinator():
+    """A coordinator whose Mamba pool (`Bm` 16, `U` 4) has 6 blocks, 4 of them holding
+    others' states, free: a request writing 3 states is under pressure."""
+    from engine.cache.coordinator import HybridCoordinator
+    from engine.config import CacheConfig
+    from engine.events import NullSink
+
+    config = CacheConfig(block_size=4, mamba_block_size=16, prefix_match_unit=4, num_blocks=64,
+                         num_mamba_blocks=6)  # fmt: skip
+    coordinator = HybridCoordinator(config, NullSink())
+    pool = coordinator.mamba.pool
+    for block in pool.allocate(4):
+        pool.cache(block.block_id, [(key_of(200 + block.block_id), 16, CheckpointReason.BLOCK)],
+                   None)  # fmt: skip
+        pool.free([block.block_id])
+    return coordinator
+
+
+def test_under_pressure_a_message_state_just_below_a_written_state_is_refused() -> None:
+    """A chat's last message ends at 32 and its `resend` state lies one unit past it, at 36:
+    under pressure `reuse` writes the `resend` state, which serves every request that passes
+    36, and not the message state (nor counts it as given up: its class holds the system
+    prompts' states). The message state is written when the next state lies two units past
+    it, when the `resend` state is refused, and once a request has diverged between the two."""
+    chain = [key_of(i) for i in range(10)]
+    targets = {32: CheckpointReason.MESSAGE, 36: CheckpointReason.RESEND}
+    coordinator = pressed_coordinator()
+    policy = coordinator.mamba.pool.eviction
+    coordinator.observe(chain)
+    assert coordinator.refused_states(chain, 40, 0, targets) == {32}
+    coordinator.tell_refused(chain, {32}, targets)
+    assert chain[7] not in policy.rates.ghosts
+    far = {32: CheckpointReason.MESSAGE, 40: CheckpointReason.RESEND}
+    assert coordinator.refused_states(chain, 40, 0, far) == frozenset()
+    coordinator.observe([*chain[:8], key_of(99)])  # diverges between 32 and 36
+    assert 32 not in coordinator.refused_states(chain, 40, 0, targets)
+
+    coordinator = pressed_coordinator()
+    policy = coordinator.mamba.pool.eviction
+    coordinator.observe(chain)
+    resend = 1 + 2 * list(CheckpointReason).index(CheckpointReason.RESEND)
+    for round_ in range(100):  # resend states given up unread: the class is refused
+        policy.rates.evicted(resend, key_of(500 + round_))
+    assert coordinator.refused_states(chain, 40, 0, targets) == {36}
 
 
 def test_a_prompt_that_parts_from_its_siblings_branches_and_one_extending_the_last_does_not():

@@ -31,7 +31,7 @@ class EvictionPolicy(ABC):
     #: (`couple_support`; the coordinator then keeps the counts)
     reads_support: ClassVar[bool] = False
     #: the reasons whose states `admits` may refuse besides `interval`: what a request writes
-    #: for itself; a junction, message or pin state is always written
+    #: for itself (a policy may add `junction` and `message`); a pin state is always written
     REFUSABLE: ClassVar[frozenset[CheckpointReason]] = frozenset(
         {CheckpointReason.BLOCK, CheckpointReason.RESEND, CheckpointReason.EXTENSION}
     )
@@ -127,12 +127,12 @@ class EvictionPolicy(ABC):
         self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
     ) -> bool:
         """Whether a state keyed `key` is worth a block; asked before it is written, for an
-        `interval` state always, and for a `block`, `resend` or `extension` state while the
-        pool has no spare block for every state the request writes (`REFUSABLE`). `span`: the
-        request's hashes from `key` up to the next state it writes, where a later request
-        would diverge and still resume from this one. Changes nothing: asking again, as a
-        waiting request does at each admission attempt, gives the same answer. Every state by
-        default."""
+        `interval` state always, and for a state of a `REFUSABLE` reason while the pool has
+        no spare block for every state the request writes (a `message` state only when the
+        state after it is written, the deepest being asked first). `span`: the request's
+        hashes from `key` up to the next state it writes, where a later request would diverge
+        and still resume from this one. Changes nothing: asking again, as a waiting request
+        does at each admission attempt, gives the same answer. Every state by default."""
         return True
 
     def refused(self, key: BlockHash, reason: CheckpointReason) -> None:

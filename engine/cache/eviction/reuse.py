@@ -96,8 +96,9 @@ class ReuseLearned(EvictionPolicy):
     name = "reuse"
     admits_all = False
     reads_support = True
-    #: a junction state is refused only when it would go first (`admits`)
-    REFUSABLE = EvictionPolicy.REFUSABLE | {CheckpointReason.JUNCTION}
+    #: a junction state is refused only when it would go first, a message state only when a
+    #: state just past it is written (`admits`)
+    REFUSABLE = EvictionPolicy.REFUSABLE | {CheckpointReason.JUNCTION, CheckpointReason.MESSAGE}
 
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
@@ -357,10 +358,16 @@ class ReuseLearned(EvictionPolicy):
         written that, freed now, would rank below the cached state it displaces
         (`_goes_first`): asked of junction states too (refusable here alone), but not of the
         first `block` or junction state of a new prefix, from which its family is counted.
-        Interval states and the other reasons are always written."""
+        A message state is asked only when the request writes the state after it (the
+        coordinator): it is written when that state lies two units past it or more, or a
+        request diverged within its `span`; else the state just past it (the `resend` state
+        past a chat's last message) serves every request that passes that unit. Interval
+        states and pins are always written."""
         divergence = self.divergence
         if reason not in self.REFUSABLE or divergence is None:
             return True
+        if reason is CheckpointReason.MESSAGE:
+            return len(span) > 1 or divergence.diverged_within(span) > 0
         is_junction = reason is CheckpointReason.JUNCTION
         if divergence.count(key) > 1:  # an earlier request passed it
             if not is_junction and not divergence.diverged_within(span):
@@ -391,9 +398,14 @@ class ReuseLearned(EvictionPolicy):
     def refused(self, key: BlockHash, reason: CheckpointReason) -> None:
         """A state whose prefix was new, refused for its class's rate or its rank, counts as
         given up at once: its ghost lets a later request that would have resumed from it raise
-        the class. One refused because a deeper state serves its prefix, or whose family's
-        count ranked it low, teaches nothing."""
-        if self.divergence is not None and self.divergence.count(key) <= 1:
+        the class. One refused because a deeper state serves its prefix (a message state
+        too: its class holds the system prompts' states), or whose family's count ranked it
+        low, teaches nothing."""
+        if (
+            self.divergence is not None
+            and self.divergence.count(key) <= 1
+            and reason is not CheckpointReason.MESSAGE
+        ):
             self.rates.evicted(REASON_CLASS[reason], key)
             self._weights = None
 
