@@ -19,6 +19,8 @@ from engine.cache.eviction.reuse import (
     ADMIT_RATE,
     ATTENTION_HORIZON_PER_BLOCK,
     EXPECTED_READ_WEIGHT,
+    ROOT,
+    ROOT_RETENTION,
     STATE_HORIZON_PER_BLOCK,
 )
 from engine.cache.eviction.reuse_rates import GHOSTS_PER_BLOCK, PRIOR
@@ -26,6 +28,7 @@ from engine.cache.eviction.reuse_rates import GHOSTS_PER_BLOCK, PRIOR
 NUM_BLOCKS = 10
 BLOCK_SIZE = 4
 REASONS = [r for r in CheckpointReason if r is not CheckpointReason.PIN]
+REASONS_ALL = list(CheckpointReason)
 
 
 def key_of(index: int) -> bytes:
@@ -88,7 +91,9 @@ class ReuseModel:
     index in `CheckpointReason` and whether the block was read while cached) and, for states,
     the divergence count when placed; per class hits and departures; ghosts of evicted deepest
     keys, FIFO; empty blocks first, then among each place's oldest block the oldest orphan (the
-    attention pool lacks its every key), else the lowest `stamp + weight`."""
+    attention pool lacks its every key), else the lowest `stamp + weight`. A state's `block`
+    reason whose key a chain sharing nothing with earlier ones passed first has a class of its
+    own (`ROOT`: after every reason's pair), its prior at `ROOT_RETENTION`."""
 
     def __init__(self, holds_states: bool) -> None:
         self.holds_states = holds_states
@@ -103,6 +108,7 @@ class ReuseModel:
         self.diverged: Counter[bytes] = Counter()  # requests that diverged at each key
         self.lasts: Counter[bytes] = Counter()  # chains that ended at each key
         self.branch: int | None = None  # the last chain's branch point, in keys
+        self.roots: set[bytes] = set()  # keys first passed by a chain sharing none before
         self.support: dict[bytes, int] | None = None  # attention: keys cached states need
 
     def klass(self, entries: dict[bytes, tuple[int, CheckpointReason]], block_id: int) -> int:
@@ -110,12 +116,21 @@ class ReuseModel:
             return 0
         reasons = [why for _, why in entries.values()]
         best = next(why for why in reasons if RETENTION[why] == max(map(RETENTION.get, reasons)))
-        return 1 + 2 * list(CheckpointReason).index(best) + (block_id in self.is_read)
+        return self.class_of(best, any(key in self.roots for key in entries)) + (
+            block_id in self.is_read
+        )
+
+    def class_of(self, reason: CheckpointReason, root: bool) -> int:
+        """Unread: a reason's index pair, or past them all a new family's `block` state's."""
+        if self.holds_states and root and reason is CheckpointReason.BLOCK:
+            return 1 + 2 * len(CheckpointReason)
+        return 1 + 2 * list(CheckpointReason).index(reason)
 
     def rate(self, klass: int) -> float:
         top = RETENTION[CheckpointReason.PIN] + 1
-        reason = list(CheckpointReason)[(klass - 1) // 2]
-        prior = (RETENTION[reason] + 0.5 * ((klass - 1) % 2)) / top
+        index = (klass - 1) // 2
+        level = ROOT_RETENTION if index == len(CheckpointReason) else RETENTION[REASONS_ALL[index]]
+        prior = (level + 0.5 * ((klass - 1) % 2)) / top
         return (self.hits[klass] + PRIOR * prior) / (self.departures[klass] + PRIOR)
 
     def place(self, entries: dict, block_id: int) -> tuple:
@@ -220,7 +235,7 @@ class ReuseModel:
             return True
         if reason is CheckpointReason.MESSAGE:  # the next state within a unit serves them
             return len(span) > 1 or any(self.diverged[k] for k in span)
-        klass = 1 + 2 * list(CheckpointReason).index(reason)
+        klass = self.class_of(reason, key in self.roots)
         if self.passed[key] > 1:
             if reason is not CheckpointReason.JUNCTION and not any(self.diverged[k] for k in span):
                 return False
@@ -245,7 +260,7 @@ class ReuseModel:
         """A refusal of a new prefix's state (by rate or rank) leaves a ghost; one by
         divergence, or of a message state, nothing."""
         if self.holds_states and self.passed[key] <= 1 and reason is not CheckpointReason.MESSAGE:
-            klass = 1 + 2 * list(CheckpointReason).index(reason)
+            klass = self.class_of(reason, key in self.roots)
             self.departures[klass] += 1
             self.ghosts.pop(key, None)
             self.ghosts[key] = klass
@@ -278,6 +293,8 @@ class ReuseModel:
         self.passed.update(hashes)
         if hashes:
             self.lasts[hashes[-1]] += 1
+        if not run:  # it shared no key with earlier chains: a new family's first
+            self.roots.update(hashes)
         if not run:
             return None
         self.diverged[key] += 1
@@ -454,10 +471,13 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
                 gone.append(key)
 
         elif action == "observe":  # a request whose chain passes keys, some evicted by now
-            if rng.random() < 0.5:  # a few keys of the chain
+            draw = rng.random()
+            if draw < 0.4:  # a few keys of the chain
                 picked = sorted(rng.sample(range(next_key), min(num, next_key)))
-            else:  # a prefix of it: requests diverging at various depths, some often
+            elif draw < 0.8:  # a prefix of it: requests diverging at various depths, some often
                 picked = range(rng.randrange(next_key + 1) // 2)
+            else:  # the latest keys, often passed by nobody yet: a new family's first request
+                picked = range(max(next_key - num, 0), next_key)
             observe_both(pool, model, [key_of(i) for i in picked])
         elif action == "support" and next_key:  # a state past the key is cached, or given up
             key = key_of(rng.randrange(next_key))
@@ -641,6 +661,31 @@ def test_reuse_writes_no_state_that_would_go_before_the_cached_state_it_displace
     assert policy.admits(y, junction, [y])  # the state it displaces serves no hit
 
 
+def test_reuse_keeps_a_new_familys_block_state_over_one_past_a_shared_prefix() -> None:
+    """A `block` state of a prompt that shared nothing with earlier ones (a new family's first
+    request: its siblings could resume only from it) has a class of its own, starting at the
+    tail states' prior; one past a prefix shared with earlier prompts (an agent's own task
+    after the common system prompt) stays a plain `block` state and goes first, though freed
+    later."""
+    pool = BlockPool(3, BLOCK_SIZE, "mamba", 1, eviction="reuse", holds_states=True)
+    policy, block = pool.eviction, CheckpointReason.BLOCK
+    family = [key_of(i) for i in range(4)]  # a new family
+    policy.observe(family)
+    policy.observe([key_of(10), key_of(11)])  # a system prompt, then a session past it
+    session = [key_of(10), key_of(11), key_of(12), key_of(13)]
+    policy.observe(session)
+    assert policy.divergence.is_root(family[3]) and not policy.divergence.is_root(session[3])
+    root, plain = pool.allocate(2)
+    pool.cache(root.block_id, [(family[3], 16, block)], None)
+    pool.cache(plain.block_id, [(session[3], 16, block)], None)
+    pool.free([root.block_id])
+    pool.free([plain.block_id])
+    assert policy.klass(root) == ROOT and policy.klass(plain) == 1 + 2 * REASONS_ALL.index(block)
+    pool.allocate(1)  # the empty block
+    assert pool.allocate(1) == [plain]
+    pool.check_invariants()
+
+
 def test_reuse_refuses_tail_states_of_a_class_nobody_reads_and_learns_it_back() -> None:
     """`extension` states evicted unread bring their class below `ADMIT_RATE`, so a new one is
     refused; requests that would have resumed from refused ones raise the class again."""
@@ -710,7 +755,7 @@ def test_under_pressure_reuse_writes_only_the_states_siblings_resume_from() -> N
     passed before, writes them all; with room for everything every request writes what
     `retention` writes."""
     seen, later = set(), []
-    for family, written in shared_prompt_checkpoints("reuse", 12):
+    for family, written in shared_prompt_checkpoints("reuse", 10):
         if family in seen and 64 in written:
             later.append(written)
         elif family not in seen:
@@ -862,6 +907,8 @@ def test_divergence_counts_expect_as_many_more_siblings_as_finished_families_had
     assert small.observe([key_of(1), key_of(10)]).key == key_of(1)
     assert small.count(key_of(2)) == 0 and small.ends(key_of(2)) == 0
     assert small.count(key_of(1)) == 3  # it had moved to the generation that stays
+    # the first prompt shared nothing: its hashes are a new family's; forgotten with them
+    assert small.is_root(key_of(1)) and small.is_root(key_of(7)) and not small.is_root(key_of(2))
 
 
 def branch_run(policy: str) -> dict[str, dict]:

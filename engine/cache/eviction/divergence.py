@@ -55,6 +55,7 @@ class DivergenceCounts:
         self._previous: dict[BlockHash, int] = {}
         self._ends: dict[BlockHash, int] = {}  # hash -> requests that diverged there
         self._lasts: dict[BlockHash, int] = {}  # hash -> prompts whose chain ended there
+        self._roots: set[BlockHash] = set()  # hashes first passed by a prompt sharing none
         self._tally = [0] * (MAX_TALLIED + 2)  # keys per divergence count (the last: more)
         self._expected: list[float | None] | None = None  # per count, until a count moves
 
@@ -77,6 +78,8 @@ class DivergenceCounts:
             current[key] = count + 1
         if hashes:
             self._lasts[hashes[-1]] = self._lasts.get(hashes[-1], 0) + 1
+        if not low:  # it shared no hash with earlier prompts: a new family's first
+            self._roots.update(hashes)
         if len(current) > self.max_keys // 2:  # a new generation: the older one is forgotten
             for key in previous:
                 self._forget(key)
@@ -92,6 +95,7 @@ class DivergenceCounts:
 
     def _forget(self, key: BlockHash) -> None:
         self._lasts.pop(key, None)
+        self._roots.discard(key)
         ends = self._ends.pop(key, 0)
         if ends:
             self._move_tally(ends, 0)
@@ -108,6 +112,13 @@ class DivergenceCounts:
         """Requests whose prompts passed `key` (while remembered). Changes nothing."""
         count = self._current.get(key)
         return self._previous.get(key, 0) if count is None else count
+
+    def is_root(self, key: BlockHash) -> bool:
+        """Whether the first prompt that passed `key` (while remembered) shared no hash with
+        any earlier prompt: a new family's first request, whose states are the only ones its
+        siblings could resume from before one of them marks where they part. Changes
+        nothing."""
+        return key in self._roots
 
     def diverged_within(self, span: Sequence[BlockHash]) -> int:
         """Requests that diverged at a hash of `span`. Changes nothing."""

@@ -16,6 +16,11 @@ Why: under pressure a request's tail states (`resend`, `extension`) are read by 
 workloads (shared system prompts, prefix repetition) and by the next turn in others (agents);
 no fixed order of reasons is right for both, a learnt one is.
 
+In the Mamba pool a `block` state a new family's first request wrote (a prompt that shared
+nothing with earlier ones: `DivergenceCounts.is_root`) has a class of its own, `ROOT`, with a
+prior at `ROOT_RETENTION`: its siblings resume from it, while a `block` state past a prefix
+shared with earlier prompts (an agent's task past the common system prompt) is passed by.
+
 The Mamba pool learns two more things, from where requests diverge (`DivergenceCounts`): a
 state whose key requests diverged at is ordered by how many more are expected to, judged by
 how those counts ended up for every key (a finished family's state goes before a new one's);
@@ -48,7 +53,10 @@ REASONS = list(CheckpointReason)
 REASON_INDEX = {reason: index for index, reason in enumerate(REASONS)}
 REASON_CLASS = {reason: 1 + 2 * index for reason, index in REASON_INDEX.items()}  # unread
 EMPTY = 0  # the class of a block with no entry; then 1 + 2 * reason index + was read
-NUM_CLASSES = 1 + 2 * len(REASONS)
+# the Mamba pool's `block` states a new family's first request wrote (`DivergenceCounts.is_root`),
+# + was read: a class of their own, so those that siblings read apart from those nobody does
+ROOT = 1 + 2 * len(REASONS)
+NUM_CLASSES = ROOT + 2
 # the Mamba pool's other places: per divergence count `n >= 1` (capped) one place per class,
 # `COUNTED + (n - 1) * NUM_CLASSES + class`
 COUNTED = NUM_CLASSES
@@ -63,6 +71,11 @@ ATTENTION_HORIZON_PER_BLOCK = 1.0
 # a state of a prefix nobody passed before is written while its class is read at least this
 # often (one time in twenty): below it, the block it takes is worth more to what is cached
 ADMIT_RATE = 0.05
+# a new family's `block` states start valued as a request's tail states (`resend`,
+# `extension`), above other `block` states: before a sibling marks where the family parts,
+# they are the only states its siblings could resume from (picked from 2 to 5 on
+# benchmarks/pressure.py: docs/benchmarks.md)
+ROOT_RETENTION = RETENTION[CheckpointReason.RESEND]
 # what one more expected read is worth in the Mamba pool's order, in horizons: a state whose
 # family is expected to come back `n` more times outlives one never read by `3 n` horizons
 EXPECTED_READ_WEIGHT = 3.0
@@ -81,11 +94,12 @@ def counted_place(klass: int, count: int) -> int:
 
 def class_priors() -> list[float]:
     """Each class's rate before anything is learnt: its reason's retention over a pin's (a
-    block read once a little above one never read)."""
+    block read once a little above one never read); a new family's `block` states' at
+    `ROOT_RETENTION`."""
     top = RETENTION[CheckpointReason.PIN]
     priors = [0.0]
-    for reason in REASONS:
-        base = RETENTION[reason] / (top + 1)
+    for retention in [*(RETENTION[reason] for reason in REASONS), ROOT_RETENTION]:
+        base = retention / (top + 1)
         priors += [base, base + 0.5 / (top + 1)]
     return priors
 
@@ -116,6 +130,7 @@ class ReuseLearned(EvictionPolicy):
         self._held: set[int] = set()
         self._is_read = [False] * len(blocks)  # read since its entries were cached
         self._counts = [0] * len(blocks)  # a state's divergence count when it was queued
+        self._roots = [False] * len(blocks)  # whether a new family's state, when it was queued
         self._stamp = 0
         self._num_free = 0
         self._weights: dict[int, float] | None = None  # per place, until a rate changes
@@ -137,7 +152,8 @@ class ReuseLearned(EvictionPolicy):
         return self._num_free
 
     def klass(self, block: Block) -> int:
-        """The block's class: its highest-retention reason and whether it was read since it
+        """The block's class: its highest-retention reason (`ROOT` for a `block` state a new
+        family's first request wrote, as it was when queued) and whether it was read since it
         was cached; EMPTY with no entry. Changes nothing."""
         best, best_retention = None, -1
         entries = self.entries
@@ -148,7 +164,10 @@ class ReuseLearned(EvictionPolicy):
                 best, best_retention = reason, retention
         if best is None:
             return EMPTY
-        return REASON_CLASS[best] + self._is_read[block.block_id]
+        block_id = block.block_id
+        if best is CheckpointReason.BLOCK and self._roots[block_id]:
+            return ROOT + self._is_read[block_id]
+        return REASON_CLASS[best] + self._is_read[block_id]
 
     def place(self, block: Block, count: int | None = None) -> int:
         """The queue the block belongs in: its class, or in the Mamba pool its class under its
@@ -172,6 +191,18 @@ class ReuseLearned(EvictionPolicy):
                 if key in support:
                     return SUPPORTED + klass
         return klass
+
+    def _is_root(self, block: Block) -> bool:
+        """Whether a new family's first request passed one of the block's keys first
+        (`DivergenceCounts.is_root`); False outside the Mamba pool."""
+        divergence = self.divergence
+        return divergence is not None and any(divergence.is_root(key) for key in block.keys)
+
+    def _state_class(self, key: BlockHash, reason: CheckpointReason) -> int:
+        """The class a state keyed `key` for `reason` would have, unread."""
+        if reason is CheckpointReason.BLOCK and self.divergence.is_root(key):
+            return ROOT
+        return REASON_CLASS[reason]
 
     def _count_of(self, block: Block) -> int:
         """The largest divergence count among the block's keys, capped; 0 outside the Mamba
@@ -271,6 +302,7 @@ class ReuseLearned(EvictionPolicy):
                 place = self._supported(block, self.klass(block))
         else:
             count = self._counts[block_id] = self._count_of(block)
+            self._roots[block_id] = self._is_root(block)
             place = self.place(block, count)
         block.free_queue = place
         self._stamp += 1
@@ -299,10 +331,14 @@ class ReuseLearned(EvictionPolicy):
             self._is_read[block.block_id] = True
 
     def update(self, block: Block) -> None:
-        """Move a free block to the place its entries and its divergence count now call for,
-        last in it."""
+        """Move a free block to the place its entries, its divergence count and whether a new
+        family wrote it now call for, last in it."""
         place = block.free_queue
-        if place is not None and place != self.place(block, self._count_of(block)):
+        if place is None:
+            return
+        if self.divergence is not None:
+            self._roots[block.block_id] = self._is_root(block)
+        if place != self.place(block, self._count_of(block)):
             self._unqueue(block)
             self.add(block)
 
@@ -373,8 +409,8 @@ class ReuseLearned(EvictionPolicy):
             if not is_junction and not divergence.diverged_within(span):
                 return False
         elif is_junction or reason is CheckpointReason.BLOCK:
-            return is_junction or self.rates.rate(REASON_CLASS[reason]) >= ADMIT_RATE
-        elif self.rates.rate(REASON_CLASS[reason]) < ADMIT_RATE:
+            return is_junction or self.rates.rate(self._state_class(key, reason)) >= ADMIT_RATE
+        elif self.rates.rate(self._state_class(key, reason)) < ADMIT_RATE:
             return False
         return not self._goes_first(key, reason)
 
@@ -384,7 +420,8 @@ class ReuseLearned(EvictionPolicy):
         never loses to it): writing it would give up a state worth more than itself. Changes
         nothing."""
         count = min(self.divergence.ends(key), MAX_TALLIED + 1)
-        priority = self._stamp + 1 + self._weight(counted_place(REASON_CLASS[reason], count))
+        klass = self._state_class(key, reason)
+        priority = self._stamp + 1 + self._weight(counted_place(klass, count))
         prefixes = self.prefix_entries
         for block in self._in_order():
             victim = block.free_queue
@@ -406,7 +443,7 @@ class ReuseLearned(EvictionPolicy):
             and self.divergence.count(key) <= 1
             and reason is not CheckpointReason.MESSAGE
         ):
-            self.rates.evicted(REASON_CLASS[reason], key)
+            self.rates.evicted(self._state_class(key, reason), key)
             self._weights = None
 
     def check_invariants(self) -> None:
