@@ -85,17 +85,24 @@ def cells_table(cells: list[Cell], policies: list[str]) -> Table:
     return table
 
 
+def fraction(tokens: int, of: int) -> float:
+    """`tokens / of`, 1 for a cell whose reference keeps nothing."""
+    return tokens / of if of else 1.0
+
+
+def where(cell: Cell) -> str:
+    return f"{cell.family}, c {cell.concurrency}, {cell.level:.0%}"
+
+
 def targets(cells: list[Cell], name: str) -> list[tuple[str, bool, str]]:
     """The default policy's three targets: (what, met, the figure)."""
-    worst = min(
-        cells, key=lambda c: c.policy_tokens[name] / c.bound_tokens if c.bound_tokens else 1
-    )
-    worst_share = worst.policy_tokens[name] / worst.bound_tokens if worst.bound_tokens else 1.0
+    worst = min(cells, key=lambda c: fraction(c.policy_tokens[name], c.bound_tokens))
+    worst_share = fraction(worst.policy_tokens[name], worst.bound_tokens)
     rows = [
         (
             ">= 90% of the bound in every cell",
             worst_share >= 0.9,
-            f"worst {worst_share:.1%} ({worst.family}, c {worst.concurrency}, {worst.level:.0%})",
+            f"worst {worst_share:.1%} ({where(worst)})",
         )
     ]
     for view, field in (("vLLM", "vllm_tokens"), ("vLLM by bytes", "vllm_bytes_tokens")):
@@ -121,20 +128,13 @@ def targets(cells: list[Cell], name: str) -> list[tuple[str, bool, str]]:
 def against_order_blind(cells: list[Cell], name: str) -> list[str]:
     """What the order-blind reference says (no target): how much of the bound a policy that
     knows how often but not when keeps, and the default policy's share of it."""
-
-    def where(cell: Cell) -> str:
-        return f"{cell.family}, c {cell.concurrency}, {cell.level:.0%}"
-
-    def ratio(tokens: int, of: int) -> float:
-        return tokens / of if of else 1.0
-
-    blind = min(cells, key=lambda c: ratio(c.blind_tokens, c.bound_tokens))
-    ours = min(cells, key=lambda c: ratio(c.policy_tokens[name], c.blind_tokens))
-    num_at_90 = sum(ratio(c.policy_tokens[name], c.blind_tokens) >= 0.9 for c in cells)
+    blind = min(cells, key=lambda c: fraction(c.blind_tokens, c.bound_tokens))
+    ours = min(cells, key=lambda c: fraction(c.policy_tokens[name], c.blind_tokens))
+    num_at_90 = sum(fraction(c.policy_tokens[name], c.blind_tokens) >= 0.9 for c in cells)
     return [
-        f"the order-blind reference keeps {ratio(blind.blind_tokens, blind.bound_tokens):.1%}"
+        f"the order-blind reference keeps {fraction(blind.blind_tokens, blind.bound_tokens):.1%}"
         f" of the bound at worst ({where(blind)})",
-        f"{name} keeps {ratio(ours.policy_tokens[name], ours.blind_tokens):.1%} of the"
+        f"{name} keeps {fraction(ours.policy_tokens[name], ours.blind_tokens):.1%} of the"
         f" order-blind reference at worst ({where(ours)}); {num_at_90} of {len(cells)} cells"
         " at or above 90% of it",
     ]

@@ -765,16 +765,31 @@ def test_under_pressure_reuse_writes_only_the_states_siblings_resume_from() -> N
     assert shared_prompt_checkpoints("reuse", 200) == shared_prompt_checkpoints("retention", 200)
 
 
-def test_states_are_asked_about_only_while_the_pool_has_no_spare_block_for_each() -> None:
-    """A sibling's block state before the family's junction is refused under pressure, and
-    written while the Mamba pool has an empty block for every state the prompt writes."""
+def small_coordinator(num_mamba_blocks: int):
+    """A coordinator with `Ba` 4, `Bm` 16, `U` 4, 64 attention blocks and `num_mamba_blocks`
+    state slots."""
     from engine.cache.coordinator import HybridCoordinator
     from engine.config import CacheConfig
     from engine.events import NullSink
 
     config = CacheConfig(block_size=4, mamba_block_size=16, prefix_match_unit=4, num_blocks=64,
-                         num_mamba_blocks=6)  # fmt: skip
-    coordinator = HybridCoordinator(config, NullSink())
+                         num_mamba_blocks=num_mamba_blocks)  # fmt: skip
+    return HybridCoordinator(config, NullSink())
+
+
+def cache_others(coordinator, num: int) -> None:
+    """`num` of the Mamba pool's blocks come to hold other prompts' `block` states, free."""
+    pool = coordinator.mamba.pool
+    for block in pool.allocate(num):
+        pool.cache(block.block_id, [(key_of(200 + block.block_id), 16, CheckpointReason.BLOCK)],
+                   None)  # fmt: skip
+        pool.free([block.block_id])
+
+
+def test_states_are_asked_about_only_while_the_pool_has_no_spare_block_for_each() -> None:
+    """A sibling's block state before the family's junction is refused under pressure, and
+    written while the Mamba pool has an empty block for every state the prompt writes."""
+    coordinator = small_coordinator(6)
     prefix = [key_of(i) for i in range(8)]  # 32 shared tokens, then each request's own 8
     for question in (100, 101):
         coordinator.observe([*prefix, key_of(question), key_of(question + 10)])
@@ -782,31 +797,9 @@ def test_states_are_asked_about_only_while_the_pool_has_no_spare_block_for_each(
     coordinator.observe(chain)
     targets = {32: CheckpointReason.JUNCTION}
     assert coordinator.refused_states(chain, 40, 0, targets) == frozenset()  # 6 empty blocks
-    pool = coordinator.mamba.pool
-    for block in pool.allocate(4):  # 4 of the 6 blocks hold others' states, free
-        pool.cache(block.block_id, [(key_of(200 + block.block_id), 16, CheckpointReason.BLOCK)],
-                   None)  # fmt: skip
-        pool.free([block.block_id])
+    cache_others(coordinator, 4)  # 4 of the 6 blocks hold others' states, free
     assert coordinator.refused_states(chain, 40, 0, targets) == {16}
     assert coordinator.refused_states(chain, 40, 16, targets) == frozenset()  # above the hit only
-
-
-def pressed_coordinator():
-    """A coordinator whose Mamba pool (`Bm` 16, `U` 4) has 6 blocks, 4 of them holding
-    others' states, free: a request writing 3 states is under pressure."""
-    from engine.cache.coordinator import HybridCoordinator
-    from engine.config import CacheConfig
-    from engine.events import NullSink
-
-    config = CacheConfig(block_size=4, mamba_block_size=16, prefix_match_unit=4, num_blocks=64,
-                         num_mamba_blocks=6)  # fmt: skip
-    coordinator = HybridCoordinator(config, NullSink())
-    pool = coordinator.mamba.pool
-    for block in pool.allocate(4):
-        pool.cache(block.block_id, [(key_of(200 + block.block_id), 16, CheckpointReason.BLOCK)],
-                   None)  # fmt: skip
-        pool.free([block.block_id])
-    return coordinator
 
 
 def test_under_pressure_a_message_state_just_below_a_written_state_is_refused() -> None:
@@ -817,7 +810,8 @@ def test_under_pressure_a_message_state_just_below_a_written_state_is_refused() 
     it, when the `resend` state is refused, and once a request has diverged between the two."""
     chain = [key_of(i) for i in range(10)]
     targets = {32: CheckpointReason.MESSAGE, 36: CheckpointReason.RESEND}
-    coordinator = pressed_coordinator()
+    coordinator = small_coordinator(6)
+    cache_others(coordinator, 4)  # a request writing 3 states is under pressure
     policy = coordinator.mamba.pool.eviction
     coordinator.observe(chain)
     assert coordinator.refused_states(chain, 40, 0, targets) == {32}
@@ -828,7 +822,8 @@ def test_under_pressure_a_message_state_just_below_a_written_state_is_refused() 
     coordinator.observe([*chain[:8], key_of(99)])  # diverges between 32 and 36
     assert 32 not in coordinator.refused_states(chain, 40, 0, targets)
 
-    coordinator = pressed_coordinator()
+    coordinator = small_coordinator(6)
+    cache_others(coordinator, 4)  # a request writing 3 states is under pressure
     policy = coordinator.mamba.pool.eviction
     coordinator.observe(chain)
     resend = 1 + 2 * list(CheckpointReason).index(CheckpointReason.RESEND)
@@ -855,13 +850,7 @@ def test_a_waiting_request_asked_again_and_again_teaches_its_refusals_once() -> 
     """A new prompt whose tail class is read below `ADMIT_RATE` is refused its `extension`
     state; asking at each admission attempt learns nothing, and admitting its request counts
     the refusal once, as a ghost a later request may raise the class from."""
-    from engine.cache.coordinator import HybridCoordinator
-    from engine.config import CacheConfig
-    from engine.events import NullSink
-
-    config = CacheConfig(block_size=4, mamba_block_size=16, prefix_match_unit=4, num_blocks=64,
-                         num_mamba_blocks=2)  # fmt: skip
-    coordinator = HybridCoordinator(config, NullSink())
+    coordinator = small_coordinator(2)
     policy, extension = coordinator.mamba.pool.eviction, CheckpointReason.EXTENSION
     klass = 1 + 2 * list(CheckpointReason).index(extension)
     for round_ in range(100):  # tail states given up unread

@@ -204,13 +204,13 @@ class ReuseLearned(EvictionPolicy):
             return ROOT
         return REASON_CLASS[reason]
 
-    def _count_of(self, block: Block) -> int:
-        """The largest divergence count among the block's keys, capped; 0 outside the Mamba
+    def _count_of(self, keys: Sequence[BlockHash]) -> int:
+        """The largest divergence count among `keys` (a block's), capped; 0 outside the Mamba
         pool."""
         if self.divergence is None:
             return 0
         ends = self.divergence.ends
-        return min(max((ends(key) for key in block.keys), default=0), MAX_TALLIED + 1)
+        return min(max((ends(key) for key in keys), default=0), MAX_TALLIED + 1)
 
     def _weight(self, place: int) -> float:
         """`rate * horizon` of the place's class; for a counted place whose count the divergence
@@ -301,7 +301,7 @@ class ReuseLearned(EvictionPolicy):
             else:
                 place = self._supported(block, self.klass(block))
         else:
-            count = self._counts[block_id] = self._count_of(block)
+            count = self._counts[block_id] = self._count_of(block.keys)
             self._roots[block_id] = self._is_root(block)
             place = self.place(block, count)
         block.free_queue = place
@@ -338,7 +338,7 @@ class ReuseLearned(EvictionPolicy):
             return
         if self.divergence is not None:
             self._roots[block.block_id] = self._is_root(block)
-        if place != self.place(block, self._count_of(block)):
+        if place != self.place(block, self._count_of(block.keys)):
             self._unqueue(block)
             self.add(block)
 
@@ -408,10 +408,12 @@ class ReuseLearned(EvictionPolicy):
         if divergence.count(key) > 1:  # an earlier request passed it
             if not is_junction and not divergence.diverged_within(span):
                 return False
-        elif is_junction or reason is CheckpointReason.BLOCK:
-            return is_junction or self.rates.rate(self._state_class(key, reason)) >= ADMIT_RATE
+        elif is_junction:
+            return True
         elif self.rates.rate(self._state_class(key, reason)) < ADMIT_RATE:
             return False
+        elif reason is CheckpointReason.BLOCK:  # a new prefix's: its family is counted from it
+            return True
         return not self._goes_first(key, reason)
 
     def _goes_first(self, key: BlockHash, reason: CheckpointReason) -> bool:
@@ -419,7 +421,7 @@ class ReuseLearned(EvictionPolicy):
         cached state an allocation gives up (past the empty blocks; an orphan, worth nothing,
         never loses to it): writing it would give up a state worth more than itself. Changes
         nothing."""
-        count = min(self.divergence.ends(key), MAX_TALLIED + 1)
+        count = self._count_of((key,))
         klass = self._state_class(key, reason)
         priority = self._stamp + 1 + self._weight(counted_place(klass, count))
         prefixes = self.prefix_entries
