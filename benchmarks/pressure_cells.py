@@ -5,7 +5,8 @@ A level is a share of the family's working set (`engine.workloads.bound.working_
 distinct attention block and resume state the trace has, plus what is in flight), both pools
 scaled alike, and never below the floor the engine needs to run the requests in flight: the
 blocks the bound's in-flight window holds (and one request's blocks), and the Mamba slots it
-holds (one per `Bm` of each sequence in flight, as the engine's tables do), plus 4.
+would hold if each held its first chunk's slots all the while (one per `Bm` of each sequence
+in flight past its hit: more than the bound's window holds), plus 4.
 
 vLLM runs each cell twice. **By blocks**: its one pool gets `num_blocks + num_mamba_blocks`
 blocks of `Ba` tokens, a state taking one of them, as if a state cost the bytes of `Ba` tokens

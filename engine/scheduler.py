@@ -307,6 +307,7 @@ class Scheduler:
                     chunk.mamba_writes, request.block_hashes, reasons, request.refused_states
                 )
             )
+            coordinator.release_passed(request.request_id, chunk.start, chunk.end)
             if chunk.sample:
                 token = result.sampled[request.request_id]
                 request.append_output(token)

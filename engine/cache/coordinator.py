@@ -307,6 +307,11 @@ class HybridCoordinator:
                 self.support.cached(hashes, position)
         return registered
 
+    def release_passed(self, request_id: str, start: int, end: int) -> None:
+        """The request computed `[start, end)`: the Mamba slots it passed that hold no state go
+        back to the pool (`MambaManager.release_passed`)."""
+        self.mamba.release_passed(request_id, start, end)
+
     def block_tables(self, request_id: str) -> dict[str, list[int | None]]:
         """The request's block ids per group, in table order (`None`: no Mamba state kept)."""
         return {m.group: list(m.tables.get(request_id, [])) for m in self.managers}

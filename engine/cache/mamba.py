@@ -173,6 +173,25 @@ class MambaManager(GroupManager):
             writes.append((position, table[index]))
         return MambaWrites(read_block, writes, copies, new_ids)
 
+    def release_passed(self, request_id: str, start: int, end: int) -> None:
+        """The request computed `[start, end)`: hand back the slots it passed, those below the
+        one its state at `end` lies in, that hold no state (the policy refused it, docs/rules.md
+        section 5, or prefix caching is off). No chunk reads them again, since a chunk resumes
+        from the slot holding its start. The table keeps the states the request registered, as
+        before, and its live state, so a request in flight holds one slot beside the states it
+        kept."""
+        table = self.tables.get(request_id)
+        if not table:
+            return
+        blocks, passed = self.pool.blocks, []
+        for index in range(self.slot_index(max(start, 1)), min(self.slot_index(end), len(table))):
+            block_id = table[index]
+            if block_id is not None and not blocks[block_id].keys:
+                passed.append(block_id)
+                table[index] = None
+        if passed:
+            self.pool.free(reversed(passed))
+
     def _owned_block(self, position: int) -> int:
         """A cache-owned block for the state at `position`, inside some slot's span."""
         (block,) = self.pool.allocate(1)

@@ -20,10 +20,12 @@ request `i` of `P` prompt tokens:
   the bound monotone in the budgets and can only make it higher.
 - **In flight.** Concurrency `c` is a sliding window: while `i` is served, `i` and the `c - 1`
   requests before it hold their blocks (the prompt's, and the output's `max_tokens`) and their
-  live state slots: one per `Bm` of the sequence past its oracle hit, as the engine's aligned
-  Mamba table holds them (`mamba_block_size`; one slot each when it is not given). The window
-  holds fewer when their live states would not fit the state budget, as an engine admits only
-  what its pool holds (the oldest leave first; `i` always runs). The rest of each budget holds
+  live state slots: `i` one per `Bm` of its sequence past its oracle hit, as its first chunk
+  writes them into the engine's aligned Mamba table (`mamba_block_size`; one slot when it is
+  not given), the others one each, their live state, since the engine hands back a passed slot
+  that holds no state (`live_slots`). The window holds fewer when their live states would not
+  fit the state budget, as an engine admits only what its pool holds (the oldest leave first;
+  `i` always runs). The rest of each budget holds
   cached blocks and states. When pinned blocks alone exceed the budget, everything unpinned is
   evicted and the pool runs over.
 - **Eviction** is Belady's, in each pool apart: when a pool is over its budget, the unpinned
@@ -237,18 +239,18 @@ def bound(
         raise ValueError(f"the concurrency must be at least 1, got {concurrency}")
     plans = plan_requests(items, unit, block_size, eagle, outputs)
     memory = Memory(plans, order_blind)
-    live = [plan.num_live_states(mamba_block_size) for plan in plans]
+    peak = [plan.num_live_states(mamba_block_size) for plan in plans]
     hits = []
     first = 0  # the oldest request in flight
     for now, plan in enumerate(plans):
-        start = window_start(live, now, concurrency, budget.num_mamba_blocks)
+        start = window_start(peak[now], now, concurrency, budget.num_mamba_blocks)
         for done in plans[first:start]:
             memory.release(done)
         first = start
         window = plans[start : now + 1]
         room = Budget(
             budget.num_blocks - sum(p.num_transient for p in window),
-            budget.num_mamba_blocks - sum(live[start : now + 1]),
+            budget.num_mamba_blocks - live_slots(peak[now], now - start),
         )
         memory.evict_to(room)  # before the lookup: what left the window may be gone
         hit = memory.hit(plan, unit, eagle)
@@ -261,12 +263,20 @@ def bound(
     return BoundResult(hits, budget, concurrency)
 
 
-def window_start(live: list[int], now: int, concurrency: int, num_mamba_blocks: int) -> int:
-    """The oldest request still in flight when `now` starts: at most `concurrency` of them, and
-    no more than their live states fit in `num_mamba_blocks` (an engine admits no request its
-    pool cannot hold), though `now` itself always runs."""
+def live_slots(peak: int, num_before: int) -> int:
+    """The state slots a window holds while a request is admitted: its `peak` (its first
+    chunk writes a slot per `Bm`), and one live state for each of the `num_before` requests
+    still in flight (the engine hands back a passed slot that holds no state)."""
+    return peak + num_before
+
+
+def window_start(peak: int, now: int, concurrency: int, num_mamba_blocks: int) -> int:
+    """The oldest request still in flight when `now` starts, its first chunk holding `peak`
+    slots: at most `concurrency` of them, and no more than their live slots fit in
+    `num_mamba_blocks` (an engine admits no request its pool cannot hold), though `now`
+    itself always runs."""
     start = max(now - concurrency + 1, 0)
-    while start < now and sum(live[start : now + 1]) > num_mamba_blocks:
+    while start < now and live_slots(peak, now - start) > num_mamba_blocks:
         start += 1
     return start
 
@@ -301,7 +311,10 @@ def most_in_window(values: list[int], concurrency: int) -> int:
 
 
 def most_live_states(plans: list[Plan], concurrency: int, mamba_block_size: int | None) -> int:
-    """The most state slots a window of `concurrency` requests in flight holds at once."""
+    """The most state slots a window of `concurrency` requests in flight would hold at once if
+    each held its first chunk's slots (`Plan.num_live_states`) all the while: more than the
+    bound's window holds (`live_slots`), so the working set and the floors it sets stay
+    generous."""
     return most_in_window([plan.num_live_states(mamba_block_size) for plan in plans], concurrency)
 
 

@@ -33,9 +33,9 @@ class Plan(NamedTuple):
     length: int  # the tokens it holds at most while in flight (prompt and max_tokens)
 
     def num_live_states(self, mamba_block_size: int | None) -> int:
-        """The state slots it holds while in flight: one per `Bm` of its sequence past the
-        whole `Bm` spans its oracle hit covers (the engine's aligned Mamba table leaves those
-        empty), at least one; one when `Bm` is not given."""
+        """The state slots its first chunk writes: one per `Bm` of its sequence past the whole
+        `Bm` spans its oracle hit covers (the engine's aligned Mamba table leaves those empty),
+        at least one; one when `Bm` is not given."""
         if not mamba_block_size:
             return 1
         spans = -(-self.length // mamba_block_size)

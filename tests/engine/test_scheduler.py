@@ -151,3 +151,31 @@ def test_a_junction_keeps_its_block_floor_for_prompts_that_diverge_below_it(mode
         assert x.num_cached_tokens == 0 and 4608 in x.checkpoints
     (y,) = e.generate([shared[:4700] + tokens(4, 300)], one)
     assert y.num_cached_tokens == 4608
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_a_passed_mamba_slot_that_holds_no_state_goes_back_to_the_pool(caching):
+    """A chunk resumes from the slot holding its start, so a slot the request computed past is
+    never read again: with nothing registered (prefix caching off) it goes back to the pool
+    after the step and the request holds one slot, its live state; a slot holding a state it
+    registered stays in its table."""
+    e = make(budget=600, enable_prefix_caching=caching)
+    request = e.add_request(tokens(8, 2000), SamplingParams(max_tokens=3))
+    mamba = e.scheduler.coordinator.mamba
+    while e.has_unfinished():
+        e.step()
+        e.check_invariants()
+        table = mamba.tables.get(request.request_id)
+        if table is None:
+            break
+        live = mamba.slot_index(request.num_computed_tokens)
+        assert table[live] is not None
+        passed = [block_id for block_id in table[:live] if block_id is not None]
+        in_use = sum(1 for block in mamba.pool.blocks if block.ref_cnt)
+        if caching:  # the states at 512, 1024 and 1536 stay, each in its slot
+            assert len(passed) == live
+            assert all(mamba.pool.blocks[block_id].keys for block_id in passed)
+        else:
+            assert passed == []
+        assert in_use == len(passed) + 1
+    assert request.num_computed_tokens > 1536

@@ -120,3 +120,18 @@ def test_in_flight_blocks_are_shared_within_the_window():
     items = trace([a, a, a], max_tokens=1)
     # three blocks of `a` (the last holds units 8 only), shared by the window: 3 blocks
     assert in_flight_need(items, UNIT, BA, concurrency=3) == Budget(3, 3)
+
+
+def test_in_flight_requests_past_their_first_chunk_hold_one_state_slot():
+    """`Bm` of 8: `a` (16 tokens and one output, no hit) writes three slots in its first chunk,
+    then holds one, its live state, as the engine hands back the passed slots that hold no
+    state. With 5 slots and 3 in flight, `a`, `b` and `d` hold 3 when `d` comes, so the state
+    `a` wrote at 8 stays for `e`; counting `a` at three slots all the while gives it up."""
+    a = list(range(16))
+    b, d = [500, 501, 502, 503], [600, 601, 602, 603]
+    e = a[:8] + list(range(700, 708))
+    result = bound(trace([a, b, d, e]), UNIT, BA, Budget(100, 5), 3, mamba_block_size=8)
+    assert [h.num_bound_tokens for h in result.hits] == [0, 0, 0, 8]
+    # the window still holds `a` at its first chunk's three slots while it is admitted
+    alone = bound(trace([a, e]), UNIT, BA, Budget(100, 3), 2, mamba_block_size=8)
+    assert [h.num_bound_tokens for h in alone.hits] == [0, 0]
