@@ -45,8 +45,9 @@ policy knows, but not when: in a shuffled trace it tells how much of the bound c
 knowing which family comes next. It is a reference too, not the best order-blind policy.
 
 `working_set` is the budget at which nothing is ever evicted: every distinct attention block
-of the trace plus the in-flight outputs' blocks, every distinct resume state plus the most live
-slots the requests in flight hold at once. There the bound equals the oracle.
+of the trace plus the in-flight outputs' blocks, every distinct resume state plus the most
+slots the requests in flight would hold at once if each held its first chunk's slots all the
+while (`most_live_states`: more than the window holds). There the bound equals the oracle.
 """
 
 from __future__ import annotations
@@ -292,7 +293,8 @@ def working_set(
 ) -> Budget:
     """The budget at which the bound never evicts: every distinct attention block of the trace
     and the most in-flight blocks that hold no unit, every distinct resume state and the most
-    live slots the requests in flight hold at once. There the bound equals the oracle."""
+    slots the requests in flight would hold at once (`most_live_states`). There the bound
+    equals the oracle."""
     plans = plan_requests(items, unit, block_size, eagle, outputs)
     keys = {block.key for plan in plans for block in plan.blocks}
     resumes = {plan.resume for plan in plans if plan.resume is not None}
@@ -328,8 +330,10 @@ def in_flight_need(
     mamba_block_size: int | None = None,
 ) -> Budget:
     """What the bound's requests in flight hold at most at once: the distinct blocks of a
-    window of `concurrency` requests and their blocks that hold no unit, and their live slots.
-    Below it the bound's pools run over (everything unpinned is evicted)."""
+    window of `concurrency` requests and their blocks that hold no unit, and the slots they
+    would hold if each held its first chunk's slots all the while (`most_live_states`, more
+    than the window holds). Below it the bound's pools run over (everything unpinned is
+    evicted)."""
     plans = plan_requests(items, unit, block_size, eagle, outputs)
     most = 0
     for end in range(1, len(plans) + 1):
