@@ -288,6 +288,7 @@ class Scheduler:
         coordinator = self.coordinator
         finished, self._refused = self._refused, []
         now = time.time()
+        state_size = self.cache_config.mamba_block_size
         for chunk in out.chunks:
             request = self.requests[chunk.request_id]
             request.num_computed_tokens = chunk.end
@@ -307,7 +308,9 @@ class Scheduler:
                     chunk.mamba_writes, request.block_hashes, reasons, request.refused_states
                 )
             )
-            coordinator.release_passed(request.request_id, chunk.start, chunk.end)
+            if (chunk.end - 1) // state_size > (max(chunk.start, 1) - 1) // state_size:
+                # it crossed a Mamba slot's end: the slot it passed may go back to the pool
+                coordinator.release_passed(request.request_id, chunk.start, chunk.end)
             if chunk.sample:
                 token = result.sampled[request.request_id]
                 request.append_output(token)
