@@ -223,7 +223,9 @@ class ReuseModel:
         """Refusable states (the Mamba pool): by the divergence within `span` once an earlier
         request passed `key`, else by the class's rate (a refusal by rate leaves a ghost); then
         one that would rank below the first cached block given up is refused, but for the
-        first `block` or junction state of a new prefix."""
+        first `block` or junction state of a new prefix. A message state: written where a
+        request diverged within `span`, refused below a state within a unit, else asked its
+        rank when its prefix is new but not a new family's."""
         refusable = (
             CheckpointReason.BLOCK,
             CheckpointReason.RESEND,
@@ -233,9 +235,15 @@ class ReuseModel:
         )
         if not self.holds_states or reason not in refusable:
             return True
-        if reason is CheckpointReason.MESSAGE:  # the next state within a unit serves them
-            return len(span) > 1 or any(self.diverged[k] for k in span)
         klass = self.class_of(reason, key in self.roots)
+        if reason is CheckpointReason.MESSAGE:
+            if any(self.diverged[k] for k in span):
+                return True
+            if len(span) <= 1:  # the next state, within a unit, serves them
+                return False
+            if self.passed[key] <= 1 and key not in self.roots:  # passed, of a new prefix
+                return not self.ranks_below(klass, key, free, keys, attention)
+            return True
         if self.passed[key] > 1:
             if reason is not CheckpointReason.JUNCTION and not any(self.diverged[k] for k in span):
                 return False
@@ -245,16 +253,23 @@ class ReuseModel:
             return False
         elif reason is CheckpointReason.BLOCK:
             return True
+        return not self.ranks_below(klass, key, free, keys, attention)
+
+    def ranks_below(
+        self, klass: int, key: bytes, free: dict[int, tuple], keys: dict, attention: dict | None
+    ) -> bool:
+        """Whether a state of `klass` keyed `key`, freed now, ranks below the first cached
+        block given up (an orphan there never outranks it)."""
         cached = {block_id: rank for block_id, rank in free.items() if rank[0][0]}
         if not cached:
-            return True
+            return False
         victim = self.next_block(cached, keys, attention)
         if attention is not None and not any(k in attention for k in keys[victim]):
-            return True  # an orphan goes first whatever is written
+            return False  # an orphan goes first whatever is written
         (victim_class, victim_count, _), victim_stamp = cached[victim]
         count = min(self.diverged[key], MAX_TALLIED + 1)
         mine = self.stamp + 1 + self.weight(klass, count)
-        return mine >= victim_stamp + self.weight(victim_class, victim_count)
+        return mine < victim_stamp + self.weight(victim_class, victim_count)
 
     def refused(self, key: bytes, reason: CheckpointReason) -> None:
         """A refusal of a new prefix's state (by rate or rank) leaves a ghost; one by
@@ -830,6 +845,37 @@ def test_under_pressure_a_message_state_just_below_a_written_state_is_refused() 
     for round_ in range(100):  # resend states given up unread: the class is refused
         policy.rates.evicted(resend, key_of(500 + round_))
     assert coordinator.refused_states(chain, 40, 0, targets) == {36}
+
+
+def test_reuse_asks_a_message_state_the_request_goes_past_its_rank() -> None:
+    """A chat turn's earlier message state (the request writes its next state two units past
+    it or more) whose prefix is new is asked its rank, as a tail state of a new prefix: with
+    its class seldom read (given up unread 100 times) it would go before the system prompt's
+    cached state, so it is refused. Written: a new family's own (the first prompt's), any once
+    that cached state is an orphan, and the turn's once a request diverged past it."""
+    pool = BlockPool(2, BLOCK_SIZE, "mamba", 1, eviction="reuse", holds_states=True)
+    policy, message = pool.eviction, CheckpointReason.MESSAGE
+    attention: dict[bytes, None] = {}
+    policy.couple(attention)
+    system = [key_of(i) for i in range(4)]
+    first, turn = [*system, *map(key_of, (10, 11, 12))], [*system, *map(key_of, (20, 21, 22))]
+    policy.observe(first)
+    policy.observe(turn)
+    attention |= dict.fromkeys([*first, *turn])
+    (block,) = pool.allocate(1)
+    pool.cache(block.block_id, [(system[3], 16, CheckpointReason.JUNCTION)], None)
+    pool.free([block.block_id])
+    message_class = 1 + 2 * list(CheckpointReason).index(message)
+    for round_ in range(100):
+        policy.rates.evicted(message_class, key_of(500 + round_))
+    assert not policy.admits(turn[4], message, turn[4:6])
+    assert not policy.admits(turn[4], message, turn[4:5])  # the next state within a unit
+    assert policy.admits(first[4], message, first[4:6])  # a new family's
+    del attention[system[3]]
+    assert policy.admits(turn[4], message, turn[4:6])  # it displaces an orphan
+    attention[system[3]] = None
+    policy.observe([*turn[:5], key_of(99)])  # diverges at its key
+    assert policy.admits(turn[4], message, turn[4:6])
 
 
 def test_a_prompt_that_parts_from_its_siblings_branches_and_one_extending_the_last_does_not():

@@ -395,15 +395,25 @@ class ReuseLearned(EvictionPolicy):
         (`_goes_first`): asked of junction states too (refusable here alone), but not of the
         first `block` or junction state of a new prefix, from which its family is counted.
         A message state is asked only when the request writes the state after it (the
-        coordinator): it is written when that state lies two units past it or more, or a
-        request diverged within its `span`; else the state just past it (the `resend` state
-        past a chat's last message) serves every request that passes that unit. Interval
-        states and pins are always written."""
+        coordinator): it is written when a request diverged within its `span`; else not when
+        that state lies less than two units past it (the `resend` state past a chat's last
+        message serves every request that passes that unit), and one further below it (a
+        message the request goes on past: an earlier turn's, in a chat) whose prefix is new,
+        but not a new family's, is asked its rank as a tail state is. Interval states and pins
+        are always written."""
         divergence = self.divergence
         if reason not in self.REFUSABLE or divergence is None:
             return True
         if reason is CheckpointReason.MESSAGE:
-            return len(span) > 1 or divergence.diverged_within(span) > 0
+            if divergence.diverged_within(span):
+                return True
+            if len(span) <= 1:  # the state just past it serves every request passing it
+                return False
+            # a message the request goes on past: of a new prefix (not a new family's), it is
+            # asked its rank as a tail state is
+            if divergence.count(key) <= 1 and not divergence.is_root(key):
+                return not self._goes_first(key, reason)
+            return True
         is_junction = reason is CheckpointReason.JUNCTION
         if divergence.count(key) > 1:  # an earlier request passed it
             if not is_junction and not divergence.diverged_within(span):
