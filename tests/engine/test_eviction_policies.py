@@ -19,6 +19,7 @@ from engine.cache.eviction.reuse import (
     ADMIT_RATE,
     ATTENTION_HORIZON_PER_BLOCK,
     EXPECTED_READ_WEIGHT,
+    NEWEST_FIRST_RATE,
     ROOT,
     ROOT_RETENTION,
     STATE_HORIZON_PER_BLOCK,
@@ -177,28 +178,59 @@ class ReuseModel:
         return self.rate(klass) * self.horizon
 
     def next_block(self, free: dict[int, tuple], keys: dict, attention: dict | None) -> int:
-        """The oldest empty block; else among each place's oldest block the oldest orphan;
-        else, among the heads no cached state needs if there is one, the lowest `stamp +
-        weight` (the lower class, then the older, on a tie)."""
+        """The block `next_head` names."""
+        return self.next_head(free, keys, attention)[0]
+
+    def next_head(
+        self, free: dict[int, tuple], keys: dict, attention: dict | None
+    ) -> tuple[int, int]:
+        """The next block to go and the stamp it ranks at: the oldest empty block; else among
+        each place's head (its oldest block, or in a newest-first place its newest, ranked at
+        the oldest's stamp) the oldest orphan; else, among the heads no cached state needs if
+        there is one, the lowest `stamp + weight` (the lower class, then the older, on a
+        tie)."""
         empty = [b for b in free if not free[b][0][0]]
         if empty:
-            return min(empty, key=lambda b: free[b][1])
-        heads: dict[tuple, int] = {}
+            block_id = min(empty, key=lambda b: free[b][1])
+            return block_id, free[block_id][1]
+        oldest: dict[tuple, int] = {}
+        newest: dict[tuple, int] = {}
         for block_id, (place, stamp) in free.items():
-            if place not in heads or stamp < free[heads[place]][1]:
-                heads[place] = block_id
-        unneeded = {place: b for place, b in heads.items() if not place[2]}
+            if place not in oldest or stamp < free[oldest[place]][1]:
+                oldest[place] = block_id
+            if place not in newest or stamp > free[newest[place]][1]:
+                newest[place] = block_id
+        heads = {
+            place: (newest[place] if self.is_newest_first(place) else block_id, free[block_id][1])
+            for place, block_id in oldest.items()
+        }
+        unneeded = {place: head for place, head in heads.items() if not place[2]}
         heads = unneeded or heads
         if attention is not None:
-            orphans = [b for b in heads.values() if not any(k in attention for k in keys[b])]
+            orphans = [h for h in heads.values() if not any(k in attention for k in keys[h[0]])]
             if orphans:
-                return min(orphans, key=lambda b: free[b][1])
+                return min(orphans, key=lambda head: head[1])
 
-        def priority(block_id: int) -> tuple:
-            (klass, count, _), stamp = free[block_id]
+        def priority(item: tuple) -> tuple:
+            (klass, count, _), (_, stamp) = item
             return (stamp + self.weight(klass, count), klass, stamp)
 
-        return min(heads.values(), key=priority)
+        return min(heads.items(), key=priority)[1]
+
+    def is_newest_first(self, place: tuple) -> bool:
+        """A Mamba place of unread `resend` or `extension` states, no divergence count, whose
+        class is read at least `NEWEST_FIRST_RATE` of the time."""
+        klass, count, _ = place
+        tails = [
+            1 + 2 * REASONS_ALL.index(r)
+            for r in (CheckpointReason.RESEND, CheckpointReason.EXTENSION)
+        ]
+        return (
+            self.holds_states
+            and not count
+            and klass in tails
+            and self.rate(klass) >= NEWEST_FIRST_RATE
+        )
 
     def evicted(self, rank: tuple, block_id: int, entries: dict) -> None:
         klass = rank[0][0]
@@ -263,10 +295,10 @@ class ReuseModel:
         cached = {block_id: rank for block_id, rank in free.items() if rank[0][0]}
         if not cached:
             return False
-        victim = self.next_block(cached, keys, attention)
+        victim, victim_stamp = self.next_head(cached, keys, attention)
         if attention is not None and not any(k in attention for k in keys[victim]):
             return False  # an orphan goes first whatever is written
-        (victim_class, victim_count, _), victim_stamp = cached[victim]
+        (victim_class, victim_count, _), _ = cached[victim]
         count = min(self.diverged[key], MAX_TALLIED + 1)
         mine = self.stamp + 1 + self.weight(klass, count)
         return mine < victim_stamp + self.weight(victim_class, victim_count)
@@ -674,6 +706,27 @@ def test_reuse_writes_no_state_that_would_go_before_the_cached_state_it_displace
     assert policy.admits(x, junction, [x])  # worth as much as the one it displaces
     del attention[x]
     assert policy.admits(y, junction, [y])  # the state it displaces serves no hit
+
+
+def test_reuse_gives_up_its_newest_unread_tail_state_first_while_tails_are_read() -> None:
+    """Three sessions' tail states (`extension`), freed in turn: while the class is read at
+    least `NEWEST_FIRST_RATE` of the time an allocation gives up the newest, since sessions
+    come round in turn and the oldest is the one a next turn reads first; once the class is
+    read less (given up unread 100 times), the oldest, so stale tails do not stay."""
+    extension = CheckpointReason.EXTENSION
+    klass = 1 + 2 * list(CheckpointReason).index(extension)
+    for is_read_seldom, expected in ((False, 2), (True, 0)):
+        pool = BlockPool(3, BLOCK_SIZE, "mamba", 1, eviction="reuse", holds_states=True)
+        if is_read_seldom:
+            for round_ in range(100):
+                pool.eviction.rates.evicted(klass, key_of(500 + round_))
+        blocks = pool.allocate(3)
+        for n, block in enumerate(blocks):
+            pool.cache(block.block_id, [(key_of(n), 16, extension)], None)
+        pool.free([block.block_id for block in blocks])  # the first freed is the oldest
+        (taken,) = pool.allocate(1)
+        assert taken.block_id == blocks[expected].block_id
+        pool.check_invariants()
 
 
 def test_reuse_keeps_a_new_familys_block_state_over_one_past_a_shared_prefix() -> None:

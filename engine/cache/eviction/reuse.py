@@ -30,6 +30,14 @@ round, the attention pool gives up a block that some cached state needs (one lie
 its chain: `couple_support`) only once no other block is left, since a hit resumes from a
 state through the attention before it, and the blocks past every cached state serve none.
 
+The Mamba pool's unread tail states go newest first while their class is read at least
+`NEWEST_FIRST_RATE` of the time: where tails are read at all, a next turn resumes from its
+session's tail, and sessions come round in turn, so least recently freed first would give up
+exactly the tail read next (40 agent sessions in 41 slots kept none of the first turns' tails
+for the second turns). The place keeps its rank among the others (its oldest block's stamp);
+only which of its blocks goes changes. Where nobody reads tails the rate falls below the
+threshold and the oldest goes first, so stale tails do not stay.
+
 Each of those is a queue of its own, least recently freed first, so an allocation compares only
 the queues' heads: a free state's *place* is its class, or its class and its divergence count
 `n` as it was when it was queued (refreshed when a request diverges at its key). Among the
@@ -79,6 +87,23 @@ ROOT_RETENTION = RETENTION[CheckpointReason.RESEND]
 # what one more expected read is worth in the Mamba pool's order, in horizons: a state whose
 # family is expected to come back `n` more times outlives one never read by `3 n` horizons
 EXPECTED_READ_WEIGHT = 3.0
+# the Mamba pool's unread tail states (`resend`, `extension`, no divergence count) give up
+# their newest first while their class is read at least this often: where tails are read (a
+# next turn resumes from its session's tail), sessions come round in turn and the oldest
+# unread tail is the one read next; where nobody reads them the class's rate falls below it and
+# the oldest goes first again (picked from 0.05 to 0.3 on benchmarks/pressure.py:
+# docs/benchmarks.md)
+NEWEST_FIRST_RATE = 0.15
+NEWEST_FIRST = frozenset(
+    REASON_CLASS[reason] for reason in (CheckpointReason.RESEND, CheckpointReason.EXTENSION)
+)
+
+
+def newest_first(queue: OrderedDict[int, int]) -> Iterator[tuple[int, int]]:
+    """A newest-first place's blocks, newest first, each ranked at the oldest one's stamp."""
+    oldest = next(iter(queue.values()))
+    for block_id in reversed(queue):
+        yield block_id, oldest
 
 
 def class_of(place: int) -> int:
@@ -227,8 +252,10 @@ class ReuseLearned(EvictionPolicy):
         """The free blocks in the order `take` gives them up, without taking any: the empty
         blocks, oldest first; then, one at a time, among the other places' heads the oldest
         orphan (`couple`), else the lowest `stamp + weight` (the lower class, then the older,
-        on a tie), the attention pool's supported places last (`couple_support`). The weights
-        are read once a walk: nothing here changes them."""
+        on a tie), the attention pool's supported places last (`couple_support`). A place's
+        head is its oldest block, but in a newest-first place (`_newest_first`) its newest,
+        ranked at the oldest one's stamp. The weights are read once a walk: nothing here
+        changes them."""
         weights = self._weights
         if weights is None:
             weights = self._weights = {}
@@ -236,9 +263,11 @@ class ReuseLearned(EvictionPolicy):
         for block_id in queues[EMPTY]:
             yield blocks[block_id]
         iters, heads = {}, {}
+        newest = self._newest_first()
         for place in self._held:
             if place != EMPTY:
-                iters[place] = iter(queues[place].items())
+                queue = queues[place]
+                iters[place] = newest_first(queue) if place in newest else iter(queue.items())
                 heads[place] = next(iters[place])
                 if place not in weights:
                     weights[place] = self._weight(place)
@@ -266,6 +295,15 @@ class ReuseLearned(EvictionPolicy):
                 del heads[best]
             else:
                 heads[best] = following
+
+    def _newest_first(self) -> frozenset[int]:
+        """The Mamba pool's places that give up their newest block first: the unread tail
+        states' (`NEWEST_FIRST`) while their class is read at least `NEWEST_FIRST_RATE` of
+        the time. Changes nothing."""
+        if self.divergence is None:
+            return frozenset()
+        rate = self.rates.rate
+        return frozenset(place for place in NEWEST_FIRST if rate(place) >= NEWEST_FIRST_RATE)
 
     def _oldest_orphan(self, heads: dict[int, tuple[int, int]]) -> int | None:
         """The place whose head is the oldest orphan among `heads`, None without one."""
@@ -434,14 +472,16 @@ class ReuseLearned(EvictionPolicy):
         count = self._count_of((key,))
         klass = self._state_class(key, reason)
         priority = self._stamp + 1 + self._weight(counted_place(klass, count))
-        prefixes = self.prefix_entries
+        prefixes, newest = self.prefix_entries, self._newest_first()
         for block in self._in_order():
             victim = block.free_queue
             if victim == EMPTY:
                 continue
             if prefixes is not None and not any(k in prefixes for k in block.keys):
                 return False
-            return priority < self._queues[victim][block.block_id] + self._weight(victim)
+            queue = self._queues[victim]
+            stamp = next(iter(queue.values())) if victim in newest else queue[block.block_id]
+            return priority < stamp + self._weight(victim)
         return False
 
     def refused(self, key: BlockHash, reason: CheckpointReason) -> None:
