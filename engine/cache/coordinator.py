@@ -308,8 +308,8 @@ class HybridCoordinator:
         return registered
 
     def release_passed(self, request_id: str, start: int, end: int) -> None:
-        """The request computed `[start, end)`: the Mamba slots it passed that hold no state go
-        back to the pool (`MambaManager.release_passed`)."""
+        """The request computed `[start, end)`: the Mamba slots it passed that hold no state or
+        only tail states go back to the pool (`MambaManager.release_passed`)."""
         self.mamba.release_passed(request_id, start, end)
 
     def block_tables(self, request_id: str) -> dict[str, list[int | None]]:

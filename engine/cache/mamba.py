@@ -19,6 +19,9 @@ from engine.cache.manager import BlockCopy, GroupManager
 from engine.hashing import BlockHash
 
 INTERVAL_RETENTION = RETENTION[CheckpointReason.INTERVAL]
+# a request's tail states: a later request that resends or extends its prompt reads them, never
+# the request itself, so a passed slot holding only those goes back to the pool at once
+TAIL_REASONS = frozenset({CheckpointReason.RESEND, CheckpointReason.EXTENSION})
 
 
 class MambaHit(NamedTuple):
@@ -176,17 +179,20 @@ class MambaManager(GroupManager):
     def release_passed(self, request_id: str, start: int, end: int) -> None:
         """The request computed `[start, end)`: hand back the slots it passed, those below the
         one its state at `end` lies in, that hold no state (the policy refused it, docs/rules.md
-        section 5, or prefix caching is off). No chunk reads them again, since a chunk resumes
-        from the slot holding its start. The table keeps the states the request registered, as
-        before, and its live state, so a request in flight holds one slot beside the states it
-        kept."""
+        section 5, or prefix caching is off) or only tail states (`TAIL_REASONS`), which stay
+        cached there, evictable like any other. No chunk reads a passed slot again, since a
+        chunk resumes from the slot holding its start. The table keeps the other states the
+        request registered until it ends, as before (freed tail first then, so a family's
+        shared states outlast its requests' tails), and its live state."""
         table = self.tables.get(request_id)
         if not table:
             return
-        blocks, passed = self.pool.blocks, []
+        blocks, entries, passed = self.pool.blocks, self.pool.entries, []
         for index in range(self.slot_index(max(start, 1)), min(self.slot_index(end), len(table))):
             block_id = table[index]
-            if block_id is not None and not blocks[block_id].keys:
+            if block_id is not None and all(
+                entries[key].reason in TAIL_REASONS for key in blocks[block_id].keys
+            ):
                 passed.append(block_id)
                 table[index] = None
         if passed:

@@ -23,11 +23,11 @@ request `i` of `P` prompt tokens:
   live state slots: `i` one per `Bm` of its sequence past its oracle hit, as its first chunk
   writes them into the engine's aligned Mamba table (`mamba_block_size`; one slot when it is
   not given), the others one each, their live state, since the engine hands back a passed slot
-  that holds no state (`live_slots`). The window holds fewer when their live states would not
-  fit the state budget, as an engine admits only what its pool holds (the oldest leave first;
-  `i` always runs). The rest of each budget holds
-  cached blocks and states. When pinned blocks alone exceed the budget, everything unpinned is
-  evicted and the pool runs over.
+  that holds no state or only tail states (`live_slots`). The window holds fewer when their
+  live states would not fit the state budget, as an engine admits only what its pool holds
+  (the oldest leave first; `i` always runs). The rest of each budget holds cached blocks and
+  states. When pinned blocks alone exceed the budget, everything unpinned is evicted and the
+  pool runs over.
 - **Eviction** is Belady's, in each pool apart: when a pool is over its budget, the unpinned
   item whose next use is farthest (or never) goes, a new item included (bypass). A block's next
   use is the next request whose oracle hit needs one of the unit hashes it holds (with EAGLE,
@@ -267,7 +267,8 @@ def bound(
 def live_slots(peak: int, num_before: int) -> int:
     """The state slots a window holds while a request is admitted: its `peak` (its first
     chunk writes a slot per `Bm`), and one live state for each of the `num_before` requests
-    still in flight (the engine hands back a passed slot that holds no state)."""
+    still in flight (the engine hands back a passed slot that holds no state or only tail
+    states)."""
     return peak + num_before
 
 

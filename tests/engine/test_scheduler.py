@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.cache.entry import CheckpointReason
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
@@ -179,3 +180,30 @@ def test_a_passed_mamba_slot_that_holds_no_state_goes_back_to_the_pool(caching):
             assert passed == []
         assert in_use == len(passed) + 1
     assert request.num_computed_tokens > 1536
+
+
+def test_a_passed_mamba_slot_holding_a_tail_state_goes_back_but_the_state_stays_cached():
+    """A 1024-token prompt ends on a slot's end: its `extension` state at 1024 is in slot 1,
+    which the first decode step passes. A tail state is read by a later request that extends
+    or resends the prompt, never by this one, so the slot goes back to the pool then, its state
+    still cached (a free block a hit may take); the `block` state at 512 stays in the
+    request's table until it ends."""
+    e = make(budget=2048, checkpoint_mode="inline")
+    prompt = tokens(9, 1024)
+    request = e.add_request(prompt, SamplingParams(max_tokens=4))
+    mamba = e.scheduler.coordinator.mamba
+    e.step()  # the whole prefill: the states at 512 and 1024
+    table = mamba.tables[request.request_id]
+    head, tail = table
+    keys = mamba.pool.blocks[tail].keys
+    assert [mamba.pool.entries[key].reason for key in keys] == [CheckpointReason.EXTENSION]
+    e.step()  # the first decode step computes in slot 2
+    e.check_invariants()
+    assert table[1] is None and table[2] is not None
+    assert mamba.pool.blocks[tail].ref_cnt == 0 and mamba.pool.blocks[tail].keys == keys
+    assert mamba.pool.blocks[head].ref_cnt == 1
+    e.run_until_done()
+    turn = prompt + request.output_token_ids + tokens(10, 40)
+    longer = e.add_request(turn, SamplingParams(max_tokens=1))
+    e.run_until_done()
+    assert longer.num_cached_tokens >= 1024  # the next turn resumes from the tail or past it
