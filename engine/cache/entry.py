@@ -38,6 +38,10 @@ RETENTION = {
     CheckpointReason.PIN: 5,
 }
 
+#: A request's tail states, at its prompt's end: a later request that resends or extends the
+#: prompt reads them, never the request itself.
+TAIL_REASONS = frozenset({CheckpointReason.RESEND, CheckpointReason.EXTENSION})
+
 
 def highest_retention(keys: Iterable[BlockHash], entries: Mapping[BlockHash, Entry]) -> int:
     """The highest retention among the entries of `keys`, 0 for none: a block's level, which

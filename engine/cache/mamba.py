@@ -14,14 +14,11 @@ from enum import Enum
 from typing import NamedTuple
 
 from engine.cache.block import InvariantError
-from engine.cache.entry import RETENTION, CheckpointReason
+from engine.cache.entry import RETENTION, TAIL_REASONS, CheckpointReason
 from engine.cache.manager import BlockCopy, GroupManager
 from engine.hashing import BlockHash
 
 INTERVAL_RETENTION = RETENTION[CheckpointReason.INTERVAL]
-# a request's tail states: a later request that resends or extends its prompt reads them, never
-# the request itself, so a passed slot holding only those goes back to the pool at once
-TAIL_REASONS = frozenset({CheckpointReason.RESEND, CheckpointReason.EXTENSION})
 
 
 class MambaHit(NamedTuple):

@@ -30,6 +30,10 @@ NUM_BLOCKS = 10
 BLOCK_SIZE = 4
 REASONS = [r for r in CheckpointReason if r is not CheckpointReason.PIN]
 REASONS_ALL = list(CheckpointReason)
+# the model's own count of the unread `resend` and `extension` classes
+UNREAD_TAIL_CLASSES = [
+    1 + 2 * REASONS_ALL.index(r) for r in (CheckpointReason.RESEND, CheckpointReason.EXTENSION)
+]
 
 
 def key_of(index: int) -> bytes:
@@ -221,14 +225,10 @@ class ReuseModel:
         """A Mamba place of unread `resend` or `extension` states, no divergence count, whose
         class is read at least `NEWEST_FIRST_RATE` of the time."""
         klass, count, _ = place
-        tails = [
-            1 + 2 * REASONS_ALL.index(r)
-            for r in (CheckpointReason.RESEND, CheckpointReason.EXTENSION)
-        ]
         return (
             self.holds_states
             and not count
-            and klass in tails
+            and klass in UNREAD_TAIL_CLASSES
             and self.rate(klass) >= NEWEST_FIRST_RATE
         )
 

@@ -51,7 +51,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
 from engine.cache.block import Block, InvariantError
-from engine.cache.entry import RETENTION, CheckpointReason, Entry
+from engine.cache.entry import RETENTION, TAIL_REASONS, CheckpointReason, Entry
 from engine.cache.eviction.base import EvictionPolicy
 from engine.cache.eviction.divergence import MAX_TALLIED, DivergenceCounts
 from engine.cache.eviction.reuse_rates import ReuseRates
@@ -94,9 +94,7 @@ EXPECTED_READ_WEIGHT = 3.0
 # the oldest goes first again (picked from 0.05 to 0.3 on benchmarks/pressure.py:
 # docs/benchmarks.md)
 NEWEST_FIRST_RATE = 0.15
-NEWEST_FIRST = frozenset(
-    REASON_CLASS[reason] for reason in (CheckpointReason.RESEND, CheckpointReason.EXTENSION)
-)
+NEWEST_FIRST = frozenset(REASON_CLASS[reason] for reason in TAIL_REASONS)
 
 
 def newest_first(queue: OrderedDict[int, int]) -> Iterator[tuple[int, int]]:
@@ -159,6 +157,7 @@ class ReuseLearned(EvictionPolicy):
         self._stamp = 0
         self._num_free = 0
         self._weights: dict[int, float] | None = None  # per place, until a rate changes
+        self._newest: frozenset[int] = frozenset()  # `_newest_first`, read with the weights
         # where requests diverged, for admitting and ordering states (the Mamba pool only)
         self.divergence = DivergenceCounts() if holds_states else None
         self.prefix_entries: Mapping[BlockHash, Entry] | None = None  # `couple`
@@ -257,13 +256,14 @@ class ReuseLearned(EvictionPolicy):
         ranked at the oldest one's stamp. The weights are read once a walk: nothing here
         changes them."""
         weights = self._weights
-        if weights is None:
+        if weights is None:  # a rate changed: so may the newest-first places
             weights = self._weights = {}
+            self._newest = self._newest_first()
         blocks, queues = self.blocks, self._queues
         for block_id in queues[EMPTY]:
             yield blocks[block_id]
         iters, heads = {}, {}
-        newest = self._newest_first()
+        newest = self._newest
         for place in self._held:
             if place != EMPTY:
                 queue = queues[place]
@@ -472,15 +472,15 @@ class ReuseLearned(EvictionPolicy):
         count = self._count_of((key,))
         klass = self._state_class(key, reason)
         priority = self._stamp + 1 + self._weight(counted_place(klass, count))
-        prefixes, newest = self.prefix_entries, self._newest_first()
-        for block in self._in_order():
+        prefixes = self.prefix_entries
+        for block in self._in_order():  # it reads `_newest` afresh before the first block
             victim = block.free_queue
             if victim == EMPTY:
                 continue
             if prefixes is not None and not any(k in prefixes for k in block.keys):
                 return False
             queue = self._queues[victim]
-            stamp = next(iter(queue.values())) if victim in newest else queue[block.block_id]
+            stamp = next(iter(queue.values())) if victim in self._newest else queue[block.block_id]
             return priority < stamp + self._weight(victim)
         return False
 
