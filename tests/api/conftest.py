@@ -111,12 +111,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
+    """Heartbeats quiet (`factories.QUIET_HEARTBEATS`); tests of the beat call it, or set their
+    own settings."""
     return Settings(
         _env_file=None,
         database_url=database_url,
         api_token=TOKEN,
         max_frame_bytes=1024 * 1024,
         hit_rate_bucket_s=60,
+        **factories.QUIET_HEARTBEATS,
     )
 
 

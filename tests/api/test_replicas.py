@@ -273,13 +273,14 @@ def test_sqlite_has_no_notifications(session: Session) -> None:
 
 
 def test_replicas_lists_the_live_ones_and_marks_itself(client, session: Session) -> None:
-    """The app's own row (written at its start) and another live replica's; a silent one is
-    not listed."""
-    replicas.join(session, "other", TIMEOUT_S, is_only=False)
-    replicas.join(session, "silent", TIMEOUT_S, is_only=False)
+    """The app's own row (written at its start) and another live replica's; one silent for
+    the app's `replica_timeout_s` is not listed."""
+    timeout_s = client.app.state.junction.settings.replica_timeout_s
+    replicas.join(session, "other", timeout_s, is_only=False)
+    replicas.join(session, "silent", timeout_s, is_only=False)
     add_engines(session, "e1")
     replicas.claim_engine(session, "e1", 1, "other", "c1")
-    silence(session, "silent", TIMEOUT_S + 1)
+    silence(session, "silent", timeout_s + 1)
     listed = client.get("/api/v1/replicas")
     assert listed.status_code == 200, listed.text
     by_id = {r["replica_id"]: r for r in listed.json()}
