@@ -30,9 +30,16 @@ NUM_BLOCKS = 10
 BLOCK_SIZE = 4
 REASONS = [r for r in CheckpointReason if r is not CheckpointReason.PIN]
 REASONS_ALL = list(CheckpointReason)
-# the model's own count of the unread `resend` and `extension` classes
+
+
+def unread_class(reason: CheckpointReason) -> int:
+    """The model's own count of a reason's unread class: its index pair's first."""
+    return 1 + 2 * REASONS_ALL.index(reason)
+
+
+# the model's unread `resend` and `extension` classes
 UNREAD_TAIL_CLASSES = [
-    1 + 2 * REASONS_ALL.index(r) for r in (CheckpointReason.RESEND, CheckpointReason.EXTENSION)
+    unread_class(r) for r in (CheckpointReason.RESEND, CheckpointReason.EXTENSION)
 ]
 
 
@@ -129,7 +136,7 @@ class ReuseModel:
         """Unread: a reason's index pair, or past them all a new family's `block` state's."""
         if self.holds_states and root and reason is CheckpointReason.BLOCK:
             return 1 + 2 * len(CheckpointReason)
-        return 1 + 2 * list(CheckpointReason).index(reason)
+        return unread_class(reason)
 
     def rate(self, klass: int) -> float:
         top = RETENTION[CheckpointReason.PIN] + 1
@@ -714,7 +721,7 @@ def test_reuse_gives_up_its_newest_unread_tail_state_first_while_tails_are_read(
     come round in turn and the oldest is the one a next turn reads first; once the class is
     read less (given up unread 100 times), the oldest, so stale tails do not stay."""
     extension = CheckpointReason.EXTENSION
-    klass = 1 + 2 * list(CheckpointReason).index(extension)
+    klass = unread_class(extension)
     for is_read_seldom, expected in ((False, 2), (True, 0)):
         pool = BlockPool(3, BLOCK_SIZE, "mamba", 1, eviction="reuse", holds_states=True)
         if is_read_seldom:
@@ -748,7 +755,7 @@ def test_reuse_keeps_a_new_familys_block_state_over_one_past_a_shared_prefix() -
     pool.cache(plain.block_id, [(session[3], 16, block)], None)
     pool.free([root.block_id])
     pool.free([plain.block_id])
-    assert policy.klass(root) == ROOT and policy.klass(plain) == 1 + 2 * REASONS_ALL.index(block)
+    assert policy.klass(root) == ROOT and policy.klass(plain) == unread_class(block)
     pool.allocate(1)  # the empty block
     assert pool.allocate(1) == [plain]
     pool.check_invariants()
@@ -759,7 +766,7 @@ def test_reuse_refuses_tail_states_of_a_class_nobody_reads_and_learns_it_back() 
     refused; requests that would have resumed from refused ones raise the class again."""
     pool = BlockPool(3, BLOCK_SIZE, "mamba", 1, eviction="reuse", holds_states=True)
     policy, extension = pool.eviction, CheckpointReason.EXTENSION
-    klass = 1 + 2 * list(CheckpointReason).index(extension)
+    klass = unread_class(extension)
     round_ = 0
 
     def admitted(key: bytes) -> bool:
@@ -894,7 +901,7 @@ def test_under_pressure_a_message_state_just_below_a_written_state_is_refused() 
     cache_others(coordinator, 4)  # a request writing 3 states is under pressure
     policy = coordinator.mamba.pool.eviction
     coordinator.observe(chain)
-    resend = 1 + 2 * list(CheckpointReason).index(CheckpointReason.RESEND)
+    resend = unread_class(CheckpointReason.RESEND)
     for round_ in range(100):  # resend states given up unread: the class is refused
         policy.rates.evicted(resend, key_of(500 + round_))
     assert coordinator.refused_states(chain, 40, 0, targets) == {36}
@@ -918,7 +925,7 @@ def test_reuse_asks_a_message_state_the_request_goes_past_its_rank() -> None:
     (block,) = pool.allocate(1)
     pool.cache(block.block_id, [(system[3], 16, CheckpointReason.JUNCTION)], None)
     pool.free([block.block_id])
-    message_class = 1 + 2 * list(CheckpointReason).index(message)
+    message_class = unread_class(message)
     for round_ in range(100):
         policy.rates.evicted(message_class, key_of(500 + round_))
     assert not policy.admits(turn[4], message, turn[4:6])
@@ -951,7 +958,7 @@ def test_a_waiting_request_asked_again_and_again_teaches_its_refusals_once() -> 
     the refusal once, as a ghost a later request may raise the class from."""
     coordinator = small_coordinator(2)
     policy, extension = coordinator.mamba.pool.eviction, CheckpointReason.EXTENSION
-    klass = 1 + 2 * list(CheckpointReason).index(extension)
+    klass = unread_class(extension)
     for round_ in range(100):  # tail states given up unread
         policy.rates.evicted(klass, key_of(500 + round_))
     chain = [key_of(i) for i in range(10)]  # 40 tokens nobody passed: states at 16, 32, 40
