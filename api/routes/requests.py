@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
-from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from api.attribution.misses import REASONS
@@ -14,7 +13,7 @@ from api.deps import READ, EngineDep, Offset, SessionDep
 from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import MatchStopOut, RequestAttribution, RequestOut, RequestPage
 from api.store import requests
-from api.store.models import Attribution, PendingAttribution, Request
+from api.store.models import Attribution, Request
 
 router = APIRouter(
     prefix="/engines/{engine_id}/requests",
@@ -60,18 +59,7 @@ def get_request(engine: EngineDep, session: SessionDep, request_id: str) -> Requ
 
 def request_outs(session: Session, engine_id: str, rows: Sequence[Request]) -> list[RequestOut]:
     """The rows as the REST API serves them, each with its `attribution` (two reads for all)."""
-    keys = [(r.epoch, r.arrival_index) for r in rows if r.arrival_index is not None]
-    done = {
-        (a.epoch, a.arrival_index): a
-        for a in session.scalars(select(Attribution).where(*_among(Attribution, engine_id, keys)))
-    }
-    pending = set(
-        session.execute(
-            select(PendingAttribution.epoch, PendingAttribution.arrival_index).where(
-                *_among(PendingAttribution, engine_id, keys)
-            )
-        )
-    )
+    done, pending = requests.attributions(session, engine_id, rows)
     outs = []
     for row in rows:
         out = RequestOut.model_validate(row)
@@ -80,11 +68,6 @@ def request_outs(session: Session, engine_id: str, rows: Sequence[Request]) -> l
             out.attribution = _attribution(done.get(key), out.match_stop)
         outs.append(out)
     return outs
-
-
-def _among(table: type[Attribution | PendingAttribution], engine_id: str, keys: list) -> list:
-    """The conditions for the engine's rows of `table` keyed by one of `keys`."""
-    return [table.engine_id == engine_id, tuple_(table.epoch, table.arrival_index).in_(keys)]
 
 
 def _attribution(done: Attribution | None, stop: MatchStopOut) -> RequestAttribution:
