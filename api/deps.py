@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.requests import HTTPConnection
 
+from api.guards.token import MISSING_WRITE_TOKEN
 from api.state import AppState
 from api.store.models import Engine
 
@@ -47,22 +48,10 @@ def _matches(token: str | None, expected: str | None) -> bool:
     return secrets.compare_digest(token.encode(), expected.encode())
 
 
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, else None."""
-    if authorization is None:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    return (token.strip() or None) if scheme.lower() == "bearer" else None
-
-
 _bearer = HTTPBearer(
     auto_error=False, description="JUNCTION_API_TOKEN (or, for reads, JUNCTION_READ_TOKEN)"
 )
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-
-
-#: The 401 of a write that sends no token (also `api.guards.limits`', before the body is read).
-MISSING_WRITE_TOKEN = "missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN>)"
 
 
 def _unauthorized(detail: str) -> HTTPException:

@@ -1,7 +1,7 @@
 """What the app does when it starts and stops: it joins the fleet of replicas
-(`api.fleet.membership`:
+(`api.membership`:
 its row and heartbeat, the listener for other replicas' commands; on SQLite, the lock that
-keeps a second process out), starts the retention task (`api.store.retention`, which prunes on one
+keeps a second process out), starts the retention task (`api.retention`, which prunes on one
 replica at a time), and at the end cancels both, leaves the fleet and closes its pool."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api.fleet import membership as fleet
+from api import membership as fleet
+from api.retention import retention_loop
 from api.state import AppState
-from api.store.retention import retention_loop
 
 
 @asynccontextmanager

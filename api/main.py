@@ -8,7 +8,6 @@ from api import openapi
 from api.guards.errors import install_error_handlers
 from api.guards.limits import RequestLimits, refuse_nul_parameters
 from api.guards.read_limit import ReadLimit
-from api.ingest import route as ingest
 from api.lifespan import lifespan
 from api.openapi import API_ERRORS, OPEN_ERRORS
 from api.routes import (
@@ -21,6 +20,7 @@ from api.routes import (
     events,
     health,
     hit_rate,
+    ingest,
     junctions,
     pins,
     replicas,

@@ -46,7 +46,7 @@ class ApiMetrics:
             ["code"],
             registry=self.registry,
         )
-        # the retention task (`api.store.retention`)
+        # the retention task (`api.retention`)
         self.retention_rows = Counter(
             "junction_retention_rows",
             "Rows the retention task deleted, by kind (event_batches, requests, attributions,"

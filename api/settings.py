@@ -147,7 +147,7 @@ class Settings(BaseSettings):
     replica_heartbeat_s: float = 1.0
     replica_timeout_s: float = 5.0
 
-    # Retention (`api.store.retention`): a periodic task, every `retention_interval_s`, on one
+    # Retention (`api.retention`): a periodic task, every `retention_interval_s`, on one
     # replica at a time, deleting at most `retention_chunk_rows` rows per transaction.
     # Event batches are kept `retention_batches_s` seconds and at most
     # `retention_batches_per_engine` per engine (an older epoch's go once its table was

@@ -36,7 +36,7 @@ class AppState:
         default_factory=lambda: anyio.CapacityLimiter(INGEST_THREADS)
     )
     health: HealthCheck = field(default_factory=HealthCheck)  # `/healthz`'s, off the readers' path
-    # this process in the fleet (`api.fleet.replicas`, `api.fleet.membership`)
+    # this process in the fleet (`api.fleet.replicas`, `api.membership`)
     replica_id: str = field(default_factory=new_replica_id)
     sqlite_lock: IO[str] | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)

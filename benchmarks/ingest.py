@@ -60,7 +60,7 @@ if str(REPO) not in sys.path:  # run as a script: `benchmarks.ports` is beside i
     sys.path.insert(0, str(REPO))
 
 from api.ingest.frames import apply_batches, apply_hello  # noqa: E402
-from api.ingest.route import DECODE_AHEAD  # noqa: E402
+from api.routes.ingest import DECODE_AHEAD  # noqa: E402
 from api.settings import Settings  # noqa: E402
 from api.store.db import make_engine, make_sessionmaker  # noqa: E402
 from benchmarks.ports import free_port  # noqa: E402

@@ -12,7 +12,7 @@ the elapsed time, `pg_database_size`, the rows of `event_batches`, `requests`,
 tables; at the end, the growth over the last third of the run against the first third (the
 windows fill in the first), and exits 1 unless it levelled off.
 
-The API's own retention task prunes (`api.store.retention`, started by its lifespan); `--prune-here`
+The API's own retention task prunes (`api.retention`, started by its lifespan); `--prune-here`
 runs the same rounds in this process instead, for an API that does not start it.
 
     .venv/bin/python benchmarks/soak.py [--duration 900] [--engines 4] [--steps 10] [--quick]
@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: `benchmarks.ingest` is beside it
     sys.path.insert(0, str(REPO))
 
+from api import retention  # noqa: E402
 from api.settings import Settings  # noqa: E402
-from api.store import retention  # noqa: E402
 from api.store.db import make_engine, make_sessionmaker  # noqa: E402
 from benchmarks.ingest import TOKEN, Workload, start_server, stop  # noqa: E402
 from engine.server.publisher import EventPublisher  # noqa: E402

@@ -1,6 +1,7 @@
 """What the tasks do, as plain functions that run without a worker: run one benchmark run
-(progress and a heartbeat written to the store as it goes), submit the standard suite, and
-sweep the runs whose worker was lost.
+(progress and a heartbeat written to the store as it goes), submit the standard suite; and for
+every kind of run (benchmark runs, what-if runs: `jobs.whatif`), one attempt at a run, the
+failure of a task that gave up, and the sweep of the runs whose worker was lost.
 
 The store is `api.runs.benchmarks` over `JUNCTION_DATABASE_URL` (or the `sessions` given).
 """
@@ -18,7 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.runs import benchmarks as store
-from api.runs.benchmarks import Busy, Send, Skipped, Started
+from api.runs.lifecycle import Busy, RunLife, Send, Skipped, Started
 from api.runs.specs import standard_suite
 from api.settings import get_settings
 from api.store.db import make_engine, make_sessionmaker
@@ -150,43 +151,38 @@ def run_benchmark_run(
     progress_every_s: float = PROGRESS_EVERY_S,
     heartbeat_s: float = HEARTBEAT_S,
 ) -> Done | Busy | Skipped:
-    """Run benchmark run `run_id`: take it (`store.start_run`), replay its spec with
+    """Run benchmark run `run_id`: take it (`RunLife.start`), replay its spec with
     `runner` (default `engine.bench.run_benchmark`) writing progress, then store the results.
 
     A spec or benchmark that raises marks the run failed with `describe(exc)` and re-raises;
     store errors (`TRANSIENT_ERRORS`) propagate for the task to retry. `Busy`: another
     worker's attempt is alive; `Skipped`: nothing to do (gone, finished or failed)."""
 
-    def work(taken: store.Started, reporter: Reporter) -> dict:
+    def work(taken: Started, reporter: Reporter) -> dict:
         from engine.bench import BenchmarkSpec, run_benchmark
 
         spec = BenchmarkSpec.model_validate(taken.spec)
         return (runner or run_benchmark)(spec, progress=reporter)
 
     reporter = partial(Reporter, every_s=progress_every_s, heartbeat_s=heartbeat_s)
-    return run_attempt(
-        store, "benchmark run", run_id, worker, sessions or store_sessions(), reporter, work,
-        "finished",
-    )  # fmt: skip
+    return run_attempt(store.LIFE, run_id, worker, sessions or store_sessions(), reporter, work)
 
 
 def run_attempt(
-    life: Any,
-    kind: str,
+    life: RunLife,
     run_id: int,
     worker: str | None,
     sessions: Sessions,
     reporter: Callable[..., Reporter],
     work: Callable[[Any, Reporter], dict],
-    done: str,
 ) -> Done | Busy | Skipped:
-    """One attempt at a run of `life` (a store module's `start_run`, `fail_run`,
-    `finish_run`): take it, `work(taken, reporter)` with a heartbeat going, then store what
-    it returns and mark it `done`. What `work` raises marks the run failed with
-    `describe(exc)` and is raised again; store errors (`TRANSIENT_ERRORS`) propagate for the
-    task to retry; a run taken over meanwhile is left to its new attempt."""
+    """One attempt at a run of `life`'s kind: take it, `work(taken, reporter)` with a heartbeat
+    going, then store what it returns and mark it `life.done`. What `work` raises marks the
+    run failed with `describe(exc)` and is raised again; store errors (`TRANSIENT_ERRORS`)
+    propagate for the task to retry; a run taken over meanwhile is left to its new attempt."""
+    kind = life.what
     with sessions() as session:
-        taken = life.start_run(session, run_id, worker)
+        taken = life.start(session, run_id, worker)
     if not isinstance(taken, Started):
         return taken
     log.info("%s %s: attempt %s started", kind, run_id, taken.attempt)
@@ -202,22 +198,25 @@ def run_attempt(
         reason = describe(exc)
         log.warning("%s %s failed: %s", kind, run_id, reason)
         with sessions() as session:
-            life.fail_run(session, run_id, reason, attempt=taken.attempt)
+            life.fail(session, run_id, reason, attempt=taken.attempt)
         raise
     with sessions() as session:
-        owned = life.finish_run(session, run_id, taken.attempt, result)
-    log.info("%s %s: attempt %s %s", kind, run_id, taken.attempt, done)
-    return Done(run_id, done if owned else "superseded")
+        owned = life.finish(session, run_id, taken.attempt, result)
+    log.info("%s %s: attempt %s %s", kind, run_id, taken.attempt, life.done)
+    return Done(run_id, life.done if owned else "superseded")
 
 
-def record_failure(run_id: int, exc: BaseException, sessions: Sessions | None = None) -> bool:
-    """Mark the run failed with `exc` unless it finished or failed already (a task that gave up:
-    retries spent, or an error outside the benchmark). Best effort: the sweep is the backstop."""
+def record_failure(
+    life: RunLife, run_id: int, exc: BaseException, sessions: Sessions | None = None
+) -> bool:
+    """Mark the run of `life`'s kind failed with `exc` unless it is over already (a task that
+    gave up: retries spent, or an error outside the run). Best effort: the sweep is the
+    backstop."""
     try:
         with (sessions or store_sessions())() as session:
-            return store.fail_run(session, run_id, describe(exc))
+            return life.fail(session, run_id, describe(exc))
     except SQLAlchemyError as error:
-        log.error("benchmark run %s: could not record its failure (%s): %s", run_id, exc, error)
+        log.error("%s %s: could not record its failure (%s): %s", life.what, run_id, exc, error)
         return False
 
 
@@ -232,11 +231,12 @@ def enqueue_suite(send: Send, sessions: Sessions | None = None) -> list[int]:
 
 
 def sweep_stale_runs(
-    stale_after_s: float = STALE_AFTER_S, sessions: Sessions | None = None
+    life: RunLife, stale_after_s: float = STALE_AFTER_S, sessions: Sessions | None = None
 ) -> list[int]:
-    """Fail the running runs with no heartbeat for `stale_after_s` ("worker lost"); their ids."""
+    """Fail the running runs of `life`'s kind with no heartbeat for `stale_after_s` ("worker
+    lost"); their ids."""
     with (sessions or store_sessions())() as session:
-        swept = store.sweep_stale_runs(session, stale_after_s)
+        swept = life.sweep(session, stale_after_s)
     if swept:
-        log.warning("benchmark runs %s: worker lost, marked failed", swept)
+        log.warning("%ss %s: worker lost, marked failed", life.what, swept)
     return swept

@@ -4,7 +4,8 @@
 `run_benchmark` is acked late and rejected (so redelivered) when its worker process dies; it
 retries the store's transient errors a few times; a run whose task gives up is marked failed
 with the reason (`on_failure`), and one whose worker vanished is failed by the sweep.
-`run_whatif` is the same for a what-if run (`jobs.whatif`); the sweep takes both kinds.
+`run_whatif` is the same for a what-if run (`jobs.whatif`): one `RunTask`, its `life` the
+kind of run; the sweep takes both kinds.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Any
 
 from celery import Task
 
-from api.runs.benchmarks import Busy
+from api.runs import benchmarks
 from api.runs.broker import TASK_RUN, TASK_WHATIF
+from api.runs.lifecycle import Busy, RunLife
+from api.whatif import runs as whatif_runs
 from jobs import runs, whatif
 from jobs.app import TASK_SUITE, TASK_SWEEP, app
 
@@ -23,22 +26,21 @@ BUSY_MAX_RETRIES = 5
 
 
 class RunTask(Task):
+    """A run task: `life` is its kind of run (a `RunLife`); a run whose task gives up is
+    marked failed with the reason."""
+
+    life: RunLife
+
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
         run_id = args[0] if args else kwargs.get("run_id")
         if run_id is not None:
-            runs.record_failure(int(run_id), exc)
-
-
-class WhatIfTask(Task):
-    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
-        run_id = args[0] if args else kwargs.get("run_id")
-        if run_id is not None:
-            whatif.record_failure(int(run_id), exc)
+            runs.record_failure(self.life, int(run_id), exc)
 
 
 #: What every run task is: acked late and redelivered when its worker dies, retrying the
 #: store's transient errors a few times.
 RUN_TASK = {
+    "base": RunTask,
     "bind": True,
     "acks_late": True,
     "reject_on_worker_lost": True,
@@ -59,12 +61,12 @@ def _outcome(task: Task, run_id: int, outcome: Any) -> dict[str, Any]:
     return outcome._asdict()
 
 
-@app.task(name=TASK_RUN, base=RunTask, **RUN_TASK)
+@app.task(name=TASK_RUN, life=benchmarks.LIFE, **RUN_TASK)
 def run_benchmark(self: Task, run_id: int) -> dict[str, Any]:
     return _outcome(self, run_id, runs.run_benchmark_run(run_id, worker=self.request.hostname))
 
 
-@app.task(name=TASK_WHATIF, base=WhatIfTask, **RUN_TASK)
+@app.task(name=TASK_WHATIF, life=whatif_runs.LIFE, **RUN_TASK)
 def run_whatif(self: Task, run_id: int) -> dict[str, Any]:
     return _outcome(self, run_id, whatif.run_whatif_run(run_id, worker=self.request.hostname))
 
@@ -80,6 +82,6 @@ def enqueue_suite() -> list[int]:
 def sweep_stale_runs(stale_after_s: float = runs.STALE_AFTER_S) -> dict[str, list[int]]:
     """Fail the benchmark and what-if runs whose worker was lost; their ids by kind."""
     return {
-        "benchmarks": runs.sweep_stale_runs(stale_after_s),
-        "whatif": whatif.sweep_stale_runs(stale_after_s),
+        "benchmarks": runs.sweep_stale_runs(benchmarks.LIFE, stale_after_s),
+        "whatif": runs.sweep_stale_runs(whatif_runs.LIFE, stale_after_s),
     }

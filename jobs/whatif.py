@@ -1,36 +1,31 @@
 """What a what-if task does, as plain functions that run without a worker: run one what-if
 run (the engine's recording read from the store, replayed under each setting by
-`engine.whatif.run.run_whatif`, its progress written at most once a second), and sweep the
-runs whose worker was lost. The store is `api.whatif.runs` over `JUNCTION_DATABASE_URL` (or
-the `sessions` given)."""
+`engine.whatif.run.run_whatif`, its progress written at most once a second). A task that gave
+up and the sweep of the runs whose worker was lost are every kind's (`jobs.runs`,
+`record_failure` and `sweep_stale_runs` with `api.whatif.runs.LIFE`). The store is
+`api.whatif.runs` over `JUNCTION_DATABASE_URL` (or the `sessions` given)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from api.runs.benchmarks import Busy, Skipped, Started
+from api.runs.lifecycle import Busy, Skipped, Started
 from api.settings import get_settings
 from api.whatif import runs as store
 from api.whatif.recording import load_recording
 from engine.whatif.recording import Recording
 from jobs.runs import (
     HEARTBEAT_S,
-    STALE_AFTER_S,
     Done,
     Reporter,
     Sessions,
-    describe,
     run_attempt,
     store_sessions,
 )
-
-log = logging.getLogger(__name__)
 
 #: Progress reaches the store at most this often; the last word always does.
 PROGRESS_EVERY_S = 1.0
@@ -60,7 +55,7 @@ def run_whatif_run(
     progress_every_s: float = PROGRESS_EVERY_S,
     heartbeat_s: float = HEARTBEAT_S,
 ) -> Done | Busy | Skipped:
-    """Run what-if run `run_id`: take it (`store.start_run`), load the engine's recording of
+    """Run what-if run `run_id`: take it (`RunLife.start`), load the engine's recording of
     its epoch, replay it with `runner` (default `engine.whatif.run.run_whatif`) writing
     progress, then store the report (`WhatIfReport.as_dict()`) and mark it done.
 
@@ -73,7 +68,7 @@ def run_whatif_run(
         return replay(sessions, taken.spec, reporter.progress, runner)
 
     reporter = partial(WhatIfReporter, every_s=progress_every_s, heartbeat_s=heartbeat_s)
-    return run_attempt(store, "what-if run", run_id, worker, sessions, reporter, work, "done")
+    return run_attempt(store.LIFE, run_id, worker, sessions, reporter, work)
 
 
 def replay(
@@ -97,25 +92,3 @@ def _run(runner: Runner | None, recording: Recording, settings: Sequence, progre
     if runner is None:
         from engine.whatif.run import run_whatif as runner  # the engine loads when a run starts
     return runner(recording, settings, progress)
-
-
-def record_failure(run_id: int, exc: BaseException, sessions: Sessions | None = None) -> bool:
-    """Mark the run failed with `exc` unless it is done or failed already (a task that gave
-    up). Best effort: the sweep is the backstop."""
-    try:
-        with (sessions or store_sessions())() as session:
-            return store.fail_run(session, run_id, describe(exc))
-    except SQLAlchemyError as error:
-        log.error("what-if run %s: could not record its failure (%s): %s", run_id, exc, error)
-        return False
-
-
-def sweep_stale_runs(
-    stale_after_s: float = STALE_AFTER_S, sessions: Sessions | None = None
-) -> list[int]:
-    """Fail the running what-if runs with no heartbeat for `stale_after_s`; their ids."""
-    with (sessions or store_sessions())() as session:
-        swept = store.sweep_stale_runs(session, stale_after_s)
-    if swept:
-        log.warning("what-if runs %s: worker lost, marked failed", swept)
-    return swept

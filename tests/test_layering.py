@@ -541,3 +541,106 @@ def test_the_architecture_page_draws_the_imports() -> None:
     }
     found = package_edges(ROOT)
     assert drawn == found, f"drawn, not found: {drawn - found}; found, not drawn: {found - drawn}"
+
+
+# ---------------------------------------------------------------------------- api/'s own layers
+#: The parts of `api/` (its subpackages and top-level modules), bottom to top: a part may import
+#: the layers below its own, none above, no other part of its own layer. (The same order as
+#: docs/architecture.md's `api/` row.)
+API_LAYERS = (
+    ("api.settings", "api.metrics"),  # what the app is told, and what it counts
+    ("api.store",),  # the tables, sessions and plain reads and writes over them
+    # each concern over the store
+    ("api.guards", "api.attribution", "api.peers", "api.runs", "api.fleet"),
+    # what builds on several concerns: what-if runs, the frames applied, the REST bodies
+    ("api.whatif", "api.ingest", "api.schemas"),
+    ("api.state",),  # what the running app holds
+    # what runs over the app's state, and the error answers the routes declare
+    ("api.deps", "api.membership", "api.retention", "api.openapi"),
+    ("api.routes", "api.lifespan"),
+    ("api.main",),  # the app
+    ("api.cli",),  # `junction api`
+)
+
+
+def api_part(module: str) -> tuple[int, str] | None:
+    """(its layer, its part) of a module of `api/`; None for one in no part (`api` itself)."""
+    return next(
+        (
+            (layer, part)
+            for layer, parts in enumerate(API_LAYERS)
+            for part in parts
+            if is_in(module, part)
+        ),
+        None,
+    )
+
+
+def api_imports_up_or_across(root: Path) -> list[Import]:
+    """Every import inside `api/` of a part in a layer above its own, or of another part of its
+    own layer (type-only ones and those inside functions too)."""
+    found = []
+    for edge in project_imports(root):
+        source, target = api_part(edge.source), api_part(edge.target)
+        if source is not None and target is not None and source[1] != target[1]:
+            if target[0] >= source[0]:
+                found.append(edge)
+    return found
+
+
+def unplaced_api_parts(root: Path) -> list[str]:
+    """The subpackages and top-level modules of `api/` that `API_LAYERS` does not place."""
+    parts = sorted(
+        f"api.{path.stem}"
+        for path in (root / "api").iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").exists()
+    )
+    return [part for part in parts if api_part(part) is None]
+
+
+def test_no_part_of_the_api_imports_one_above_it_or_beside_it() -> None:
+    wrong = api_imports_up_or_across(ROOT)
+    assert not wrong, (
+        "api/'s parts import down API_LAYERS only (move what is shared to the lower part):\n"
+        f"{listed(wrong)}"
+    )
+
+
+def test_every_part_of_the_api_has_its_layer() -> None:
+    """A new subpackage or module of `api/` is checked only once `API_LAYERS` places it."""
+    assert unplaced_api_parts(ROOT) == []
+    placed = [part for parts in API_LAYERS for part in parts]
+    assert len(placed) == len(set(placed))
+    gone = [
+        part
+        for part in placed
+        if not (ROOT / f"{part.replace('.', '/')}.py").exists()
+        and not (ROOT / part.replace(".", "/") / "__init__.py").exists()
+    ]
+    assert gone == [], "API_LAYERS places parts api/ no longer has"
+
+
+def test_the_api_layers_see_an_import_up_or_across(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path,
+        {
+            "api/settings.py": "",
+            "api/state.py": "from api.settings import Settings\n",  # down: fine
+            "api/store/__init__.py": "",
+            "api/store/models.py": "from api.routes.pins import router\n",  # up
+            "api/peers/__init__.py": "",
+            "api/peers/blocks.py": "def apply():\n    from api.state import AppState\n",  # up
+            "api/fleet/__init__.py": "",
+            "api/fleet/pins.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from api.peers.blocks import apply\n",  # beside, for a type hint only
+            "api/routes/__init__.py": "",
+            "api/routes/pins.py": "from api.store.models import Pin\nfrom api.routes import ok\n",
+            "api/schedule/__init__.py": "",  # a part API_LAYERS does not place
+        },
+    )
+    assert {(e.source, e.target) for e in api_imports_up_or_across(root)} == {
+        ("api.store.models", "api.routes.pins"),
+        ("api.peers.blocks", "api.state"),
+        ("api.fleet.pins", "api.peers.blocks"),
+    }
+    assert unplaced_api_parts(root) == ["api.ok", "api.schedule"]

@@ -1,7 +1,7 @@
 """An engine's hit-rate buckets in the store: the `RequestFinished` totals of each time bucket,
 and the miss attribution's totals of the bucket's attributed requests (`api.attribution.record`).
 
-Ingest writes buckets of `JUNCTION_HIT_RATE_BUCKET_S`; retention (`api.store.retention`) rolls the
+Ingest writes buckets of `JUNCTION_HIT_RATE_BUCKET_S`; retention (`api.retention`) rolls the
 old ones up into buckets of `JUNCTION_RETENTION_ROLLUP_BUCKET_S` (`roll_up`), so a series
 mixes widths: each row says its own `bucket_s`, and a rate is a row's counter over its own
 width. A row ingest adds late inside a rolled-up bucket's span (a request attributed long

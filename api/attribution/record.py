@@ -17,7 +17,7 @@ their records back), one read of the other records a request needs (on SQLite, a
 one delete of the pending rows now due (`RETURNING` them), one insert each of attributions and
 pending rows, their bucket totals added to the caller's (one upsert for both), and on every
 `shared_units.CAP_CHECK_EVERY`th seq a bounded prune. The same salted chains (each unit salted
-once) are kept whole, request by request, for what-if replays (`api.whatif.chains`).
+once) are kept whole, request by request, for what-if replays (`api.attribution.request_chains`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,12 @@ from typing import NamedTuple
 from sqlalchemy import Table, delete
 from sqlalchemy.orm import Session
 
-from api.attribution import shared_units, unit_salt
+from api.attribution import request_chains, shared_units, unit_salt
 from api.attribution.hit_rate import ATTRIBUTION_COUNTERS, add_buckets, bucket_row
 from api.attribution.misses import HitGrid, MatchStop, split_misses
 from api.settings import Settings
 from api.store import bulk
 from api.store.models import Attribution, PendingAttribution
-from api.whatif import chains as request_chains
 from engine.events import PinUpdated, RequestFinished
 from engine.geometry import CacheGeometry
 from engine.workloads.oracle import capped_hit

@@ -29,7 +29,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deps import MISSING_WRITE_TOKEN, bearer_token
+from api.guards.token import MISSING_WRITE_TOKEN, bearer_token
 from api.settings import Settings
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -10,6 +10,9 @@ different characters (`aaaaaaaaaaaaaaaa`), or shorter than `PLAIN_LENGTH` withou
 (`JUNCTION_READ_TOKEN`) that is set but fails the same rules or equals the write token (it
 would then write). A token file that others may read, or that is a symbolic link, is refused
 rather than used.
+
+`bearer_token` reads a request's `Authorization: Bearer` header; the routes' dependencies
+compare what it reads with these tokens (`api.deps`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ PLAIN_LENGTH = 32  # a token shorter than this needs a digit: a few words are no
 EXAMPLE_TOKEN = "replace-me-with-a-long-random-secret"
 TOKEN_FILE_NAME = "junction-api-token"
 HOW_TO_MAKE_ONE = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+#: The 401 of a write that sends no token (`api.deps`', and `api.guards.limits`' before the
+#: body is read).
+MISSING_WRITE_TOKEN = "missing bearer token (Authorization: Bearer <JUNCTION_API_TOKEN>)"
 
 
 class TokenError(ValueError):
@@ -147,3 +155,11 @@ def _read(path: Path) -> str:
             "delete it to have one made, or set JUNCTION_API_TOKEN"
         )
     return token
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, else None."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None

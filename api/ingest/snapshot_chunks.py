@@ -12,7 +12,7 @@ Every connection's held chunks draw on one `SnapshotBudget` of the process
 (`JUNCTION_MAX_SNAPSHOT_BYTES_TOTAL`): a chunk past it closes the connection 1013 (try again:
 the engine keeps its table and resends it later), so a few connections cannot hold a
 gigabyte each. A connection whose next chunk does not come within `JUNCTION_SNAPSHOT_IDLE_S`
-is closed the same way (`api.ingest.route`).
+is closed the same way (`api.routes.ingest`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The store keeps the operator's pin and each engine's state of it (`api.fleet.pins`); the engines
 answer the commands with `PinUpdated` events, which the ingest socket records. A command goes
 down the socket of an engine this replica holds, and through a NOTIFY to the replica that
-holds any other (`api.fleet.membership`). A command to an engine that is not connected (or whose
+holds any other (`api.membership`). A command to an engine that is not connected (or whose
 socket
 breaks) is not lost: the engine is sent every active pin when it next says hello.
 """
@@ -15,8 +15,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
+from api import membership as fleet
 from api.deps import READ, RequireWrite, SessionDep, StateDep
-from api.fleet import membership as fleet
 from api.fleet import pin_reads, pins
 from api.guards import json_body
 from api.openapi import BODY_ERRORS, WRITE_ERRORS, ValidationErrorOut, error

@@ -1,15 +1,19 @@
-"""Finished requests of an engine, newest first."""
+"""Finished requests of an engine, newest first, each with its miss attribution."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
+from sqlalchemy.orm import Session
 
+from api.attribution.misses import REASONS
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.openapi import ENGINE_NOT_FOUND, error
-from api.schemas import RequestOut, RequestPage
+from api.schemas import MatchStopOut, RequestAttribution, RequestOut, RequestPage
 from api.store import requests
+from api.store.models import Attribution, Request
 
 router = APIRouter(
     prefix="/engines/{engine_id}/requests",
@@ -32,7 +36,7 @@ def list_requests(
         total=total,
         offset=offset,
         limit=limit,
-        requests=requests.request_outs(session, engine.engine_id, rows),
+        requests=request_outs(session, engine.engine_id, rows),
     )
 
 
@@ -50,4 +54,29 @@ def get_request(engine: EngineDep, session: SessionDep, request_id: str) -> Requ
             status.HTTP_404_NOT_FOUND,
             f"request {request_id!r} of engine {engine.engine_id!r} not found",
         )
-    return requests.request_outs(session, engine.engine_id, [row])[0]
+    return request_outs(session, engine.engine_id, [row])[0]
+
+
+def request_outs(session: Session, engine_id: str, rows: Sequence[Request]) -> list[RequestOut]:
+    """The rows as the REST API serves them, each with its `attribution` (two reads for all)."""
+    done, pending = requests.attributions(session, engine_id, rows)
+    outs = []
+    for row in rows:
+        out = RequestOut.model_validate(row)
+        key = (row.epoch, row.arrival_index)
+        if out.match_stop is not None and (key in done or key in pending):
+            out.attribution = _attribution(done.get(key), out.match_stop)
+        outs.append(out)
+    return outs
+
+
+def _attribution(done: Attribution | None, stop: MatchStopOut) -> RequestAttribution:
+    """A request's attribution: `done` (its row), or pending when None."""
+    return RequestAttribution(
+        state="attributed" if done else "pending",
+        shared_tokens=done.shared_tokens if done else None,
+        oracle_tokens=done.oracle_tokens if done else None,
+        missed_tokens={r: getattr(done, f"missed_{r}") for r in REASONS} if done else None,
+        stop_reason=stop.reason,
+        copy_wait_steps=stop.copy_wait_steps,
+    )

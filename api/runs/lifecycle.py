@@ -1,5 +1,6 @@
 """A job run's life on a worker, one piece for every kind of run (benchmark runs, what-if
-runs): start an attempt, write what an attempt owns, fail, and sweep the lost.
+runs): queue a run, start an attempt, write its progress and what it returns, fail, and
+sweep the lost.
 
 A run goes queued -> running -> done or failed (the names of its table) and never leaves the
 last two. Every write a worker makes is fenced by its attempt number (`attempts` after its
@@ -20,10 +21,26 @@ from sqlalchemy.orm import Session
 from api.store.models import utcnow
 
 UNFINISHED = ("queued", "running")
+#: Puts a run's message on the broker: `send(run_id, task_id)`.
+Send = Callable[[int, str], None]
 #: Starts of one run (first delivery, retries, redeliveries after a lost worker) before it fails.
 MAX_ATTEMPTS = 3
 #: A running run whose heartbeat is younger than this is being run by a live worker.
 LIVE_HEARTBEAT_S = 90.0
+
+
+def queue(session: Session, run: Any, send: Send) -> Any:
+    """`run`, a new queued row, committed, and its message sent. If sending fails, the row is
+    deleted again (a queued run no worker will ever see must not stay) and the error raised."""
+    session.add(run)
+    session.commit()
+    try:
+        send(run.id, run.task_id)
+    except BaseException:
+        session.delete(run)
+        session.commit()
+        raise
+    return run
 
 
 class Started(NamedTuple):
@@ -50,18 +67,24 @@ class Skipped(NamedTuple):
 
 class RunLife:
     """The life of the runs of `model` (a table with `id`, `status`, `attempts`, `worker`,
-    `started_at`, `heartbeat_at`, `finished_at`, `error`, `created_at`): `on_start` and
-    `on_fail` are the table's own columns a start resets and a failure sets, `spec` what a
-    started attempt runs."""
+    `started_at`, `heartbeat_at`, `finished_at`, `error`, `created_at`), one per kind of run:
+    `what` names a run of it in messages, `done` is the status its finished runs take;
+    `on_start` and `on_fail` are the table's own columns a start resets and a failure sets,
+    `on_finish(result)` those a finish sets, and `spec` what a started attempt runs."""
 
     def __init__(
         self,
         model: Any,
+        what: str,
+        done: str,
         on_start: dict[str, Any],
+        on_finish: Callable[[dict[str, Any]], dict[str, Any]],
         on_fail: dict[str, Any],
         spec: Callable[[Any], dict[str, Any]],
     ) -> None:
-        self.model, self.on_start, self.on_fail, self.spec = model, on_start, on_fail, spec
+        self.model, self.what, self.done = model, what, done
+        self.on_start, self.on_finish, self.on_fail = on_start, on_finish, on_fail
+        self.spec = spec
 
     def start(
         self, session: Session, run_id: int, worker: str | None, now: datetime | None = None
@@ -115,6 +138,32 @@ class RunLife:
         )
         session.commit()
         return bool(owned.rowcount)
+
+    def progress(
+        self,
+        session: Session,
+        run_id: int,
+        attempt: int,
+        values: dict[str, Any],
+        now: datetime | None = None,
+    ) -> bool:
+        """Write the attempt's progress `values` (none: only the heartbeat) and heartbeat, and
+        commit. False: the run is no longer this attempt's."""
+        return self.write(session, run_id, attempt, {"heartbeat_at": now or utcnow(), **values})
+
+    def finish(
+        self,
+        session: Session,
+        run_id: int,
+        attempt: int,
+        result: dict[str, Any],
+        now: datetime | None = None,
+    ) -> bool:
+        """Store what the attempt returned (`on_finish`) and mark the run `done`. False: the
+        run is no longer the attempt's."""
+        now = now or utcnow()
+        ended = {"status": self.done, "finished_at": now, "heartbeat_at": now}
+        return self.write(session, run_id, attempt, self.on_finish(result) | ended)
 
     def fail(
         self,

@@ -1,4 +1,4 @@
-"""An engine's finished requests in the store, newest first, with their miss attribution."""
+"""An engine's finished requests in the store, newest first, and their miss attribution."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
-from api.attribution.misses import REASONS
-from api.schemas import MatchStopOut, RequestAttribution, RequestOut
 from api.store.models import Attribution, PendingAttribution, Request
 from api.store.paging import fetch_page
 
@@ -32,8 +30,11 @@ def latest_request(session: Session, engine_id: str, request_id: str) -> Request
     )
 
 
-def request_outs(session: Session, engine_id: str, rows: Sequence[Request]) -> list[RequestOut]:
-    """The rows as the REST API serves them, each with its `attribution` (two reads for all)."""
+def attributions(
+    session: Session, engine_id: str, rows: Sequence[Request]
+) -> tuple[dict[tuple[int, int], Attribution], set[tuple[int, int]]]:
+    """The attribution rows of the requests `rows`, by (epoch, arrival index), and the keys of
+    those whose attribution is still pending (two reads for all)."""
     keys = [(r.epoch, r.arrival_index) for r in rows if r.arrival_index is not None]
     done = {
         (a.epoch, a.arrival_index): a
@@ -46,28 +47,9 @@ def request_outs(session: Session, engine_id: str, rows: Sequence[Request]) -> l
             )
         )
     )
-    outs = []
-    for row in rows:
-        out = RequestOut.model_validate(row)
-        key = (row.epoch, row.arrival_index)
-        if out.match_stop is not None and (key in done or key in pending):
-            out.attribution = _attribution(done.get(key), out.match_stop)
-        outs.append(out)
-    return outs
+    return done, pending
 
 
 def _among(table: type[Attribution | PendingAttribution], engine_id: str, keys: list) -> list:
     """The conditions for the engine's rows of `table` keyed by one of `keys`."""
     return [table.engine_id == engine_id, tuple_(table.epoch, table.arrival_index).in_(keys)]
-
-
-def _attribution(done: Attribution | None, stop: MatchStopOut) -> RequestAttribution:
-    """A request's attribution: `done` (its row), or pending when None."""
-    return RequestAttribution(
-        state="attributed" if done else "pending",
-        shared_tokens=done.shared_tokens if done else None,
-        oracle_tokens=done.oracle_tokens if done else None,
-        missed_tokens={r: getattr(done, f"missed_{r}") for r in REASONS} if done else None,
-        stop_reason=stop.reason,
-        copy_wait_steps=stop.copy_wait_steps,
-    )

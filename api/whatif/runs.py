@@ -1,5 +1,6 @@
 """What-if runs in the store: submit one (a queued row, then its Celery message), list them,
-and a run's life on a worker: start, progress, done, failed, and the sweep of lost runs.
+and a run's life on a worker: its progress (`record_progress`), and start, done, failed and
+the sweep of lost runs, every kind of run's (`LIFE`, an `api.runs.lifecycle.RunLife`).
 
 A run goes queued -> running -> done | failed and never leaves done or failed. As a benchmark
 run's (`api.runs.benchmarks`), every write a worker makes is fenced by its attempt number, so
@@ -18,16 +19,24 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from api.runs.benchmarks import Send
 from api.runs.lifecycle import UNFINISHED as UNFINISHED
-from api.runs.lifecycle import Busy, RunLife, Skipped, Started
-from api.store.models import WhatIfRun, utcnow
+from api.runs.lifecycle import Busy as Busy
+from api.runs.lifecycle import RunLife, Send, queue
+from api.runs.lifecycle import Skipped as Skipped
+from api.runs.lifecycle import Started as Started
+from api.store.models import WhatIfRun
 from api.store.paging import fetch_page
 
 FINISHED = ("done", "failed")
+#: A what-if run's life on a worker: `LIFE.start` (`Started.spec` is `{"engine_id", "epoch",
+#: "settings"}`), `LIFE.finish` (its report), `LIFE.fail`, `LIFE.sweep` (`RunLife`); its
+#: progress is `record_progress`.
 LIFE = RunLife(
     WhatIfRun,
+    what="what-if run",
+    done="done",
     on_start={"progress_done": 0},
+    on_finish=lambda result: {"result": result, "progress_done": WhatIfRun.progress_total},
     on_fail={},
     spec=lambda run: {
         "engine_id": run.engine_id,
@@ -50,8 +59,9 @@ def submit_run(
     max_runs: int,
 ) -> WhatIfRun:
     """A queued run of `settings` over the engine's `epoch`, committed, and its message sent
-    (if sending fails the row goes again and the error is raised). Makes room first: the
-    oldest finished runs past `max_runs - 1` go; `TooManyRuns` when the unfinished fill it."""
+    (`lifecycle.queue`: if sending fails the row goes again and the error is raised). Makes
+    room first: the oldest finished runs past `max_runs - 1` go; `TooManyRuns` when the
+    unfinished fill it."""
     prune_finished(session, max_runs - 1)
     unfinished = select(func.count()).where(WhatIfRun.status.in_(UNFINISHED))
     if (session.scalar(unfinished) or 0) >= max_runs:
@@ -67,15 +77,7 @@ def submit_run(
         status="queued",
         task_id=str(uuid.uuid4()),
     )
-    session.add(run)
-    session.commit()
-    try:
-        send(run.id, run.task_id)
-    except BaseException:
-        session.delete(run)
-        session.commit()
-        raise
-    return run
+    return queue(session, run, send)
 
 
 def prune_finished(session: Session, keep: int) -> int:
@@ -106,14 +108,6 @@ def list_runs(
     return fetch_page(session, WhatIfRun, where, order, offset, limit)
 
 
-def start_run(
-    session: Session, run_id: int, worker: str | None, now: datetime | None = None
-) -> Started | Busy | Skipped:
-    """Take run `run_id` for a new attempt (`RunLife.start`); `Started.spec` is
-    `{"engine_id", "epoch", "settings"}`."""
-    return LIFE.start(session, run_id, worker, now)
-
-
 def record_progress(
     session: Session,
     run_id: int,
@@ -123,40 +117,7 @@ def record_progress(
 ) -> bool:
     """Write the attempt's `progress` (requests replayed, of how many) and heartbeat; only the
     heartbeat when None. False: the run is no longer this attempt's."""
-    values: dict[str, Any] = {"heartbeat_at": now or utcnow()}
+    values: dict[str, Any] = {}
     if progress is not None:
         values["progress_done"], values["progress_total"] = progress
-    return LIFE.write(session, run_id, attempt, values)
-
-
-def finish_run(
-    session: Session, run_id: int, attempt: int, result: dict[str, Any], now: datetime | None = None
-) -> bool:
-    """Store the report and mark the run done. False: the run is no longer the attempt's."""
-    now = now or utcnow()
-    values = {
-        "status": "done",
-        "result": result,
-        "progress_done": WhatIfRun.progress_total,
-        "finished_at": now,
-        "heartbeat_at": now,
-    }
-    return LIFE.write(session, run_id, attempt, values)
-
-
-def fail_run(
-    session: Session,
-    run_id: int,
-    error: str,
-    attempt: int | None = None,
-    now: datetime | None = None,
-) -> bool:
-    """Mark the run failed with `error` (`RunLife.fail`)."""
-    return LIFE.fail(session, run_id, error, attempt, now)
-
-
-def sweep_stale_runs(
-    session: Session, stale_after_s: float, now: datetime | None = None
-) -> list[int]:
-    """Fail the running runs with no heartbeat for `stale_after_s` ("worker lost"); their ids."""
-    return LIFE.sweep(session, stale_after_s, now)
+    return LIFE.progress(session, run_id, attempt, values, now)

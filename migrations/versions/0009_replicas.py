@@ -4,7 +4,7 @@
 `JUNCTION_REPLICA_HEARTBEAT_S`; `engines.replica_id` names the replica that holds the engine's
 socket and `engines.connection_id` that socket, so "connected" is true fleet-wide and the
 newest hello wins wherever the older socket is. `ix_event_batches_received_at` lets the
-retention task (`api.store.retention`) find the batches past their window without a scan.
+retention task (`api.retention`) find the batches past their window without a scan.
 
 Revision ID: 0009
 Revises: 0008

@@ -1,4 +1,4 @@
-"""Retention (`api.store.retention`) on both backends: each rule, chunking, idempotence, the fleet's
+"""Retention (`api.retention`) on both backends: each rule, chunking, idempotence, the fleet's
 advisory lock, the periodic task, and a property: what the kept window totals never changes."""
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 from sqlalchemy import delete, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from api import retention
 from api.attribution import hit_rate
 from api.attribution.hit_rate import COUNTERS
 from api.ingest.frames import apply_batch, apply_hello
+from api.retention import Pruned
 from api.settings import Settings
 from api.state import AppState
-from api.store import bulk, retention
+from api.store import bulk
 from api.store.db import make_engine, make_sessionmaker
 from api.store.models import (
     Attribution,
@@ -33,7 +35,6 @@ from api.store.models import (
     Request,
     utcnow,
 )
-from api.store.retention import Pruned
 from tests.api import factories
 from tests.api.conftest import TOKEN
 

@@ -159,7 +159,7 @@ def test_the_runs_are_capped_the_oldest_finished_going_first(capped, session, re
     refused = capped.post(url(recorded), json={"settings": [{}]})
     assert refused.status_code == 429
     assert "JUNCTION_WHATIF_MAX_RUNS" in refused.json()["detail"]
-    runs.fail_run(session, first["id"], "test: done with it")
+    runs.LIFE.fail(session, first["id"], "test: done with it")
     third = capped.post(url(recorded), json={"settings": [{}]})
     assert third.status_code == 202
     listed = [run["id"] for run in capped.get(url(recorded)).json()["runs"]]
@@ -172,7 +172,7 @@ def test_the_list_pages_newest_first_and_filters_by_status(client, session, reco
     assert (page["total"], [r["id"] for r in page["runs"]]) == (3, ids[::-1][:2])
     rest = client.get(url(recorded), params={"limit": 2, "offset": 2}).json()
     assert [r["id"] for r in rest["runs"]] == [ids[0]]
-    runs.fail_run(session, ids[1], "test")
+    runs.LIFE.fail(session, ids[1], "test")
     failed = client.get(url(recorded), params={"status": "failed"}).json()
     assert [r["id"] for r in failed["runs"]] == [ids[1]]
     assert failed["runs"][0]["error"] == "test"

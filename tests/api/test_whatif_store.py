@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from api.attribution import request_chains as chains
 from api.attribution import unit_salt
 from api.attribution.record import AttributionConfig
 from api.ingest.frames import apply_batch, apply_hello, apply_snapshot
 from api.store.models import RequestChain
-from api.whatif import chains
 from api.whatif.recording import NoRecording, load_recording
 from engine.engine import Engine
 from tests.api import factories

@@ -70,7 +70,7 @@ def test_a_run_writes_progress_then_its_results(sessions: sessionmaker[Session])
 def test_progress_is_throttled_and_the_heartbeat_beats(sessions: sessionmaker[Session]) -> None:
     run_id = queue(sessions)
     with sessions() as session:
-        started = store.start_run(session, run_id, "w1")
+        started = store.LIFE.start(session, run_id, "w1")
     reporter = runs.Reporter(sessions, run_id, started.attempt, every_s=60.0, heartbeat_s=0.05)
     with reporter:
         for step in range(1000):
@@ -94,13 +94,13 @@ def test_a_run_that_raises_is_failed_with_the_reason(sessions: sessionmaker[Sess
     assert run.status == "failed" and run.finished_at is not None and run.results is None
     assert run.error.startswith("FileNotFoundError: ") and MISSING_WEIGHTS in run.error
     # the task's on_failure records again: a no-op, the first reason stays
-    assert not runs.record_failure(run_id, RuntimeError("later"), sessions=sessions)
+    assert not runs.record_failure(store.LIFE, run_id, RuntimeError("later"), sessions=sessions)
     assert load(sessions, run_id).error.startswith("FileNotFoundError")
 
 
 def test_a_task_that_gives_up_fails_its_run(sessions: sessionmaker[Session]) -> None:
     run_id = queue(sessions)
-    assert runs.record_failure(run_id, ConnectionError("store gone"), sessions=sessions)
+    assert runs.record_failure(store.LIFE, run_id, ConnectionError("store gone"), sessions=sessions)
     run = load(sessions, run_id)
     assert (run.status, run.error) == ("failed", "ConnectionError: store gone")
 
@@ -111,14 +111,14 @@ def test_a_lost_worker_is_swept_and_its_late_results_dropped(
     lost, live = queue(sessions), queue(sessions)
     long_ago = utcnow() - timedelta(minutes=30)
     with sessions() as session:
-        dead = store.start_run(session, lost, "w-dead", now=long_ago)
-        store.start_run(session, live, "w-live")
-    assert runs.sweep_stale_runs(stale_after_s=600, sessions=sessions) == [lost]
+        dead = store.LIFE.start(session, lost, "w-dead", now=long_ago)
+        store.LIFE.start(session, live, "w-live")
+    assert runs.sweep_stale_runs(store.LIFE, stale_after_s=600, sessions=sessions) == [lost]
     run = load(sessions, lost)
     assert run.status == "failed" and run.error.startswith("worker lost: no heartbeat for 600 s")
     assert load(sessions, live).status == "running"
     with sessions() as session:  # the lost attempt comes back: its writes are fenced out
-        assert not store.finish_run(session, lost, dead.attempt, {"modes": []})
+        assert not store.LIFE.finish(session, lost, dead.attempt, {"modes": []})
         assert not store.record_progress(session, lost, dead.attempt, 0.5, "late")
     assert load(sessions, lost).status == "failed"
     reporter = runs.Reporter(sessions, lost, dead.attempt, every_s=0.0)
@@ -131,18 +131,18 @@ def test_a_redelivered_run_waits_for_a_live_worker_and_retakes_a_dead_one(
 ) -> None:
     run_id = queue(sessions)
     with sessions() as session:
-        first = store.start_run(session, run_id, "w1")
-        assert isinstance(store.start_run(session, run_id, "w2"), store.Busy)
+        first = store.LIFE.start(session, run_id, "w1")
+        assert isinstance(store.LIFE.start(session, run_id, "w2"), store.Busy)
         # the same worker's earlier attempt is over (its process died): taken at once
-        second = store.start_run(session, run_id, "w1")
+        second = store.LIFE.start(session, run_id, "w1")
         assert second.attempt == first.attempt + 1
         later = utcnow() + timedelta(seconds=store.LIVE_HEARTBEAT_S + 1)
-        third = store.start_run(session, run_id, "w2", now=later)
+        third = store.LIFE.start(session, run_id, "w2", now=later)
         assert third.attempt == 3
         assert not store.record_progress(session, run_id, second.attempt, 0.2, "stale")
         # every start was lost: the next one gives up and fails the run
         much_later = later + timedelta(seconds=store.LIVE_HEARTBEAT_S + 1)
-        gave_up = store.start_run(session, run_id, "w3", now=much_later)
+        gave_up = store.LIFE.start(session, run_id, "w3", now=much_later)
     assert gave_up == store.Skipped(run_id, "failed")
     assert "gave up after 3 attempts" in load(sessions, run_id).error
 
@@ -179,17 +179,17 @@ def test_of_two_racing_starts_one_takes_the_run_and_the_other_is_told_busy(
     long_ago = utcnow() - timedelta(minutes=30)
     with sessions() as session:  # `num_lost` attempts by a worker that died long ago
         for _ in range(num_lost):
-            dead = store.start_run(session, run_id, "w-dead", now=long_ago)
+            dead = store.LIFE.start(session, run_id, "w-dead", now=long_ago)
             assert isinstance(dead, store.Started)
     now = utcnow()
     won: list[object] = []
 
     def winner_starts() -> None:
         with sessions() as session:
-            won.append(store.start_run(session, run_id, "w-a", now=now))
+            won.append(store.LIFE.start(session, run_id, "w-a", now=now))
 
     with between_read_and_write(sessions, winner_starts)() as session:
-        lost = store.start_run(session, run_id, "w-b", now=now)
+        lost = store.LIFE.start(session, run_id, "w-b", now=now)
     assert won == [store.Started(run_id, num_lost + 1, tiny_spec())]
     assert isinstance(lost, store.Busy) and lost.run_id == run_id, lost
     assert lost.retry_in_s == pytest.approx(store.LIVE_HEARTBEAT_S + 1.0)
@@ -198,7 +198,7 @@ def test_of_two_racing_starts_one_takes_the_run_and_the_other_is_told_busy(
     # the winner's attempt owns the run: its writes land
     with sessions() as session:
         assert store.record_progress(session, run_id, num_lost + 1, 0.5, "halfway")
-        assert store.finish_run(session, run_id, num_lost + 1, {"modes": []})
+        assert store.LIFE.finish(session, run_id, num_lost + 1, {"modes": []})
     assert load(sessions, run_id).status == "finished"
 
 
@@ -209,7 +209,7 @@ def test_a_worker_that_loses_the_race_runs_nothing(sessions: sessionmaker[Sessio
 
     def winner_starts() -> None:
         with sessions() as session:
-            assert store.start_run(session, run_id, "w-a").attempt == 1
+            assert store.LIFE.start(session, run_id, "w-a").attempt == 1
 
     def runner(spec, progress):
         raise AssertionError("the losing worker ran the benchmark")

@@ -17,7 +17,7 @@ from api.whatif import runs as store
 from engine.engine import Engine
 from engine.whatif.recording import Recording
 from engine.whatif.report import SettingResult, WhatIfReport
-from jobs import whatif
+from jobs import runs, whatif
 from jobs.runs import Done
 from tests.api import factories
 
@@ -140,14 +140,14 @@ def test_a_recording_gone_fails_the_run(sessions, engine_run):
 def test_a_lost_run_is_swept_and_a_live_one_is_not_taken(sessions, engine_run):
     lost, live = queue(sessions, engine_run, [{}]), queue(sessions, engine_run, [{}])
     with sessions() as session:
-        assert isinstance(store.start_run(session, lost, "w1"), store.Started)
-        assert isinstance(store.start_run(session, live, "w1"), store.Started)
-        assert isinstance(store.start_run(session, live, "w2"), store.Busy)  # w1 is alive
+        assert isinstance(store.LIFE.start(session, lost, "w1"), store.Started)
+        assert isinstance(store.LIFE.start(session, live, "w1"), store.Started)
+        assert isinstance(store.LIFE.start(session, live, "w2"), store.Busy)  # w1 is alive
         session.get(WhatIfRun, lost).heartbeat_at = utcnow() - timedelta(hours=1)
         session.commit()
-    assert whatif.sweep_stale_runs(stale_after_s=600, sessions=sessions) == [lost]
+    assert runs.sweep_stale_runs(store.LIFE, stale_after_s=600, sessions=sessions) == [lost]
     run = load(sessions, lost)
     assert run.status == "failed" and run.error.startswith("worker lost: no heartbeat")
     assert load(sessions, live).status == "running"
-    assert whatif.record_failure(live, RuntimeError("gave up"), sessions=sessions)
+    assert runs.record_failure(store.LIFE, live, RuntimeError("gave up"), sessions=sessions)
     assert load(sessions, live).error == "RuntimeError: gave up"

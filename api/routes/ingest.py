@@ -38,11 +38,12 @@ import anyio
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from api.attribution.record import AttributionConfig
-from api.deps import StateDep, bearer_token, is_valid_token
+from api.deps import StateDep, is_valid_token
 from api.fleet import replicas
 from api.fleet.pins import hello_commands
 from api.fleet.registry import Connection, close_websocket
 from api.guards.errors import is_store_unavailable, store_unavailable_message
+from api.guards.token import bearer_token
 from api.ingest.frames import (
     Applied,
     Unstorable,
