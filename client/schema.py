@@ -7,7 +7,7 @@ that)."""
 
 from __future__ import annotations
 
-from engine.cache.eviction import EVICTION_POLICIES
+from engine.cache.eviction import EVICTION_NAMES
 from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
@@ -15,9 +15,6 @@ from engine.model_card import STATE_LAYERS
 from engine.modes import MODES, RUNNER_NAMES
 from engine.whatif.settings import WHATIF_MODES
 from engine.workloads import build_workload
-
-#: The eviction policies a what-if setting may name (`engine.cache.eviction`'s registry).
-EVICTION_NAMES: tuple[str, ...] = tuple(EVICTION_POLICIES)
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.cache.coordinator import ATTENTION, MAMBA
-from engine.cache.eviction import EVICTION_POLICIES
+from engine.cache.eviction import EVICTION_NAMES
 from engine.capacity import blocks_needed
 from engine.config import CacheConfig, SchedulerConfig
 from engine.geometry import CacheGeometry
@@ -42,7 +42,7 @@ class WhatIfSetting(BaseModel):
     mamba_block_size: Tokens | None = None
     prefix_match_unit: Tokens | None = None
     checkpoint_interval: Annotated[int, Field(ge=0, le=MAX_TOKENS)] | None = None
-    eviction: Literal[tuple(EVICTION_POLICIES)] | None = None  # type: ignore[valid-type]
+    eviction: Literal[EVICTION_NAMES] | None = None  # type: ignore[valid-type]
     num_blocks: Blocks | None = None
     num_mamba_blocks: Blocks | None = None
 
