@@ -1,14 +1,15 @@
 """What a client may know of the engine, named here in one list: the hello's geometry, the
 cache modes and runners a benchmark run names, the modes and eviction policies a what-if
-setting names, the cache's default block sizes, the byte
-tokenizer (the ids a pin's text becomes) and the layers behind each kind of state group. The
-dashboard imports these from here, never from `engine` itself (the layering test holds it to
-that)."""
+setting names, the cache groups' names (`GROUPS`: `ATTENTION`, `MAMBA`), the cache's default
+block sizes, the byte tokenizer (the ids a pin's text becomes) and the layers behind each kind
+of state group. The dashboard imports these from here, never from `engine` itself (the
+layering test holds it to that)."""
 
 from __future__ import annotations
 
 from engine.cache.eviction import EVICTION_NAMES
 from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
+from engine.events import ATTENTION, GROUPS, MAMBA
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
 from engine.model_card import STATE_LAYERS
@@ -17,6 +18,9 @@ from engine.whatif.settings import WHATIF_MODES
 from engine.workloads import build_workload
 
 __all__ = [
+    "ATTENTION",
+    "GROUPS",
+    "MAMBA",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_MAMBA_BLOCK_SIZE",
     "EVICTION_NAMES",

@@ -19,12 +19,8 @@ from engine.cache.mamba import MambaHit, MambaManager
 from engine.cache.manager import BlockCopy
 from engine.cache.support import StateSupport
 from engine.config import CacheConfig
-from engine.events import EventSink
+from engine.events import ATTENTION, MAMBA, EventSink
 from engine.hashing import BlockHash
-
-ATTENTION = "attention"
-MAMBA = "mamba"
-GROUPS = (ATTENTION, MAMBA)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from engine.cache.eviction.reuse import ReuseLearned
 
 def test_the_registry_lists_the_default_policy_first_by_its_name() -> None:
     assert DEFAULT_EVICTION == "reuse" == next(iter(EVICTION_POLICIES))
-    assert policy_class(DEFAULT_EVICTION) is ReuseLearned
+    assert issubclass(policy_class(DEFAULT_EVICTION), ReuseLearned)
     for name, where in EVICTION_POLICIES.items():
         policy = policy_class(name)
         assert issubclass(policy, EvictionPolicy)

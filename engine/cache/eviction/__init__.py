@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: every policy by name -> its class, as `module:Class` within this package; the first is the
 #: default, the policy `benchmarks/pressure.py` measures best (docs/benchmarks.md)
 EVICTION_POLICIES: dict[str, str] = {
-    "reuse": "reuse:ReuseLearned",
+    "reuse": "reuse_pools:ReuseByPool",
     "retention": "retention:RetentionLRU",
     "lru": "lru:PlainLRU",
     "cost": "cost:CostAware",

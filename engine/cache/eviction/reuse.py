@@ -48,7 +48,8 @@ goes first.
 Each pool has a policy of its own: what both share, the queues, the walk and the rates, is
 `ReuseLearned` here; the attention pool's (`AttentionReuse`, `reuse_attention.py`) reads the
 keys the states need; the Mamba pool's (`StateReuse`, `reuse_states.py`) learns where
-prompts diverge, admits states and orders orphans first.
+prompts diverge, admits states and orders orphans first. The registry names `ReuseByPool`
+(`reuse_pools.py`), which builds the one for each pool.
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ def newest_first(queue: OrderedDict[int, int]) -> Iterator[tuple[int, int]]:
 
 
 class ReuseLearned(EvictionPolicy, Learns):
-    """One LRU queue per place; the head of lowest `stamp + weight` goes first. The class the
-    registry names: each pool gets its own subclass (`for_pool`)."""
+    """One LRU queue per place; the head of lowest `stamp + weight` goes first. What both
+    pools' classes share; the registry's entry builds the one for a pool (`reuse_pools`)."""
 
     #: the horizon in frees per block of the pool (`horizon`), set by each pool's class
     HORIZON_PER_BLOCK: ClassVar[float]
@@ -102,17 +103,6 @@ class ReuseLearned(EvictionPolicy, Learns):
         self._num_free = 0
         self._weights: dict[Place, float] | None = None  # per place, until a rate changes
         self._newest: frozenset[Place] = frozenset()  # `_newest_first`, read with the weights
-
-    @classmethod
-    def for_pool(
-        cls, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
-    ) -> EvictionPolicy:
-        """The Mamba pool's policy (`StateReuse`) or the attention pool's (`AttentionReuse`);
-        both modules import this one, so they are loaded here. Changes nothing."""
-        from engine.cache.eviction.reuse_attention import AttentionReuse
-        from engine.cache.eviction.reuse_states import StateReuse
-
-        return StateReuse(blocks, entries) if holds_states else AttentionReuse(blocks, entries)
 
     @property
     def num_free(self) -> int:
