@@ -13,8 +13,8 @@ state needs one of its keys. `Block.free_queue` holds it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple
 
 from engine.cache.entry import RETENTION, CheckpointReason
 
@@ -58,8 +58,11 @@ REASON_CLASS: dict[CheckpointReason, int] = {
 ROOT_RETENTION = RETENTION[CheckpointReason.RESEND]
 
 
-class Place(NamedTuple):
-    """A free block's queue: its class, and what else of the block its pool orders by."""
+@dataclass(frozen=True, slots=True, eq=False)
+class Place:
+    """A free block's queue: its class, and what else of the block its pool orders by. Each
+    policy makes its places once (`EMPTY_PLACE` is shared) and compares them by identity, the
+    cheapest hash on the hot path."""
 
     klass: int  # a `ReuseClass`
     count: int = 0  # the Mamba pool: its divergence count when queued, capped (0: none)

@@ -38,7 +38,7 @@ EXPECTED_READ_WEIGHT = 3.0
 # the oldest goes first again (picked from 0.05 to 0.3 on benchmarks/pressure.py:
 # docs/benchmarks.md)
 NEWEST_FIRST_RATE = 0.15
-NEWEST_FIRST = frozenset(Place(REASON_CLASS[reason]) for reason in TAIL_REASONS)
+NEWEST_FIRST = frozenset(REASON_CLASS[reason] for reason in TAIL_REASONS)  # their classes
 
 
 class StateReuse(ReuseLearned, Admits, ReadsPrefixes):
@@ -55,6 +55,11 @@ class StateReuse(ReuseLearned, Admits, ReadsPrefixes):
         self._roots = [False] * len(blocks)  # whether a new family's state, when it was queued
         self.divergence = DivergenceCounts()  # where requests diverged
         self.prefix_entries: Mapping[BlockHash, Entry] | None = None  # `couple`
+        # each divergence count's places, one per class, made once (the hot path reads them)
+        self._places = [
+            [Place(klass, count) for klass in range(len(self.rates.priors))]
+            for count in range(MAX_TALLIED + 2)
+        ]
 
     def couple(self, prefix_entries: Mapping[BlockHash, Entry]) -> None:
         self.prefix_entries = prefix_entries
@@ -74,7 +79,7 @@ class StateReuse(ReuseLearned, Admits, ReadsPrefixes):
             return EMPTY_PLACE
         if count is None:
             count = self._counts[block.block_id]
-        return Place(klass, count)
+        return self._places[count][klass]
 
     def _place_to_add(self, block: Block) -> Place:
         """Notes the block's divergence count and whether a new family wrote it, then its
@@ -122,10 +127,10 @@ class StateReuse(ReuseLearned, Admits, ReadsPrefixes):
         return expected * EXPECTED_READ_WEIGHT * self.horizon
 
     def _newest_first(self) -> frozenset[Place]:
-        """The unread tail states' places (`NEWEST_FIRST`) while their class is read at least
-        `NEWEST_FIRST_RATE` of the time. Changes nothing."""
-        rate = self.rates.rate
-        return frozenset(place for place in NEWEST_FIRST if rate(place.klass) >= NEWEST_FIRST_RATE)
+        """The unread tail states' places (`NEWEST_FIRST`, no count) while their class is
+        read at least `NEWEST_FIRST_RATE` of the time. Changes nothing."""
+        rate, uncounted = self.rates.rate, self._places[0]
+        return frozenset(uncounted[k] for k in NEWEST_FIRST if rate(k) >= NEWEST_FIRST_RATE)
 
     def _oldest_orphan(self, heads: dict[Place, tuple[int, int]]) -> Place | None:
         """The place whose head is the oldest orphan among `heads`, None without one (or
@@ -204,7 +209,7 @@ class StateReuse(ReuseLearned, Admits, ReadsPrefixes):
         nothing."""
         count = self._count_of((key,))
         klass = self._state_class(key, reason)
-        priority = self._stamp + 1 + self._weight(Place(klass, count))
+        priority = self._stamp + 1 + self._weight(self._places[count][klass])
         prefixes = self.prefix_entries
         for block in self._in_order():  # it reads `_newest` afresh before the first block
             victim = block.free_queue
