@@ -1,13 +1,13 @@
 """What a client may know of the engine, named here in one list: the hello's geometry, the
-cache modes and runners a benchmark run names, the modes and eviction policies a what-if
-setting names, the cache groups' names (`GROUPS`: `ATTENTION`, `MAMBA`), the cache's default
-block sizes, the byte tokenizer (the ids a pin's text becomes) and the layers behind each kind
-of state group. The dashboard imports these from here, never from `engine` itself (the
-layering test holds it to that)."""
+cache modes and runners a benchmark run names, the modes and eviction policies (and the
+default one) a what-if setting names, the cache groups' names (`GROUPS`: `ATTENTION`,
+`MAMBA`), the cache's default block sizes, the byte tokenizer (the ids a pin's text becomes)
+and the layers behind each kind of state group. The dashboard imports these from here, never
+from `engine` itself (the layering test holds it to that)."""
 
 from __future__ import annotations
 
-from engine.cache.eviction import EVICTION_NAMES
+from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_NAMES
 from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 from engine.events import ATTENTION, GROUPS, MAMBA
 from engine.geometry import CacheGeometry
@@ -22,6 +22,7 @@ __all__ = [
     "GROUPS",
     "MAMBA",
     "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_EVICTION",
     "DEFAULT_MAMBA_BLOCK_SIZE",
     "EVICTION_NAMES",
     "MODES",

@@ -54,6 +54,7 @@ prompts diverge, admits states and orders orphans first. The registry names `Reu
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
@@ -126,9 +127,9 @@ class ReuseLearned(EvictionPolicy, Learns):
         """The unread class of a block whose highest-retention reason is `reason`."""
         return REASON_CLASS[reason]
 
+    @abstractmethod
     def place(self, block: Block) -> Place:
-        """The queue the free block belongs in. Changes nothing."""
-        raise NotImplementedError
+        """The queue the free block belongs in (each pool's class says). Changes nothing."""
 
     def _place_to_add(self, block: Block) -> Place:
         """The place of a block with entries joining the free blocks; may note what the place
