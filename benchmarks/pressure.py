@@ -3,7 +3,7 @@
 Four workload families (shared system prompts, multi-turn agents, prefix repetition, chat with
 tools), three memory levels each (25%, 50% and 100% of the working set, floored at what the
 requests in flight need: `pressure_cells.py` says how), concurrency 1 and 16. Each cell runs
-Junction's engine once per policy of `EVICTION_POLICIES` (defaults otherwise, the null runner)
+Junction's engine once per policy of `EVICTION_NAMES` (defaults otherwise, the null runner)
 and vLLM 0.33's scheduler (the peer, `make peer`) twice: by blocks (its one pool gets both
 budgets' blocks) and by bytes (pages of `Bm` tokens holding the same bytes, as vLLM runs real
 hybrids; `pressure_cells.py` says how). It prints hit tokens as % of the bound under memory
@@ -42,7 +42,7 @@ from benchmarks.pressure_cells import (  # noqa: E402
     level_budgets,
     run_cell,
 )
-from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_POLICIES  # noqa: E402
+from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_NAMES  # noqa: E402
 
 PRESSURE_LEVELS = (0.25, 0.5)
 
@@ -163,7 +163,7 @@ def main() -> int:
     parser.add_argument("--no-peer", action="store_true", help="skip vLLM (no `make peer`)")
     args = parser.parse_args()
     console = Console(width=220)
-    policies = list(EVICTION_POLICIES)
+    policies = list(EVICTION_NAMES)
     peer = None
     if not args.no_peer:
         if peer_python() is None:

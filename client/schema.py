@@ -1,14 +1,15 @@
 """What a client may know of the engine, named here in one list: the hello's geometry, the
-cache modes and runners a benchmark run names, the modes and eviction policies a what-if
-setting names, the cache's default block sizes, the byte
-tokenizer (the ids a pin's text becomes) and the layers behind each kind of state group. The
-dashboard imports these from here, never from `engine` itself (the layering test holds it to
-that)."""
+cache modes and runners a benchmark run names, the modes and eviction policies (and the
+default one) a what-if setting names, the cache groups' names (`GROUPS`: `ATTENTION`,
+`MAMBA`), the cache's default block sizes, the byte tokenizer (the ids a pin's text becomes)
+and the layers behind each kind of state group. The dashboard imports these from here, never
+from `engine` itself (the layering test holds it to that)."""
 
 from __future__ import annotations
 
-from engine.cache.eviction import EVICTION_POLICIES
+from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_NAMES
 from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
+from engine.events import ATTENTION, GROUPS, MAMBA
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
 from engine.model_card import STATE_LAYERS
@@ -16,11 +17,12 @@ from engine.modes import MODES, RUNNER_NAMES
 from engine.whatif.settings import WHATIF_MODES
 from engine.workloads import build_workload
 
-#: The eviction policies a what-if setting may name (`engine.cache.eviction`'s registry).
-EVICTION_NAMES: tuple[str, ...] = tuple(EVICTION_POLICIES)
-
 __all__ = [
+    "ATTENTION",
+    "GROUPS",
+    "MAMBA",
     "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_EVICTION",
     "DEFAULT_MAMBA_BLOCK_SIZE",
     "EVICTION_NAMES",
     "MODES",

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
+from engine.cache.eviction import DEFAULT_EVICTION, check_eviction
 
 CheckpointMode = Literal["stops", "inline"]
 CHECKPOINT_MODES: tuple[str, ...] = ("stops", "inline")
@@ -56,7 +56,7 @@ class CacheConfig:
     checkpoint_interval: int | None = None
     eagle: bool = False
     pin_max_share: float = DEFAULT_PIN_MAX_SHARE
-    # which free block an allocation gives up: a name in `EVICTION_POLICIES`
+    # which free block an allocation gives up: a name in `engine.cache.eviction`'s registry
     eviction: str = DEFAULT_EVICTION
 
     def __post_init__(self) -> None:
@@ -76,11 +76,7 @@ class CacheConfig:
                 f"checkpoint_interval must be >= 0 (0 turns interval states off), "
                 f"got {self.checkpoint_interval}"
             )
-        if self.eviction not in EVICTION_POLICIES:
-            raise ValueError(
-                f"unknown eviction policy {self.eviction!r}: choose one of "
-                f"{', '.join(EVICTION_POLICIES)}"
-            )
+        check_eviction(self.eviction)
         if not 0.0 <= self.pin_max_share <= 1.0:
             raise ValueError(f"pin_max_share must lie in [0, 1], got {self.pin_max_share}")
         unit = self.match_unit

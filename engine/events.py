@@ -40,6 +40,7 @@ Int32 = Annotated[int, Meta(ge=-INT32_MAX - 1, le=INT32_MAX)]
 Count = Annotated[int, Meta(ge=0, le=INT64_MAX)]
 Count32 = Annotated[int, Meta(ge=0, le=INT32_MAX)]
 Finite = Annotated[float, Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
+# the cache groups by name, declared once here: the attention KV and the recurrent states
 Group = Literal["attention", "mamba"]
 Reason = Literal["interval", "block", "resend", "extension", "junction", "pin", "message"]
 BlockState = Literal["free", "cached", "in_use", "pinned"]
@@ -47,6 +48,7 @@ PinState = Literal["pending", "materialized", "failed", "released"]
 # why a request's hit stopped where it did (`MatchStop.reason`; docs/rules.md, miss attribution)
 StopReason = Literal["attention_ended", "no_state", "in_flight", "held_back"]
 GROUPS: tuple[str, ...] = get_args(Group)
+ATTENTION, MAMBA = GROUPS
 REASONS: tuple[str, ...] = get_args(Reason)
 BLOCK_STATES: tuple[str, ...] = get_args(BlockState)
 STOP_REASONS: tuple[str, ...] = get_args(StopReason)

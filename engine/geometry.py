@@ -21,14 +21,14 @@ import msgspec
 from msgspec import Meta, Struct
 
 from engine.config import CheckpointMode
-from engine.events import ID_PATTERN, INT64_MAX, Count, Count32, PeerGroup, Text
+from engine.events import GROUPS, ID_PATTERN, INT64_MAX, Count, Count32, PeerGroup, Text
 
 Size = Annotated[int, Meta(ge=1, le=INT64_MAX)]  # tokens of a block, a unit, a grid: > 0
 MAX_GROUPS = 64  # groups one hello may describe
 MAX_RANKS = 4096  # data-parallel ranks one bridge may name
 Share = Annotated[float, Meta(ge=0.0, le=1.0)]  # a share of a pool
 Kind = Annotated[str, Meta(min_length=1, max_length=64, pattern=ID_PATTERN)]
-_SIZED_GROUPS = ("attention", "mamba")  # the groups with a top-level `<group>_block_size`
+_SIZED_GROUPS = GROUPS  # the groups with a top-level `<group>_block_size`
 
 
 class GroupShape(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):

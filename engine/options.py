@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
+from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_NAMES
 from engine.cache_memory import PoolSizes, budget_bytes, parse_budget, size_pools
 from engine.config import (
     CHECKPOINT_MODES,
@@ -124,7 +124,7 @@ def _add_pool_options(group: argparse._ArgumentGroup, num_mamba_blocks: int | No
     )
     group.add_argument(
         "--eviction",
-        choices=list(EVICTION_POLICIES),
+        choices=EVICTION_NAMES,
         default=DEFAULT_EVICTION,
         help=f"which free blocks are given up first and which spare states are written "
         f"(docs/rules.md section 12; default {DEFAULT_EVICTION})",

@@ -49,11 +49,13 @@ import msgspec
 from msgspec import Meta, Struct
 
 from engine.events import (  # noqa: F401  (re-exported: the wire's vocabulary)
+    ATTENTION,
     BLOCK_STATES,
     GROUPS,
     HEX_PATTERN,
     ID_PATTERN,
     INT64_MAX,
+    MAMBA,
     REASONS,
     TEXT_PATTERN,
     AllBlocksCleared,

@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client import generate_latest as render_text
 from prometheus_client.core import GaugeMetricFamily
 
+from engine.events import GROUPS
 from router.fleet import Decision, Fleet
 
 ROUTE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1)
@@ -101,6 +102,6 @@ class _FleetCollector:
             up.add_metric([engine.url], 1.0 if engine.is_up else 0.0)
             in_flight.add_metric([engine.url], len(engine.in_flight))
             if engine.index is not None:
-                for group, count in zip(("attention", "mamba"), engine.index.num_keys, strict=True):
+                for group, count in zip(GROUPS, engine.index.num_keys, strict=True):
                     keys.add_metric([engine.url, group], count)
         yield from (up, keys, in_flight)

@@ -20,6 +20,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from api.store.models import Pin, PinTarget, Request
+from engine.events import ATTENTION
 
 #: The shortest boundary suggested by default (`GET /junctions/suggested?min_tokens=`).
 MIN_BOUNDARY = 64
@@ -40,7 +41,7 @@ def suggested_junctions(
 ) -> list[Junction]:
     """Up to `limit` junctions of at least `min_tokens` tokens, most tokens saved first (then
     most requests, then key); `engine_id` counts only that engine's requests."""
-    match = Request.hit_tokens_by_group["attention"].as_integer()
+    match = Request.hit_tokens_by_group[ATTENTION].as_integer()
     is_short = Request.junction_token_ids.is_not(None)
     tokens_saved = func.sum(match - Request.num_cached_tokens)
     num_requests = func.count()

@@ -35,7 +35,7 @@ from api.attribution.misses import HitGrid, MatchStop, split_misses
 from api.settings import Settings
 from api.store import bulk
 from api.store.models import Attribution, PendingAttribution
-from engine.events import PinUpdated, RequestFinished
+from engine.events import ATTENTION, PinUpdated, RequestFinished
 from engine.geometry import CacheGeometry
 from engine.workloads.oracle import capped_hit
 
@@ -177,7 +177,7 @@ def _subject(event: RequestFinished, epoch: int, units: list[int]) -> Subject:
         event.arrival_index,
         event.num_prompt_tokens,
         event.num_cached_tokens,
-        event.hit_tokens_by_group.get("attention", 0),
+        event.hit_tokens_by_group.get(ATTENTION, 0),
         {name: getattr(stop, name) for name in MatchStop._fields},
         event.arrival_ts,
         event.finished_ts,

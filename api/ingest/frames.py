@@ -57,7 +57,7 @@ from api.peers import blocks as peer_blocks
 from api.peers.blocks import PeerConfig
 from api.store import bulk
 from api.store.models import Block, Engine, EventBatch, Request, utcnow
-from engine.events import INT64_MAX
+from engine.events import ATTENTION, INT64_MAX, MAMBA
 from engine.wire import (
     CLOSE_BAD_FRAME,
     CLOSE_FUTURE_SEQ,
@@ -571,7 +571,7 @@ def _insert_requests(
         bucket["num_requests"] += 1
         bucket["prompt_tokens"] += event.num_prompt_tokens
         bucket["cached_tokens"] += event.num_cached_tokens
-        bucket["attention_hit_tokens"] += event.hit_tokens_by_group.get("attention", 0)
-        bucket["mamba_hit_tokens"] += event.hit_tokens_by_group.get("mamba", 0)
+        bucket["attention_hit_tokens"] += event.hit_tokens_by_group.get(ATTENTION, 0)
+        bucket["mamba_hit_tokens"] += event.hit_tokens_by_group.get(MAMBA, 0)
         bucket["computed_tokens"] += event.num_computed_tokens
     bulk.insert_rows(session, REQUESTS, values)

@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 from api.peers.remedies import VLLM_BLOCK_ALIGNMENT, PeerRemedy, peer_remedies
 from engine.geometry import CacheGeometry
+from engine.wire import ATTENTION, MAMBA
 
-ATTENTION = "attention"
-STATE_GROUP = "mamba"
+STATE_GROUP = MAMBA
 #: A state fewer tokens below a branch point than this counts as at it (nothing to suggest).
 NEAR_TOKENS = 16
 

@@ -18,7 +18,7 @@ from api.deps import MAX_INT64, READ, EngineDep, SessionDep
 from api.openapi import ENGINE_NOT_FOUND
 from api.routes.blocks import no_block_ids_note
 from api.store import block_grid as grid
-from engine.wire import BLOCK_STATES, REASONS, Group
+from engine.wire import ATTENTION, BLOCK_STATES, REASONS, Group
 
 router = APIRouter(
     prefix="/engines/{engine_id}/blocks",
@@ -95,7 +95,7 @@ class BlockGrid(BaseModel):
 def block_grid(
     engine: EngineDep,
     session: SessionDep,
-    group: Group = "attention",
+    group: Group = ATTENTION,
     start: Annotated[int, Query(ge=0, le=MAX_BLOCK_ID)] = 0,
     stop: Annotated[
         int | None, Query(ge=0, le=MAX_BLOCK_ID, description="default: the pool's size")

@@ -11,6 +11,7 @@ from api.deps import READ, EngineDep, SessionDep
 from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import HitRateBucketOut, HitRateOut, HitRateTotals
 from api.store.models import HitRateBucket
+from engine.wire import ATTENTION, MAMBA
 
 router = APIRouter(
     prefix="/engines/{engine_id}/hit-rate",
@@ -48,8 +49,8 @@ def get_hit_rate(
 def _totals(rows: list[HitRateBucket]) -> HitRateTotals:
     sums = {name: sum(getattr(row, name) for row in rows) for name in COUNTERS}
     hits = {
-        "attention": sum(row.attention_hit_tokens for row in rows),
-        "mamba": sum(row.mamba_hit_tokens for row in rows),
+        ATTENTION: sum(row.attention_hit_tokens for row in rows),
+        MAMBA: sum(row.mamba_hit_tokens for row in rows),
     }
     prompt = sums["prompt_tokens"]
     return HitRateTotals(

@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 from engine.bench.spec import BenchmarkSpec
 from engine.cache.block_pool import BlockPool
-from engine.cache.coordinator import GROUPS
 from engine.cache.manager import BlockCopy
 from engine.engine import Engine
+from engine.events import GROUPS
 from engine.modes import MODE_CACHE_OPTIONS
 from engine.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
 from engine.replay import replay

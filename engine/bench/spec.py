@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
+from engine.cache.eviction import DEFAULT_EVICTION, check_eviction
 from engine.config import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MAMBA_BLOCK_SIZE,
@@ -54,16 +54,12 @@ class EngineSettings(BaseModel):
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     long_prefill_threshold: int = 0
     pin_max_share: float = DEFAULT_PIN_MAX_SHARE
-    eviction: str = DEFAULT_EVICTION  # a name in `EVICTION_POLICIES` (docs/rules.md section 12)
+    eviction: str = DEFAULT_EVICTION  # a name in `EVICTION_NAMES` (docs/rules.md section 12)
 
     @field_validator("eviction")
     @classmethod
     def _known_policy(cls, name: str) -> str:
-        if name not in EVICTION_POLICIES:
-            raise ValueError(
-                f"unknown eviction policy {name!r}: choose one of {', '.join(EVICTION_POLICIES)}"
-            )
-        return name
+        return check_eviction(name)
 
     @model_validator(mode="after")
     def _valid(self) -> EngineSettings:

@@ -37,11 +37,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.cache.lookup import HitGeometry
-from engine.events import CacheEvent, PeerBlockRemoved, PeerBlockStored, PeerCacheCleared
+from engine.events import (
+    ATTENTION,
+    MAMBA,
+    CacheEvent,
+    PeerBlockRemoved,
+    PeerBlockStored,
+    PeerCacheCleared,
+)
 from engine.feed import KeyChange
+from engine.feed.frames import GROUP_INDEX
 from engine.hashing import BlockHash, chain_hashes, root_hash
 
-GROUPS = {"attention": 0, "mamba": 1}  # the peer's group name -> the feed's group
+GROUPS = GROUP_INDEX  # the peer's group name -> the feed's group
 ANNOUNCED_MEDIUM = "GPU"  # the tier the peer's own lookup reads
 DEFAULT_UNIT = 16  # the unit announced before any block is seen (no keys: no hit either way)
 KeyOp = Literal["store", "remove", "clear"]
@@ -68,14 +76,14 @@ class FeedKeys:
     # ------------------------------------------------------------------ reads
     @property
     def has_states(self) -> bool:
-        return "mamba" in self.sizes
+        return MAMBA in self.sizes
 
     def geometry(self) -> HitGeometry:
         """The peer's lookup rule as far as the blocks seen tell it: whole attention blocks
         (no partial hits, no EAGLE drop), hits on the grid of every group that serves them."""
         unit = self.unit or DEFAULT_UNIT
-        attention = math.lcm(*self.sizes.get("attention", {unit}))
-        alignment = math.lcm(attention, *self.sizes.get("mamba", ()))
+        attention = math.lcm(*self.sizes.get(ATTENTION, {unit}))
+        alignment = math.lcm(attention, *self.sizes.get(MAMBA, ()))
         return HitGeometry(
             match_unit=unit,
             attention_block_size=attention,

@@ -25,7 +25,7 @@ from engine.bridge.feed_keys import FeedKeys
 from engine.bridge.stats import BridgeStats
 from engine.bridge.table import PeerTable
 from engine.cache.lookup import HitGeometry
-from engine.events import CacheEvent, PeerMetrics
+from engine.events import ATTENTION, MAMBA, CacheEvent, PeerMetrics
 from engine.feed import (
     FeedDelta,
     FeedHeartbeat,
@@ -95,7 +95,7 @@ class PeerFeed:
                 self._push(encode(FeedDelta(self.seq, changes, [], self.load)))
             self.stats.feed_unkeyed.inc(self.keys.num_unkeyed - num_unkeyed)
             states = 1 if self.keys.has_states else 0  # else group 1 mirrors group 0
-            for name, group in (("attention", 0), ("mamba", states)):
+            for name, group in ((ATTENTION, 0), (MAMBA, states)):
                 self.stats.feed_keys.labels(name).set(len(self.keys.held[group]))
 
     def _take_load(self, events: list[CacheEvent]) -> None:

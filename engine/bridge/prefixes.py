@@ -26,12 +26,17 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine.events import CacheEvent, PeerBlockRemoved, PeerBlockStored, PeerCacheCleared
+from engine.events import (
+    ATTENTION,
+    CacheEvent,
+    PeerBlockRemoved,
+    PeerBlockStored,
+    PeerCacheCleared,
+)
 from engine.geometry import CacheGeometry
 from engine.hashing import BlockHash, chain_hashes, root_hash
 from engine.whatif.recording import RecordedRequest, Recording
 
-ATTENTION = "attention"
 MEDIUM = "GPU"
 DEFAULT_MAX_PREFIXES = 100_000
 _SHORT = 8  # the bytes of a unit hash a recording keeps, as `RequestFinished.unit_hashes`

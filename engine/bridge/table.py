@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.events import CacheEvent, PeerBlockStored, PeerCacheCleared
+from engine.events import ATTENTION, CacheEvent, PeerBlockStored, PeerCacheCleared
 
 DEFAULT_MAX_BLOCKS = 4_000_000
 
@@ -51,7 +51,7 @@ class PeerTable:
         """The group's name as its stores said, else the default for the index."""
         name = self.groups.get((rank, group_idx))
         if name is None:
-            return "attention" if group_idx == 0 else f"group{group_idx}"
+            return ATTENTION if group_idx == 0 else f"group{group_idx}"
         return name
 
     def stored(self, event: PeerBlockStored) -> None:

@@ -19,7 +19,9 @@ import re
 from engine.bridge import peer_wire
 from engine.bridge.table import PeerTable
 from engine.events import (
+    ATTENTION,
     INT32_MAX,
+    MAMBA,
     MAX_PEER_TOKENS,
     CacheEvent,
     PeerBlockRemoved,
@@ -28,7 +30,7 @@ from engine.events import (
 )
 
 #: vLLM's `KVCacheSpecKind` values with a short name of Junction's; others are sanitised.
-KIND_GROUPS = {"full_attention": "attention", "mamba": "mamba", "sliding_window": "sliding_window"}
+KIND_GROUPS = {"full_attention": ATTENTION, "mamba": MAMBA, "sliding_window": "sliding_window"}
 MAX_HEX = 128
 _MEDIUM = re.compile(r"\A[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,32}\Z")
 _TEXT = re.compile(r"\A[^\x00\ud800-\udfff]{0,4096}\Z")
@@ -43,7 +45,7 @@ def group_name(kind: str | None, group_idx: int) -> str:
     """A group's name from the peer's spec kind: Junction's short names, else the kind
     lowercased with every run of other characters as `_`, starting with a letter."""
     if kind is None:
-        return "attention" if group_idx == 0 else f"group{group_idx}"
+        return ATTENTION if group_idx == 0 else f"group{group_idx}"
     name = KIND_GROUPS.get(kind)
     if name is not None:
         return name

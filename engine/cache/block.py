@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from engine.hashing import BlockHash
@@ -25,9 +26,10 @@ class Block:
     # where entries change, so a policy reads it in O(1) (`check_invariants` verifies it)
     retention: int = 0
     token_start: int | None = None  # the first token position of its span
-    # which of the eviction policy's free queues holds it while free; None while held. Only
-    # the policy sets it (`engine.cache.eviction`)
-    free_queue: int | None = None
+    # which of the eviction policy's free queues holds it while free (the policy's own key:
+    # a level, a `reuse` place); None while held. Only the policy sets it
+    # (`engine.cache.eviction`)
+    free_queue: Hashable | None = None
     pending_step: int | None = None  # the step whose copy fills it, until that step ends
     last_change: int = 0  # the step it last changed in
 

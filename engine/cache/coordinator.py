@@ -13,17 +13,14 @@ from dataclasses import dataclass, field
 from engine.cache.attention import AttentionManager
 from engine.cache.block_pool import BlockPool
 from engine.cache.entry import CheckpointReason
+from engine.cache.eviction.abilities import Admits, Learns, ReadsPrefixes, ReadsSupport
 from engine.cache.lookup import HitGeometry, find_hit, reachable_hit
 from engine.cache.mamba import MambaHit, MambaManager
 from engine.cache.manager import BlockCopy
 from engine.cache.support import StateSupport
 from engine.config import CacheConfig
-from engine.events import EventSink
+from engine.events import ATTENTION, MAMBA, EventSink
 from engine.hashing import BlockHash
-
-ATTENTION = "attention"
-MAMBA = "mamba"
-GROUPS = (ATTENTION, MAMBA)
 
 
 @dataclass(frozen=True)
@@ -83,13 +80,16 @@ class HybridCoordinator:
             config.eviction,
             holds_states=True,
         )
-        mamba_pool.eviction.couple(attention_pool.entries)
+        if isinstance(mamba_pool.eviction, ReadsPrefixes):
+            mamba_pool.eviction.couple(attention_pool.entries)
         # the attention blocks the cached states need, for a policy that reads them
         self.support: StateSupport | None = None
-        if attention_pool.eviction.reads_support:
+        if isinstance(attention_pool.eviction, ReadsSupport):
             self.support = StateSupport(attention_pool, self.unit)
             attention_pool.eviction.couple_support(self.support.counts)
             mamba_pool.on_evict = self.support.evicted
+        # the Mamba pool's policy when it chooses which spare states are written, else None
+        self.admission = mamba_pool.eviction if isinstance(mamba_pool.eviction, Admits) else None
         self.attention = AttentionManager(attention_pool)
         self.mamba = MambaManager(mamba_pool)
         self.step = 0
@@ -188,10 +188,13 @@ class HybridCoordinator:
     def observe(self, hashes: Sequence[BlockHash]) -> int | None:
         """A request is being admitted for the first time: its prompt's chain is shown to both
         pools' eviction policies before its states are chosen, and they may learn from it
-        (`EvictionPolicy.observe`). Returns the position where, as the Mamba pool's policy
-        learnt, the prompt branched off earlier ones that went on; None if nowhere known."""
-        self.attention.pool.eviction.observe(hashes)
-        branched = self.mamba.pool.eviction.observe(hashes)
+        (`Learns.observe`, asked of a policy that learns). Returns the position where, as the
+        Mamba pool's policy learnt, the prompt branched off earlier ones that went on; None if
+        nowhere known."""
+        attention, mamba = self.attention.pool.eviction, self.mamba.pool.eviction
+        if isinstance(attention, Learns):
+            attention.observe(hashes)
+        branched = mamba.observe(hashes) if isinstance(mamba, Learns) else None
         return None if branched is None else branched * self.unit
 
     def refused_states(
@@ -206,8 +209,8 @@ class HybridCoordinator:
         message state only when the state after it is written), and only while the pool lacks
         a spare block (one with no entry) for each state the prompt writes, so without
         pressure every state is written."""
-        policy = self.mamba.pool.eviction
-        if policy.admits_all or not self.config.enable_prefix_caching:
+        policy = self.admission
+        if policy is None or not self.config.enable_prefix_caching:
             return frozenset()
         size, unit = self.mamba.block_size, self.unit
         positions = sorted(
@@ -240,9 +243,11 @@ class HybridCoordinator:
         targets: dict[int, CheckpointReason],
     ) -> None:
         """The request `refused_states` answered for is admitted: its refused states are told
-        to the Mamba pool's policy once (`EvictionPolicy.refused`), however many times a
-        waiting request asked."""
-        policy, unit = self.mamba.pool.eviction, self.unit
+        to the Mamba pool's policy once (`Admits.refused`), however many times a waiting
+        request asked."""
+        policy, unit = self.admission, self.unit
+        if policy is None:  # nothing was refused
+            return
         for position in sorted(refused):
             policy.refused(
                 hashes[position // unit - 1], targets.get(position, CheckpointReason.BLOCK)
@@ -260,8 +265,8 @@ class HybridCoordinator:
         have = {position for position, _ in writes}
         first = (start // interval + 1) * interval
         positions = [p for p in range(first, end, interval) if p not in have]
-        policy, unit = self.mamba.pool.eviction, self.unit
-        if not policy.admits_all:
+        policy, unit = self.admission, self.unit
+        if policy is not None:
             interval_reason = CheckpointReason.INTERVAL
             positions = [
                 p

@@ -12,11 +12,14 @@ unit past the limit and one unit (one block when coarse) is dropped; Mamba gets 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from msgspec import Struct
 
 from engine.hashing import BlockHash
+
+if TYPE_CHECKING:
+    from engine.config import CacheConfig
 
 Get = Callable[[BlockHash], Any]  # a key's value, or None when the key is not cached
 
@@ -32,9 +35,8 @@ class HitGeometry(Struct, frozen=True, forbid_unknown_fields=True):
     enable_prefix_caching: bool
 
     @classmethod
-    def of(cls, config: Any) -> HitGeometry:
-        """From a `CacheConfig` (typed loosely: the core's config module imports this one's
-        users, not the other way round)."""
+    def of(cls, config: CacheConfig) -> HitGeometry:
+        """From a `CacheConfig`'s derived values."""
         return cls(
             match_unit=config.match_unit,
             attention_block_size=config.attention_block_size,

@@ -7,7 +7,7 @@ it). A cached state at `q` marks the key at `q`; a key is *needed* while a mark 
 below it in the tree. `StateSupport` keeps, per needed key, its marks plus its needed children,
 so caching or giving up a state walks up only as far as keys change between needed and not, and
 tells the attention pool of each such key (`BlockPool.reorder`), so that a policy reading the
-counts (`EvictionPolicy.reads_support`) can give the blocks no state needs up first. Bounded by
+counts (`abilities.ReadsSupport`) can give the blocks no state needs up first. Bounded by
 the Mamba pool: one record per cached state (the chain it was cached from and its position).
 """
 

@@ -9,14 +9,15 @@ import msgspec
 from msgspec import Struct
 
 from engine.cache.lookup import HitGeometry
+from engine.events import GROUPS
 
 # `WS /v1/cache/feed`'s close codes, whoever serves it
 CLOSE_UNAUTHORIZED = 4401  # a missing or wrong bearer token
 CLOSE_NO_TOKEN = 4403  # the server has no token, so it serves no feed
 CLOSE_FELL_BEHIND = 1013  # reconnect: a new connection starts from a snapshot
 CLOSE_ENGINE_DEAD = 1011
-GROUP_INDEX = {"attention": 0, "mamba": 1}
-GROUP_NAMES = ("attention", "mamba")
+GROUP_NAMES = GROUPS  # a frame's group index -> its name
+GROUP_INDEX = {name: index for index, name in enumerate(GROUP_NAMES)}
 
 
 class FeedLoad(Struct, frozen=True, array_like=True):

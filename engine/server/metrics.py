@@ -22,7 +22,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from engine.cache.coordinator import GROUPS
+from engine.events import GROUPS
 from engine.server.publisher import PublisherStats
 from engine.server.request_stream import FinishedRequest
 from engine.stats import CacheUsage

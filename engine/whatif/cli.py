@@ -44,10 +44,10 @@ PEER_SETTINGS = [{"label": "Junction"}, {"label": "as vLLM would", "mode": "vllm
 
 def default_settings(ran_eviction: str, num_blocks: int, num_mamba_blocks: int) -> list[dict]:
     """vLLM's rules, every other eviction policy, half and twice the memory."""
-    from engine.cache.eviction import EVICTION_POLICIES
+    from engine.cache.eviction import EVICTION_NAMES
 
     tried: list[dict] = [{"mode": "vllm", "label": "as vLLM would"}]
-    tried += [{"eviction": name} for name in EVICTION_POLICIES if name != ran_eviction]
+    tried += [{"eviction": name} for name in EVICTION_NAMES if name != ran_eviction]
     for factor, word in ((0.5, "half"), (2, "twice")):
         tried.append(
             {

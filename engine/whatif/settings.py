@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.cache.coordinator import ATTENTION, MAMBA
-from engine.cache.eviction import EVICTION_POLICIES
+from engine.cache.eviction import EVICTION_NAMES
 from engine.capacity import blocks_needed
 from engine.config import CacheConfig, SchedulerConfig
 from engine.geometry import CacheGeometry
@@ -42,7 +42,7 @@ class WhatIfSetting(BaseModel):
     mamba_block_size: Tokens | None = None
     prefix_match_unit: Tokens | None = None
     checkpoint_interval: Annotated[int, Field(ge=0, le=MAX_TOKENS)] | None = None
-    eviction: Literal[tuple(EVICTION_POLICIES)] | None = None  # type: ignore[valid-type]
+    eviction: Literal[EVICTION_NAMES] | None = None  # type: ignore[valid-type]
     num_blocks: Blocks | None = None
     num_mamba_blocks: Blocks | None = None
 
@@ -74,8 +74,8 @@ def ran_configs(geometry: CacheGeometry) -> tuple[CacheConfig, SchedulerConfig]:
         "mamba_block_size": geometry.mamba_block_size,
         "prefix_match_unit": geometry.prefix_match_unit,
         "dcp_size": geometry.dcp_size,
-        "num_blocks": geometry.group_num_blocks("attention"),
-        "num_mamba_blocks": geometry.group_num_blocks("mamba"),
+        "num_blocks": geometry.group_num_blocks(ATTENTION),
+        "num_mamba_blocks": geometry.group_num_blocks(MAMBA),
         "enable_prefix_caching": geometry.enable_prefix_caching,
         "partial_hits": geometry.partial_hits,
         "junction_checkpoints": geometry.junction_checkpoints,

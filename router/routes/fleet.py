@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from engine.events import ATTENTION, GROUPS, MAMBA
 from engine.server.errors import OpenAIError
 from router.deps import Authorized, StateDep
 from router.fleet import Fleet
@@ -59,14 +60,14 @@ def fleet_summary(fleet: Fleet) -> dict:
                 "last_frame_age_s": round(now - engine.last_frame_ts, 3)
                 if engine.last_frame_ts
                 else None,
-                "num_keys": dict(zip(("attention", "mamba"), engine.index.num_keys, strict=True))
+                "num_keys": dict(zip(GROUPS, engine.index.num_keys, strict=True))
                 if engine.index
-                else {"attention": 0, "mamba": 0},
+                else dict.fromkeys(GROUPS, 0),
                 "load": {
                     "num_running": load.num_running,
                     "num_waiting": load.num_waiting,
                     "num_prefill_tokens": load.num_prefill_tokens,
-                    "usage": {"attention": load.attention_usage, "mamba": load.mamba_usage},
+                    "usage": {ATTENTION: load.attention_usage, MAMBA: load.mamba_usage},
                 },
                 "num_in_flight": len(engine.in_flight),
                 "num_routed": engine.num_routed,

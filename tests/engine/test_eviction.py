@@ -9,22 +9,19 @@ import pytest
 from engine.cache.block import Block, InvariantError
 from engine.cache.block_pool import BlockPool
 from engine.cache.entry import RETENTION, CheckpointReason, Entry
-from engine.cache.eviction import (
-    DEFAULT_EVICTION,
-    EVICTION_POLICIES,
-    EvictionPolicy,
-    make_policy,
-)
+from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_POLICIES, make_policy, policy_class
+from engine.cache.eviction.base import EvictionPolicy
 from engine.cache.eviction.retention import NUM_FREE_LEVELS, RetentionLRU
 from engine.cache.eviction.reuse import ReuseLearned
 
 
 def test_the_registry_lists_the_default_policy_first_by_its_name() -> None:
     assert DEFAULT_EVICTION == "reuse" == next(iter(EVICTION_POLICIES))
-    assert EVICTION_POLICIES[DEFAULT_EVICTION] is ReuseLearned
-    for name, policy in EVICTION_POLICIES.items():
+    assert issubclass(policy_class(DEFAULT_EVICTION), ReuseLearned)
+    for name, where in EVICTION_POLICIES.items():
+        policy = policy_class(name)
         assert issubclass(policy, EvictionPolicy)
-        assert policy.name == name
+        assert where == f"{policy.__module__.rpartition('.')[2]}:{policy.__name__}"
 
 
 def test_an_unknown_policy_is_a_value_error_naming_the_known_ones() -> None:
@@ -158,3 +155,26 @@ def test_the_cache_config_names_a_policy_its_pools_use() -> None:
     assert all(isinstance(p.eviction, RetentionLRU) for p in chosen.pools.values())
     with pytest.raises(ValueError, match="unknown eviction policy 'nope': choose one of reuse"):
         CacheConfig(eviction="nope")
+
+
+def test_importing_the_config_loads_no_policy() -> None:
+    """The registry names the policies without loading them: the config checks a name, a pool
+    loads the one it names."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, engine.config\n"
+        "print(sorted(m for m in sys.modules if m.startswith('engine.cache.eviction.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_reuse_classes_follow_the_reasons_unread_then_read() -> None:
+    from engine.cache.eviction.reuse_places import REASON_CLASS, ReuseClass
+
+    for index, reason in enumerate(CheckpointReason):
+        assert REASON_CLASS[reason] == 1 + 2 * index
+        assert ReuseClass(REASON_CLASS[reason] + 1).name == f"{reason.name}_READ"
+    assert ReuseClass.ROOT == 1 + 2 * len(CheckpointReason)

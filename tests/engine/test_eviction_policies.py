@@ -14,17 +14,17 @@ from hypothesis import strategies as st
 from engine.cache.block_pool import BlockPool
 from engine.cache.entry import RETENTION, CheckpointReason
 from engine.cache.eviction import EVICTION_POLICIES
+from engine.cache.eviction.abilities import Admits, Learns, ReadsPrefixes, ReadsSupport
 from engine.cache.eviction.divergence import MAX_TALLIED, MIN_PAST
-from engine.cache.eviction.reuse import (
+from engine.cache.eviction.reuse_attention import ATTENTION_HORIZON_PER_BLOCK
+from engine.cache.eviction.reuse_places import ROOT, ROOT_RETENTION
+from engine.cache.eviction.reuse_rates import GHOSTS_PER_BLOCK, PRIOR
+from engine.cache.eviction.reuse_states import (
     ADMIT_RATE,
-    ATTENTION_HORIZON_PER_BLOCK,
     EXPECTED_READ_WEIGHT,
     NEWEST_FIRST_RATE,
-    ROOT,
-    ROOT_RETENTION,
     STATE_HORIZON_PER_BLOCK,
 )
-from engine.cache.eviction.reuse_rates import GHOSTS_PER_BLOCK, PRIOR
 
 NUM_BLOCKS = 10
 BLOCK_SIZE = 4
@@ -91,7 +91,7 @@ def test_no_policy_gives_up_a_pinned_block_or_one_in_use(policy, trace, holds_st
         elif action == "move" and block.ref_cnt and not block.pin_cnt and pool.num_free:
             (dst,) = pool.allocate(1)
             pool.move_hashes(block_id, dst.block_id)
-        elif action == "observe":
+        elif action == "observe" and isinstance(pool.eviction, Learns):
             pool.eviction.observe([key_of(i) for i in range(num + block_id)])
         pool.check_invariants()
         assert pool.num_free == sum(1 for b in pool.blocks if not b.ref_cnt and not b.pin_cnt)
@@ -446,7 +446,8 @@ ACTIONS += ["admit", "attention", "support", "support"]
 def observe_both(pool: BlockPool, model: Model, hashes: list[bytes]) -> None:
     """Show a chain to the policy and its model: the same branch point, and a state whose
     divergence count rose moves in both."""
-    branch = pool.eviction.observe(hashes)
+    policy = pool.eviction
+    branch = policy.observe(hashes) if isinstance(policy, Learns) else None
     model.counts.update(hashes)
     diverged = model.reuse.observe(hashes, model.cached())
     assert branch == (model.reuse.branch if model.policy == "reuse" else None)
@@ -459,12 +460,15 @@ def admit_both(
     pool: BlockPool, model: Model, span: list[bytes], reason: CheckpointReason, tell: bool
 ) -> None:
     """Ask the policy and its model about a state (twice: asking changes nothing); with `tell`,
-    its request is admitted and a refusal is told once."""
-    admitted = pool.eviction.admits(span[0], reason, span)
+    its request is admitted and a refusal is told once. A policy that does not choose
+    (`Admits`) writes every state."""
+    policy = pool.eviction
+    is_asked = isinstance(policy, Admits)
+    admitted = policy.admits(span[0], reason, span) if is_asked else True
     assert admitted == model.admits(span[0], reason, span)
-    assert pool.eviction.admits(span[0], reason, span) == admitted
+    assert not is_asked or policy.admits(span[0], reason, span) == admitted
     if not admitted and tell:
-        pool.eviction.refused(span[0], reason)
+        policy.refused(span[0], reason)
         if model.policy == "reuse":
             model.reuse.refused(span[0], reason)
 
@@ -478,11 +482,11 @@ def test_each_policy_gives_blocks_up_in_its_models_order(policy: str, seed: int)
     model = Model(policy, holds_states)
     attention: dict[bytes, None] = {}  # the keys an attention pool holds, for a coupled one
     gone: list[bytes] = []  # the keys it gave up
-    if seed % 4 == 3:  # a Mamba pool shown the attention pool's keys
-        pool.eviction.couple(attention)
+    if seed % 4 == 3 and isinstance(pool.eviction, ReadsPrefixes):  # a Mamba pool shown the
+        pool.eviction.couple(attention)  # attention pool's keys
         model.attention = attention if policy == "reuse" else None
     support: dict[bytes, int] = {}  # the keys cached states need, for a coupled attention pool
-    if seed % 4 == 2:
+    if seed % 4 == 2 and isinstance(pool.eviction, ReadsSupport):
         pool.eviction.couple_support(support)
         model.reuse.support = support if policy == "reuse" else None
     for block_id in range(NUM_BLOCKS):
@@ -638,9 +642,10 @@ def test_cost_writes_an_interval_state_only_where_its_prefix_recurred() -> None:
     assert policy.admits(shared, interval)
     assert not policy.admits(lone, interval)
     assert policy.admits(lone, CheckpointReason.JUNCTION)  # only interval states are tested
-    for name in EVICTION_POLICIES:
+    for name in EVICTION_POLICIES:  # every other policy admits every state
         if name != "cost":
-            assert BlockPool(1, BLOCK_SIZE, "m", 1, eviction=name).eviction.admits(lone, interval)
+            other = BlockPool(1, BLOCK_SIZE, "m", 1, eviction=name).eviction
+            assert not isinstance(other, Admits) or other.admits(lone, interval)
 
 
 # ------------------------------------------------------------------ choosing a policy

@@ -2,44 +2,67 @@
 Mamba states are worth a block.
 
 A policy is one class behind `EvictionPolicy` (`base.py`, whose docstrings say what each method
-may change), listed by name in `EVICTION_POLICIES` below; a pool builds the one its
-`eviction` name chooses. A new policy is a module beside `retention.py` and one line here.
+may change), with any of the optional abilities in `abilities.py` (learning from prompts,
+refusing states, reading the other pool) that its callers ask for by type. The registry below
+names each policy once and says where its class lives; importing this package loads none of
+them (the config checks a name here), a pool loads the one it names (`make_policy`). A new
+policy is one module beside `retention.py`, one line in `EVICTION_POLICIES` and its tests.
 docs/rules.md section 12 says what each keeps.
 """
 
 from __future__ import annotations
 
-from engine.cache.block import Block
-from engine.cache.entry import Entry
-from engine.cache.eviction.base import EvictionPolicy
-from engine.cache.eviction.cost import CostAware
-from engine.cache.eviction.lru import PlainLRU
-from engine.cache.eviction.retention import RetentionLRU
-from engine.cache.eviction.reuse import ReuseLearned
-from engine.hashing import BlockHash
+from importlib import import_module
+from typing import TYPE_CHECKING
 
-#: every policy by name; the first is the default
-EVICTION_POLICIES: dict[str, type[EvictionPolicy]] = {
-    ReuseLearned.name: ReuseLearned,
-    RetentionLRU.name: RetentionLRU,
-    PlainLRU.name: PlainLRU,
-    CostAware.name: CostAware,
+if TYPE_CHECKING:
+    from engine.cache.block import Block
+    from engine.cache.entry import Entry
+    from engine.cache.eviction.base import EvictionPolicy
+    from engine.hashing import BlockHash
+
+#: every policy by name -> its class, as `module:Class` within this package; the first is the
+#: default, the policy `benchmarks/pressure.py` measures best (docs/benchmarks.md)
+EVICTION_POLICIES: dict[str, str] = {
+    "reuse": "reuse_pools:ReuseByPool",
+    "retention": "retention:RetentionLRU",
+    "lru": "lru:PlainLRU",
+    "cost": "cost:CostAware",
 }
-#: the policy `benchmarks/pressure.py` measures best (docs/benchmarks.md)
-DEFAULT_EVICTION = ReuseLearned.name
+DEFAULT_EVICTION = next(iter(EVICTION_POLICIES))
+#: the names a config, a flag or a what-if setting may give
+EVICTION_NAMES: tuple[str, ...] = tuple(EVICTION_POLICIES)
+
+
+def check_eviction(name: str) -> str:
+    """`name` when the registry lists it, else a ValueError naming the known ones: the one
+    check of an eviction name (the cache config, the benchmark spec and `make_policy` ask it)."""
+    if name not in EVICTION_POLICIES:
+        known = ", ".join(EVICTION_NAMES)
+        raise ValueError(f"unknown eviction policy {name!r}: choose one of {known}")
+    return name
+
+
+def policy_class(name: str) -> type[EvictionPolicy]:
+    """The class the registry lists under `name`, its module loaded now (`check_eviction`)."""
+    module, _, attribute = EVICTION_POLICIES[check_eviction(name)].partition(":")
+    return getattr(import_module(f"{__name__}.{module}"), attribute)
 
 
 def make_policy(
     name: str, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
 ) -> EvictionPolicy:
-    """The policy `name` over a pool's blocks and entries (`holds_states`: the Mamba pool); a
-    ValueError naming the known ones."""
-    policy = EVICTION_POLICIES.get(name)
-    if policy is None:
-        raise ValueError(
-            f"unknown eviction policy {name!r}: choose one of {', '.join(EVICTION_POLICIES)}"
-        )
-    return policy(blocks, entries, holds_states)
+    """The policy `name` over a pool's blocks and entries (`holds_states`: the Mamba pool), as
+    its class builds one for that pool (`EvictionPolicy.for_pool`); a ValueError naming the
+    known ones."""
+    return policy_class(name).for_pool(blocks, entries, holds_states)
 
 
-__all__ = ["DEFAULT_EVICTION", "EVICTION_POLICIES", "EvictionPolicy", "make_policy"]
+__all__ = [
+    "DEFAULT_EVICTION",
+    "EVICTION_NAMES",
+    "EVICTION_POLICIES",
+    "check_eviction",
+    "make_policy",
+    "policy_class",
+]

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 
 from engine.cache.block import Block, InvariantError
 from engine.cache.entry import CheckpointReason, Entry
+from engine.cache.eviction.abilities import Admits, Learns
 from engine.cache.eviction.base import EvictionPolicy
 from engine.cache.eviction.recurrence import RecurrenceCounts
 from engine.hashing import BlockHash
@@ -35,11 +36,8 @@ FREE = 0  # `Block.free_queue` of every free block: there is one heap
 MIN_RECURRENCE = 2  # an interval state is admitted once its prefix has been passed this often
 
 
-class CostAware(EvictionPolicy):
+class CostAware(EvictionPolicy, Learns, Admits):
     """A heap of free blocks by `clock + tokens * recurrence`, with lazy deletion."""
-
-    name = "cost"
-    admits_all = False
 
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
@@ -130,11 +128,14 @@ class CostAware(EvictionPolicy):
         return taken
 
     def observe(self, hashes: Sequence[BlockHash]) -> None:
+        """Counts the prompt at each key it passed; changes no block's place."""
         self.recurrence.observe(hashes)
 
     def admits(
         self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
     ) -> bool:
+        """An interval state where its prefix recurred or while the next block given up holds
+        no entry; every other state. Changes nothing."""
         if reason is not CheckpointReason.INTERVAL:
             return True
         if self.recurrence.count(key) >= MIN_RECURRENCE:

@@ -20,8 +20,6 @@ FREE = 0  # `Block.free_queue` of every free block: there is one queue
 class PlainLRU(EvictionPolicy):
     """One queue, least recently freed first, whatever the block holds."""
 
-    name = "lru"
-
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
     ) -> None:

@@ -1,4 +1,4 @@
-"""The default policy: an LRU queue per retention level, the lowest level given up first.
+"""The retention policy: an LRU queue per retention level, the lowest level given up first.
 
 A free block's level is the highest retention among its entries (0 for none), capped below
 pins (docs/rules.md section 12): the pool keeps that retention on the block (`Block.retention`),
@@ -22,8 +22,6 @@ NUM_FREE_LEVELS = 5
 class RetentionLRU(EvictionPolicy):
     """One LRU queue per retention level: interval < block < resend = extension < junction =
     message; a block at a lower level is always given up before any at a higher one."""
-
-    name = "retention"
 
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False

@@ -39,62 +39,39 @@ only which of its blocks goes changes. Where nobody reads tails the rate falls b
 threshold and the oldest goes first, so stale tails do not stay.
 
 Each of those is a queue of its own, least recently freed first, so an allocation compares only
-the queues' heads: a free state's *place* is its class, or its class and its divergence count
-`n` as it was when it was queued (refreshed when a request diverges at its key). Among the
-heads, an orphan (a state whose key the attention pool no longer holds: no hit can resume from
-it) goes first.
+the queues' heads: a free block's *place* (`reuse_places.Place`) is its class, and in the
+Mamba pool its divergence count `n` as it was when it was queued (refreshed when a request
+diverges at its key), in the attention pool whether a cached state needs it. Among the heads,
+an orphan (a state whose key the attention pool no longer holds: no hit can resume from it)
+goes first.
+
+Each pool has a policy of its own: what both share, the queues, the walk and the rates, is
+`ReuseLearned` here; the attention pool's (`AttentionReuse`, `reuse_attention.py`) reads the
+keys the states need; the Mamba pool's (`StateReuse`, `reuse_states.py`) learns where
+prompts diverge, admits states and orders orphans first. The registry names `ReuseByPool`
+(`reuse_pools.py`), which builds the one for each pool.
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 from engine.cache.block import Block, InvariantError
-from engine.cache.entry import RETENTION, TAIL_REASONS, CheckpointReason, Entry
+from engine.cache.entry import RETENTION, CheckpointReason, Entry
+from engine.cache.eviction.abilities import Learns
 from engine.cache.eviction.base import EvictionPolicy
-from engine.cache.eviction.divergence import MAX_TALLIED, DivergenceCounts
+from engine.cache.eviction.reuse_places import (
+    EMPTY,
+    EMPTY_PLACE,
+    REASON_CLASS,
+    Place,
+    class_priors,
+)
 from engine.cache.eviction.reuse_rates import ReuseRates
 from engine.hashing import BlockHash
-
-REASONS = list(CheckpointReason)
-REASON_INDEX = {reason: index for index, reason in enumerate(REASONS)}
-REASON_CLASS = {reason: 1 + 2 * index for reason, index in REASON_INDEX.items()}  # unread
-EMPTY = 0  # the class of a block with no entry; then 1 + 2 * reason index + was read
-# the Mamba pool's `block` states a new family's first request wrote (`DivergenceCounts.is_root`),
-# + was read: a class of their own, so those that siblings read apart from those nobody does
-ROOT = 1 + 2 * len(REASONS)
-NUM_CLASSES = ROOT + 2
-# the Mamba pool's other places: per divergence count `n >= 1` (capped) one place per class,
-# `COUNTED + (n - 1) * NUM_CLASSES + class`
-COUNTED = NUM_CLASSES
-# the attention pool's other places: a block some cached state needs (`couple_support`), one
-# place per class, `SUPPORTED + class`, each given up only once no other block is left
-SUPPORTED = NUM_CLASSES
-# the horizon in frees per block of the pool:
-# long for states (a prefix family comes back after many requests), short for attention KV (its
-# pool then keeps the recently used prefixes, the ones the few states are likely to belong to)
-STATE_HORIZON_PER_BLOCK = 32.0
-ATTENTION_HORIZON_PER_BLOCK = 1.0
-# a state of a prefix nobody passed before is written while its class is read at least this
-# often (one time in twenty): below it, the block it takes is worth more to what is cached
-ADMIT_RATE = 0.05
-# a new family's `block` states start valued as a request's tail states (`resend`,
-# `extension`), above other `block` states: before a sibling marks where the family parts,
-# they are the only states its siblings could resume from (picked from 2 to 5 on
-# benchmarks/pressure.py: docs/benchmarks.md)
-ROOT_RETENTION = RETENTION[CheckpointReason.RESEND]
-# what one more expected read is worth in the Mamba pool's order, in horizons: a state whose
-# family is expected to come back `n` more times outlives one never read by `3 n` horizons
-EXPECTED_READ_WEIGHT = 3.0
-# the Mamba pool's unread tail states (`resend`, `extension`, no divergence count) give up
-# their newest first while their class is read at least this often: where tails are read (a
-# next turn resumes from its session's tail), sessions come round in turn and the oldest
-# unread tail is the one read next; where nobody reads them the class's rate falls below it and
-# the oldest goes first again (picked from 0.05 to 0.3 on benchmarks/pressure.py:
-# docs/benchmarks.md)
-NEWEST_FIRST_RATE = 0.15
-NEWEST_FIRST = frozenset(REASON_CLASS[reason] for reason in TAIL_REASONS)
 
 
 def newest_first(queue: OrderedDict[int, int]) -> Iterator[tuple[int, int]]:
@@ -104,81 +81,37 @@ def newest_first(queue: OrderedDict[int, int]) -> Iterator[tuple[int, int]]:
         yield block_id, oldest
 
 
-def class_of(place: int) -> int:
-    """The class of a place: itself, or the class a counted (Mamba) or supported (attention)
-    place holds."""
-    return place if place < COUNTED else (place - COUNTED) % NUM_CLASSES
+class ReuseLearned(EvictionPolicy, Learns):
+    """One LRU queue per place; the head of lowest `stamp + weight` goes first. What both
+    pools' classes share; the registry's entry builds the one for a pool (`reuse_pools`)."""
 
-
-def counted_place(klass: int, count: int) -> int:
-    """A state's place in the Mamba pool: its class, or its class under divergence `count`."""
-    return klass if not count else COUNTED + (count - 1) * NUM_CLASSES + klass
-
-
-def class_priors() -> list[float]:
-    """Each class's rate before anything is learnt: its reason's retention over a pin's (a
-    block read once a little above one never read); a new family's `block` states' at
-    `ROOT_RETENTION`."""
-    top = RETENTION[CheckpointReason.PIN]
-    priors = [0.0]
-    for retention in [*(RETENTION[reason] for reason in REASONS), ROOT_RETENTION]:
-        base = retention / (top + 1)
-        priors += [base, base + 0.5 / (top + 1)]
-    return priors
-
-
-class ReuseLearned(EvictionPolicy):
-    """One LRU queue per place; the head of lowest `stamp + weight` goes first."""
-
-    name = "reuse"
-    admits_all = False
-    reads_support = True
-    #: a junction state is refused only when it would go first, a message state only when a
-    #: state just past it is written (`admits`)
-    REFUSABLE = EvictionPolicy.REFUSABLE | {CheckpointReason.JUNCTION, CheckpointReason.MESSAGE}
+    #: the horizon in frees per block of the pool (`horizon`), set by each pool's class
+    HORIZON_PER_BLOCK: ClassVar[float]
 
     def __init__(
         self, blocks: list[Block], entries: dict[BlockHash, Entry], holds_states: bool = False
     ) -> None:
         super().__init__(blocks, entries, holds_states)
         self.rates = ReuseRates(class_priors(), len(blocks))
-        per_block = STATE_HORIZON_PER_BLOCK if holds_states else ATTENTION_HORIZON_PER_BLOCK
-        self.horizon = per_block * len(blocks)
+        self.horizon = self.HORIZON_PER_BLOCK * len(blocks)
         # place -> block id -> the stamp it was freed at, least recently freed first; and the
         # places holding a free block
-        num_places = COUNTED + (MAX_TALLIED + 1) * NUM_CLASSES if holds_states else 2 * NUM_CLASSES
-        # places from here on are given up only once no other place holds a block
-        self._last_tier = num_places if holds_states else SUPPORTED
-        self._queues: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(num_places)]
-        self._held: set[int] = set()
+        self._queues: dict[Place, OrderedDict[int, int]] = {EMPTY_PLACE: OrderedDict()}
+        self._empty = self._queues[EMPTY_PLACE]
+        self._held: set[Place] = set()
         self._is_read = [False] * len(blocks)  # read since its entries were cached
-        self._counts = [0] * len(blocks)  # a state's divergence count when it was queued
-        self._roots = [False] * len(blocks)  # whether a new family's state, when it was queued
         self._stamp = 0
         self._num_free = 0
-        self._weights: dict[int, float] | None = None  # per place, until a rate changes
-        self._newest: frozenset[int] = frozenset()  # `_newest_first`, read with the weights
-        # where requests diverged, for admitting and ordering states (the Mamba pool only)
-        self.divergence = DivergenceCounts() if holds_states else None
-        self.prefix_entries: Mapping[BlockHash, Entry] | None = None  # `couple`
-        self.support: Mapping[BlockHash, int] | None = None  # `couple_support`
-
-    def couple(self, prefix_entries: Mapping[BlockHash, Entry]) -> None:
-        if self.holds_states:
-            self.prefix_entries = prefix_entries
-
-    def couple_support(self, support: Mapping[BlockHash, int]) -> None:
-        if not self.holds_states:
-            self.support = support
+        self._weights: dict[Place, float] | None = None  # per place, until a rate changes
+        self._newest: frozenset[Place] = frozenset()  # `_newest_first`, read with the weights
 
     @property
     def num_free(self) -> int:
         return self._num_free
 
     def klass(self, block: Block) -> int:
-        """The block's class: its highest-retention reason (`ROOT` for a `block` state a new
-        family's first request wrote, as it was when queued) and whether it was read since it
-        was cached; EMPTY with no entry. Changes nothing."""
+        """The block's class (`ReuseClass`): its highest-retention reason's (`_reason_class`)
+        and whether it was read since it was cached; EMPTY with no entry. Changes nothing."""
         best, best_retention = None, -1
         entries = self.entries
         for key in block.keys:
@@ -188,96 +121,62 @@ class ReuseLearned(EvictionPolicy):
                 best, best_retention = reason, retention
         if best is None:
             return EMPTY
-        block_id = block.block_id
-        if best is CheckpointReason.BLOCK and self._roots[block_id]:
-            return ROOT + self._is_read[block_id]
-        return REASON_CLASS[best] + self._is_read[block_id]
+        return self._reason_class(block, best) + self._is_read[block.block_id]
 
-    def place(self, block: Block, count: int | None = None) -> int:
-        """The queue the block belongs in: its class, or in the Mamba pool its class under its
-        divergence `count` (its queued one when None), or in the attention pool its class among
-        the blocks a cached state needs. Changes nothing."""
-        klass = self.klass(block)
-        if klass == EMPTY:
-            return klass
-        if self.divergence is None:
-            return self._supported(block, klass)
-        if count is None:
-            count = self._counts[block.block_id]
-        return counted_place(klass, count)
-
-    def _supported(self, block: Block, klass: int) -> int:
-        """An attention block's place: its class, among the supported places when a cached
-        state needs one of its keys (`couple_support`)."""
-        support = self.support
-        if support:
-            for key in block.keys:
-                if key in support:
-                    return SUPPORTED + klass
-        return klass
-
-    def _is_root(self, block: Block) -> bool:
-        """Whether a new family's first request passed one of the block's keys first
-        (`DivergenceCounts.is_root`); False outside the Mamba pool."""
-        divergence = self.divergence
-        return divergence is not None and any(divergence.is_root(key) for key in block.keys)
-
-    def _state_class(self, key: BlockHash, reason: CheckpointReason) -> int:
-        """The class a state keyed `key` for `reason` would have, unread."""
-        if reason is CheckpointReason.BLOCK and self.divergence.is_root(key):
-            return ROOT
+    def _reason_class(self, block: Block, reason: CheckpointReason) -> int:
+        """The unread class of a block whose highest-retention reason is `reason`."""
         return REASON_CLASS[reason]
 
-    def _count_of(self, keys: Sequence[BlockHash]) -> int:
-        """The largest divergence count among `keys` (a block's), capped; 0 outside the Mamba
-        pool."""
-        if self.divergence is None:
-            return 0
-        ends = self.divergence.ends
-        return min(max((ends(key) for key in keys), default=0), MAX_TALLIED + 1)
+    @abstractmethod
+    def place(self, block: Block) -> Place:
+        """The queue the free block belongs in (each pool's class says). Changes nothing."""
 
-    def _weight(self, place: int) -> float:
-        """`rate * horizon` of the place's class; for a counted place whose count the divergence
-        table can judge, `expected * EXPECTED_READ_WEIGHT * horizon`."""
-        if place < COUNTED or self.divergence is None:
-            return self.rates.rate(class_of(place)) * self.horizon
-        count, klass = divmod(place - COUNTED, NUM_CLASSES)
-        expected = self.divergence.expected_at(count + 1)
-        if expected is None:
-            return self.rates.rate(klass) * self.horizon
-        return expected * EXPECTED_READ_WEIGHT * self.horizon
+    def _place_to_add(self, block: Block) -> Place:
+        """The place of a block with entries joining the free blocks; may note what the place
+        reads of it (the Mamba pool: its divergence count)."""
+        return self.place(block)
+
+    def _weight(self, place: Place) -> float:
+        """`rate * horizon` of the place's class."""
+        return self.rates.rate(place.klass) * self.horizon
+
+    def _newest_first(self) -> frozenset[Place]:
+        """The places that give up their newest block first; none by default."""
+        return frozenset()
+
+    def _oldest_orphan(self, heads: dict[Place, tuple[int, int]]) -> Place | None:
+        """The place whose head goes first whatever its weight; None by default."""
+        return None
 
     def _in_order(self) -> Iterator[Block]:
         """The free blocks in the order `take` gives them up, without taking any: the empty
         blocks, oldest first; then, one at a time, among the other places' heads the oldest
-        orphan (`couple`), else the lowest `stamp + weight` (the lower class, then the older,
-        on a tie), the attention pool's supported places last (`couple_support`). A place's
-        head is its oldest block, but in a newest-first place (`_newest_first`) its newest,
-        ranked at the oldest one's stamp. The weights are read once a walk: nothing here
-        changes them."""
+        orphan (`_oldest_orphan`), else the lowest `stamp + weight` (the lower class, then the
+        older, on a tie), the attention pool's supported places last. A place's head is its
+        oldest block, but in a newest-first place (`_newest_first`) its newest, ranked at the
+        oldest one's stamp. The weights are read once a walk: nothing here changes them."""
         weights = self._weights
         if weights is None:  # a rate changed: so may the newest-first places
             weights = self._weights = {}
             self._newest = self._newest_first()
         blocks, queues = self.blocks, self._queues
-        for block_id in queues[EMPTY]:
+        for block_id in self._empty:
             yield blocks[block_id]
         iters, heads = {}, {}
         newest = self._newest
         for place in self._held:
-            if place != EMPTY:
+            if place.klass != EMPTY:
                 queue = queues[place]
                 iters[place] = newest_first(queue) if place in newest else iter(queue.items())
                 heads[place] = next(iters[place])
                 if place not in weights:
                     weights[place] = self._weight(place)
-        prefixes, last_tier = self.prefix_entries, self._last_tier
         while heads:
-            best = None if prefixes is None else self._oldest_orphan(heads)
+            best = self._oldest_orphan(heads)
             if best is None:
                 best_priority, best_stamp, best_tier = 0.0, 0, False
                 for place, (_, stamp) in heads.items():
-                    priority, tier = stamp + weights[place], place >= last_tier
+                    priority, tier = stamp + weights[place], place.supported
                     if (
                         best is None
                         or tier < best_tier
@@ -285,7 +184,7 @@ class ReuseLearned(EvictionPolicy):
                         and (
                             priority < best_priority
                             or priority == best_priority
-                            and (class_of(place), stamp) < (class_of(best), best_stamp)
+                            and (place.klass, stamp) < (best.klass, best_stamp)
                         )
                     ):
                         best, best_priority, best_stamp, best_tier = place, priority, stamp, tier
@@ -296,27 +195,8 @@ class ReuseLearned(EvictionPolicy):
             else:
                 heads[best] = following
 
-    def _newest_first(self) -> frozenset[int]:
-        """The Mamba pool's places that give up their newest block first: the unread tail
-        states' (`NEWEST_FIRST`) while their class is read at least `NEWEST_FIRST_RATE` of
-        the time. Changes nothing."""
-        if self.divergence is None:
-            return frozenset()
-        rate = self.rates.rate
-        return frozenset(place for place in NEWEST_FIRST if rate(place) >= NEWEST_FIRST_RATE)
-
-    def _oldest_orphan(self, heads: dict[int, tuple[int, int]]) -> int | None:
-        """The place whose head is the oldest orphan among `heads`, None without one."""
-        best, best_stamp, prefixes, blocks = None, 0, self.prefix_entries, self.blocks
-        for place, (block_id, stamp) in heads.items():
-            if (best is None or stamp < best_stamp) and not any(
-                key in prefixes for key in blocks[block_id].keys
-            ):
-                best, best_stamp = place, stamp
-        return best
-
     def num_free_up_to(self, retention: int, limit: int | None = None) -> int:
-        num_empty = len(self._queues[EMPTY])
+        num_empty = len(self._empty)
         if limit is not None and num_empty >= limit:
             return limit  # blocks with no entry go first, and hold nothing retained
         if retention == 0:  # the empty blocks, all before any block with an entry
@@ -327,30 +207,20 @@ class ReuseLearned(EvictionPolicy):
         block_id = block.block_id
         if not block.keys:
             self._is_read[block_id] = False
-            place = EMPTY
-        elif self.divergence is None:  # the attention pool: its class, supported or not
-            keys = block.keys
-            if len(keys) == 1:  # `place`, inline for one key: every attention block freed
-                key = keys[0]
-                place = REASON_CLASS[self.entries[key].reason] + self._is_read[block_id]
-                support = self.support
-                if support and key in support:
-                    place += SUPPORTED
-            else:
-                place = self._supported(block, self.klass(block))
+            place = EMPTY_PLACE
         else:
-            count = self._counts[block_id] = self._count_of(block.keys)
-            self._roots[block_id] = self._is_root(block)
-            place = self.place(block, count)
+            place = self._place_to_add(block)
         block.free_queue = place
         self._stamp += 1
-        queue = self._queues[place]
+        queue = self._queues.get(place)
+        if queue is None:
+            queue = self._queues[place] = OrderedDict()
         if not queue:
             self._held.add(place)
         queue[block_id] = self._stamp
         self._num_free += 1
 
-    def _unqueue(self, block: Block) -> int:
+    def _unqueue(self, block: Block) -> Place:
         """Take a free block out of its queue; returns its place."""
         place = block.free_queue
         queue = self._queues[place]
@@ -363,25 +233,20 @@ class ReuseLearned(EvictionPolicy):
 
     def remove(self, block: Block) -> None:
         place = self._unqueue(block)
-        if place != EMPTY:  # held again while cached: a read
-            self.rates.hit(class_of(place))
+        if place.klass != EMPTY:  # held again while cached: a read
+            self.rates.hit(place.klass)
             self._weights = None
             self._is_read[block.block_id] = True
 
     def update(self, block: Block) -> None:
-        """Move a free block to the place its entries, its divergence count and whether a new
-        family wrote it now call for, last in it."""
+        """Move a free block to the place its entries now call for, last in it."""
         place = block.free_queue
-        if place is None:
-            return
-        if self.divergence is not None:
-            self._roots[block.block_id] = self._is_root(block)
-        if place != self.place(block, self._count_of(block.keys)):
+        if place is not None and place != self.place(block):
             self._unqueue(block)
             self.add(block)
 
     def take(self, num: int) -> list[Block]:
-        empty = self._queues[EMPTY]
+        empty = self._empty
         if len(empty) >= num:  # the common case: oldest empty first
             blocks, is_read = self.blocks, self._is_read
             taken = []
@@ -392,13 +257,12 @@ class ReuseLearned(EvictionPolicy):
                 is_read[block_id] = False
                 taken.append(block)
             if not empty:
-                self._held.discard(EMPTY)
+                self._held.discard(EMPTY_PLACE)
             self._num_free -= num
             return taken
         taken = [block for block, _ in zip(self._in_order(), range(num), strict=False)]
         for block in taken:
-            place = self._unqueue(block)
-            klass = class_of(place)
+            klass = self._unqueue(block).klass
             self._is_read[block.block_id] = False
             if klass != EMPTY:
                 deepest = max(block.keys, key=lambda key: self.entries[key].position)
@@ -407,100 +271,15 @@ class ReuseLearned(EvictionPolicy):
         return taken
 
     def observe(self, hashes: Sequence[BlockHash]) -> int | None:
-        """Learns from the chain; in the Mamba pool returns where the prompt branched off
-        earlier ones that went on (`Divergence.is_branch`), None elsewhere."""
+        """Learns the rates from the chain (`ReuseRates.observe`: a ghost it passes counts a
+        hit for its class); no free block moves. None: this pool knows of no branch."""
         self.rates.observe(hashes, self.entries, deepest_only=self.holds_states)
         self._weights = None
-        if self.divergence is None:
-            return None
-        diverged = self.divergence.observe(hashes)
-        if diverged is None:
-            return None
-        entry = self.entries.get(diverged.key)
-        if entry is not None:  # its state's count rose: its place may move
-            self.update(self.blocks[entry.block_id])
-        return diverged.length if diverged.is_branch else None
-
-    def admits(
-        self, key: BlockHash, reason: CheckpointReason, span: Sequence[BlockHash] = ()
-    ) -> bool:
-        """Under pressure, a `block`, `resend` or `extension` state whose prefix an earlier
-        request passed is written only when some request diverged within its `span` (it would
-        resume from it): else a deeper state serves them all, and the next request that
-        diverges there writes it. One whose prefix is new is written while its class is read
-        at least `ADMIT_RATE` of the time (`refused` learns from a refusal). Nor is a state
-        written that, freed now, would rank below the cached state it displaces
-        (`_goes_first`): asked of junction states too (refusable here alone), but not of the
-        first `block` or junction state of a new prefix, from which its family is counted.
-        A message state is asked only when the request writes the state after it (the
-        coordinator): it is written when a request diverged within its `span`; else not when
-        that state lies less than two units past it (the `resend` state past a chat's last
-        message serves every request that passes that unit), and one further below it (a
-        message the request goes on past: an earlier turn's, in a chat) whose prefix is new,
-        but not a new family's, is asked its rank as a tail state is. Interval states and pins
-        are always written."""
-        divergence = self.divergence
-        if reason not in self.REFUSABLE or divergence is None:
-            return True
-        if reason is CheckpointReason.MESSAGE:
-            if divergence.diverged_within(span):
-                return True
-            if len(span) <= 1:  # the state just past it serves every request passing it
-                return False
-            # a message the request goes on past: of a new prefix (not a new family's), it is
-            # asked its rank as a tail state is
-            if divergence.count(key) <= 1 and not divergence.is_root(key):
-                return not self._goes_first(key, reason)
-            return True
-        is_junction = reason is CheckpointReason.JUNCTION
-        if divergence.count(key) > 1:  # an earlier request passed it
-            if not is_junction and not divergence.diverged_within(span):
-                return False
-        elif is_junction:
-            return True
-        elif self.rates.rate(self._state_class(key, reason)) < ADMIT_RATE:
-            return False
-        elif reason is CheckpointReason.BLOCK:  # a new prefix's: its family is counted from it
-            return True
-        return not self._goes_first(key, reason)
-
-    def _goes_first(self, key: BlockHash, reason: CheckpointReason) -> bool:
-        """Whether a state keyed `key` for `reason`, freed now, would rank below the first
-        cached state an allocation gives up (past the empty blocks; an orphan, worth nothing,
-        never loses to it): writing it would give up a state worth more than itself. Changes
-        nothing."""
-        count = self._count_of((key,))
-        klass = self._state_class(key, reason)
-        priority = self._stamp + 1 + self._weight(counted_place(klass, count))
-        prefixes = self.prefix_entries
-        for block in self._in_order():  # it reads `_newest` afresh before the first block
-            victim = block.free_queue
-            if victim == EMPTY:
-                continue
-            if prefixes is not None and not any(k in prefixes for k in block.keys):
-                return False
-            queue = self._queues[victim]
-            stamp = next(iter(queue.values())) if victim in self._newest else queue[block.block_id]
-            return priority < stamp + self._weight(victim)
-        return False
-
-    def refused(self, key: BlockHash, reason: CheckpointReason) -> None:
-        """A state whose prefix was new, refused for its class's rate or its rank, counts as
-        given up at once: its ghost lets a later request that would have resumed from it raise
-        the class. One refused because a deeper state serves its prefix (a message state
-        too: its class holds the system prompts' states), or whose family's count ranked it
-        low, teaches nothing."""
-        if (
-            self.divergence is not None
-            and self.divergence.count(key) <= 1
-            and reason is not CheckpointReason.MESSAGE
-        ):
-            self.rates.evicted(self._state_class(key, reason), key)
-            self._weights = None
+        return None
 
     def check_invariants(self) -> None:
         num_free = 0
-        for place, queue in enumerate(self._queues):
+        for place, queue in self._queues.items():
             if bool(queue) != (place in self._held):
                 raise InvariantError(f"free place {place}: its queue and the held places disagree")
             for block_id in queue:
@@ -517,7 +296,7 @@ class ReuseLearned(EvictionPolicy):
             raise InvariantError(f"free count {self._num_free} != queued {num_free}")
         for block in self.blocks:
             place = block.free_queue
-            if place is not None and block.block_id not in self._queues[place]:
+            if place is not None and block.block_id not in self._queues.get(place, ()):
                 raise InvariantError(
                     f"block {block.block_id}: records free place {place} but is not queued there"
                 )
