@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import msgspec
 
 from client.transport import ApiError, ApiUnreachable, JsonClient, body_text
 from client.types import (
@@ -25,6 +26,7 @@ from client.types import (
     EngineOut,
     HitRateOut,
     JunctionPage,
+    JunctionPinRequest,
     PeerBlockPage,
     PeerJunctionPage,
     PeerSummary,
@@ -157,8 +159,9 @@ class ApiClient(JsonClient):
         return self.call("GET", f"/whatif/{run_id}", into=WhatIfRunOut)
 
     # ------------------------------------------------------------------ writes (token)
-    def create_pin(self, body: dict) -> PinOut:
-        return self.call("POST", "/pins", json=body, into=PinOut)
+    def create_pin(self, body: dict | JunctionPinRequest) -> PinOut:
+        """Pin a prefix: `body` is `POST /pins`' (a suggested junction's `pin_request` is one)."""
+        return self.call("POST", "/pins", json=msgspec.to_builtins(body), into=PinOut)
 
     def release_pin(self, pin_id: str) -> PinOut:
         return self.call("DELETE", f"/pins/{pin_id}", into=PinOut)

@@ -8,7 +8,7 @@ newer API are ignored."""
 
 from client.types.base import Body
 from client.types.blocks import BlockGrid, BlockOut, BlockPage, CellCounts, GridLink
-from client.types.engines import EngineDetail, EngineOut, GroupUsage, ReplicaOut
+from client.types.engines import EngineDetail, EngineOut, GroupUsage, ModelCard, ReplicaOut
 from client.types.events import BatchOut, DeadLetterOut, DeadLetterPage, EventPage
 from client.types.fleet import (
     Decision,
@@ -87,6 +87,7 @@ __all__ = [
     "JunctionPinRequest",
     "MatchStopOut",
     "MissReason",
+    "ModelCard",
     "PeerBlockOut",
     "PeerBlockPage",
     "PeerChurnOut",

@@ -10,6 +10,27 @@ from client.schema import CacheGeometry
 from client.types.base import Body
 
 
+class ModelCard(Body):
+    """What an engine's hello says of its model (its free-form `model`, `engine/model_card.py`
+    for Junction's own engines; a bridged engine sends a name and its kind): every field None
+    when it did not say."""
+
+    name: str | None = None
+    architecture: str | None = None
+    source: str | None = None  # where the weights come from
+    state_group: str | None = None  # what the `mamba` group holds: "mamba" or "linear"
+    kind: str | None = None  # a bridged engine's: "vllm", "sglang"
+
+    @classmethod
+    def of(cls, model: object) -> ModelCard:
+        """The card of a hello's `model`: the fields it names as text; the rest, and anything
+        that is not an object, None."""
+        if not isinstance(model, dict):
+            return cls()
+        known = {k: v for k, v in model.items() if k in cls.__struct_fields__}
+        return cls(**{k: v for k, v in known.items() if isinstance(v, str)})
+
+
 class EngineOut(Body):
     engine_id: str
     epoch: int
@@ -23,6 +44,11 @@ class EngineOut(Body):
     num_batches_dropped: int  # event batches its outbox gave up for a snapshot (this epoch)
     num_requests_dropped: int  # finished requests it gave up: past its outbox's limits
     last_drop: str | None  # why, the last time it gave up requests
+
+    @property
+    def card(self) -> ModelCard:
+        """`model` read as a `ModelCard`."""
+        return ModelCard.of(self.model)
 
 
 class GroupUsage(Body):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import BenchmarkRunOut
+
 COLUMNS = [
     "mode",
     "num_requests",
@@ -22,10 +24,10 @@ COLUMNS = [
 ]
 
 
-def modes_frame(run: dict) -> pd.DataFrame:
+def modes_frame(run: BenchmarkRunOut) -> pd.DataFrame:
     """One row per mode of a finished run, TTFTs in milliseconds."""
     rows = []
-    for mode in (run.get("results") or {}).get("modes", []):
+    for mode in (run.results or {}).get("modes", []):
         rows.append(
             {
                 **{name: mode.get(name) for name in COLUMNS},
