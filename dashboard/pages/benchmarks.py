@@ -1,12 +1,10 @@
 """Benchmarks: the runs queued through the form or `POST /benchmarks` (never a `junction
 bench` on the command line) and, for a finished one, hit rate and TTFT by mode against the
-oracle; the form (`dashboard.benchmark_panel`) enqueues a run with the write token the operator
-entered in the sidebar (disabled until they do)."""
+oracle; the form (`dashboard.forms.benchmark_panel`) enqueues a run with the write token the
+operator entered in the sidebar (disabled until they do)."""
 
 import streamlit as st
 
-from dashboard.benchmark_form import runs_frame
-from dashboard.benchmark_panel import NOT_RECORDED, enqueue_form
 from dashboard.connection import api_client, api_errors, write_token_field
 from dashboard.figures.benchmarks import (
     hit_rate_by_mode_figure,
@@ -14,6 +12,8 @@ from dashboard.figures.benchmarks import (
     modes_table,
     ttft_by_mode_figure,
 )
+from dashboard.forms.benchmark import runs_frame
+from dashboard.forms.benchmark_panel import NOT_RECORDED, enqueue_form
 from dashboard.live import live
 
 st.title("Benchmarks")

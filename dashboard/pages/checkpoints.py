@@ -15,8 +15,8 @@ from dashboard.connection import (
 )
 from dashboard.live import live
 from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, kind_name
-from dashboard.pin_cards import junction_card, pin_card
-from dashboard.pin_text import (
+from dashboard.pins.cards import junction_card, pin_card
+from dashboard.pins.text import (
     AS_SYSTEM,
     AS_TEXT,
     FELL_SHORT,
@@ -24,7 +24,7 @@ from dashboard.pin_text import (
     pins_frame,
     prefix_body,
 )
-from dashboard.pin_writes import act, notify, show_notice
+from dashboard.pins.writes import act, notify, show_notice
 
 st.title("Checkpoints")
 write_token_field()

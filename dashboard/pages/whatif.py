@@ -27,10 +27,7 @@ from dashboard.figures.whatif import (
     results_frame,
     settings_text,
 )
-from dashboard.live import live
-from dashboard.notice import notify, show_notice
-from dashboard.peers import is_peer
-from dashboard.whatif_form import (
+from dashboard.forms.whatif import (
     BLOCK_SIZES,
     DEFAULT_MEMORY,
     MAMBA_BLOCK_SIZES,
@@ -42,6 +39,9 @@ from dashboard.whatif_form import (
     offered,
     parse_extra,
 )
+from dashboard.live import live
+from dashboard.notice import notify, show_notice
+from dashboard.peers import is_peer
 
 NOTICE = "whatif_notice"
 CHOSEN = "whatif_run"

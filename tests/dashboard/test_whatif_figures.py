@@ -14,7 +14,7 @@ from dashboard.figures.whatif import (
     results_frame,
     settings_text,
 )
-from dashboard.whatif_form import Choices, build_settings, memory_setting, offered, parse_extra
+from dashboard.forms.whatif import Choices, build_settings, memory_setting, offered, parse_extra
 
 RAN = {"num_blocks": 100, "num_mamba_blocks": 20, "eviction": "reuse", "block_size": 16}
 

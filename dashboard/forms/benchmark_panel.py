@@ -12,7 +12,8 @@ import streamlit as st
 from client.rest import ApiClient
 from client.schema import MODES
 from client.transport import ApiError
-from dashboard.benchmark_form import (
+from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, write_client
+from dashboard.forms.benchmark import (
     LONG_RUN_REPLAYS,
     QUICK,
     QUICK_NAME,
@@ -23,7 +24,6 @@ from dashboard.benchmark_form import (
     estimate,
     presets,
 )
-from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, write_client
 from dashboard.notice import notify, show_notice
 
 NOTICE = "benchmarks_notice"

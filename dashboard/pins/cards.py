@@ -1,6 +1,6 @@
 """The Checkpoints page's cards: an active pin with its state on each engine and an unpin
 button, and a suggested junction with what a pin there would have saved and a pin button.
-Their buttons write with the session's write token (`dashboard.pin_writes`); without one they
+Their buttons write with the session's write token (`dashboard.pins.writes`); without one they
 are disabled, and a junction's prefix text is not shown (the dashboard reads with the read
 token behind the scenes, so any visitor could otherwise read prompts)."""
 
@@ -10,8 +10,8 @@ import streamlit as st
 
 from client.rest import ApiClient
 from client.types import JunctionOut, PinOut
-from dashboard.pin_text import FELL_SHORT, PREVIEW_CHARS, token_preview
-from dashboard.pin_writes import act
+from dashboard.pins.text import FELL_SHORT, PREVIEW_CHARS, token_preview
+from dashboard.pins.writes import act
 
 NO_TOKEN_NO_TEXT = (
     "Its text shows once the write token is entered in the sidebar: the dashboard shows no "
