@@ -52,9 +52,22 @@ from client.types.requests import (
     RequestOut,
     RequestPage,
 )
-from client.types.runs import BenchmarkRunOut, BenchmarkRunPage, WhatIfRunOut, WhatIfRunPage
+from client.types.runs import (
+    BenchmarkResults,
+    BenchmarkRunOut,
+    BenchmarkRunPage,
+    ModeResult,
+    SettingOutcome,
+    WhatIfReport,
+    WhatIfRunOut,
+    WhatIfRunPage,
+)
 
 __all__ = [
+    "WhatIfReport",
+    "SettingOutcome",
+    "ModeResult",
+    "BenchmarkResults",
     "EventPage",
     "DeadLetterPage",
     "DeadLetterOut",

@@ -102,7 +102,7 @@ def runs_frame(runs: list[BenchmarkRunOut]) -> pd.DataFrame:
             "status": run.status,
             "progress": run.progress or 0.0,
             "message": run.progress_message or run.error or "",
-            "modes": ", ".join(run.spec.get("modes", [])),
+            "modes": ", ".join(run.spec_modes),
             "created": run.created_at,
             "finished": run.finished_at,
         }

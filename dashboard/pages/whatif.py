@@ -153,7 +153,7 @@ def show_run(run: WhatIfRunOut) -> None:
     if run.status == "failed":
         st.error(f"What-if #{run.id} failed: {run.error}")
         return
-    report = run.result or {}
+    report = run.report
     st.markdown(f"**{agreement_text(report)}**")
     frame = results_frame(report)
     if curve_families(frame):

@@ -19,9 +19,9 @@ def test_every_read_decodes_a_real_body(stack: Stack) -> None:
     assert REPLAY_ENGINE in [e.engine_id for e in engines]
     detail = api.engine(REPLAY_ENGINE)
     assert isinstance(detail, EngineDetail) and detail.cache["attention"].num_blocks == 320
-    assert msgspec.to_builtins(detail.geometry) == stack.get(f"/engines/{REPLAY_ENGINE}")[
-        "geometry"
-    ]
+    assert (
+        msgspec.to_builtins(detail.geometry) == stack.get(f"/engines/{REPLAY_ENGINE}")["geometry"]
+    )
     page = api.requests(REPLAY_ENGINE, limit=5)
     assert page.total >= len(stack.outputs) - 1 and len(page.requests) == 5  # less the pin line
     request = api.request(REPLAY_ENGINE, page.requests[0].request_id)
