@@ -23,8 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from client.rest import ApiClient, ApiError
 from client.settings import DEFAULT_URL, ControlPlaneSettings
+from client.types import PinOut
 
 EXIT_REFUSED = 2
 EXIT_FAILED = 1
@@ -109,12 +112,12 @@ def cmd_pin(args: argparse.Namespace) -> int:
     except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
-        show(json.dumps(pin, indent=2))
+        show(as_json(pin))
         return 0
-    boundary = ", ".join(f"{e} {b}" for e, b in pin["boundary"].items()) or "no engine yet"
+    boundary = ", ".join(f"{e} {b}" for e, b in pin.boundary.items()) or "no engine yet"
     show(
-        f"pinned {pin['pin_id']} ({pin['label']}): {pin['num_tokens']} tokens, "
-        f"boundary {boundary}; {pin['state']}"
+        f"pinned {pin.pin_id} ({pin.label}): {pin.num_tokens} tokens, "
+        f"boundary {boundary}; {pin.state}"
     )
     return 0
 
@@ -125,9 +128,9 @@ def cmd_unpin(args: argparse.Namespace) -> int:
     except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
-        show(json.dumps(pin, indent=2))
+        show(as_json(pin))
     else:
-        show(f"released {pin['pin_id']} ({pin['label']})")
+        show(f"released {pin.pin_id} ({pin.label})")
     return 0
 
 
@@ -137,7 +140,7 @@ def cmd_pins(args: argparse.Namespace) -> int:
     except (CliError, ApiError) as exc:
         return fail(args, exc)
     if args.json:
-        show(json.dumps(pins, indent=2))
+        show(as_json(pins))
     else:
         show(pins_table(pins) if pins else "no pins")
     return 0
@@ -209,38 +212,43 @@ def fail(args: argparse.Namespace, error: CliError | ApiError) -> int:
     return EXIT_REFUSED if is_refused else EXIT_FAILED
 
 
-def pins_table(pins: list[dict]) -> str:
+def as_json(body: PinOut | list[PinOut]) -> str:
+    """The API's answer as `--json` prints it: its JSON, indented."""
+    return json.dumps(msgspec.to_builtins(body), indent=2)
+
+
+def pins_table(pins: list[PinOut]) -> str:
     """One line a pin, then one a target engine: its boundary, state (and why, when failed),
     the requests that hit the pin there and the tokens they saved."""
     headers = ["PIN", "LABEL", "TOKENS", "PRIORITY", "STATE", "HITS", "SAVED", "REASON"]
     rows: list[list[str]] = []
     for pin in pins:
-        label = pin["label"] if len(pin["label"]) <= 24 else pin["label"][:23] + "…"
-        targets = "all" if pin["targets"] == "all" else "list"
+        label = pin.label if len(pin.label) <= 24 else pin.label[:23] + "…"
+        targets = "all" if pin.targets == "all" else "list"
         rows.append(
             [
-                pin["pin_id"],
-                f"{label} ({pin['origin']}, {targets})" if pin["origin"] != "api" else label,
-                str(pin["num_tokens"]),
-                str(pin["priority"]),
-                pin["state"],
-                str(pin["num_hits"]),
-                str(pin["tokens_saved"]),
+                pin.pin_id,
+                f"{label} ({pin.origin}, {targets})" if pin.origin != "api" else label,
+                str(pin.num_tokens),
+                str(pin.priority),
+                pin.state,
+                str(pin.num_hits),
+                str(pin.tokens_saved),
                 "",
             ]
         )
-        for target in pin["engines"]:
-            boundary = "?" if target["boundary"] is None else str(target["boundary"])
+        for target in pin.engines:
+            boundary = "?" if target.boundary is None else str(target.boundary)
             rows.append(
                 [
-                    f"  {target['engine_id']}",
+                    f"  {target.engine_id}",
                     f"boundary {boundary}",
                     "",
                     "",
-                    target["state"],
-                    str(target["num_hits"]),
-                    str(target["tokens_saved"]),
-                    target["reason"] or "",
+                    target.state,
+                    str(target.num_hits),
+                    str(target.tokens_saved),
+                    target.reason or "",
                 ]
             )
     widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]

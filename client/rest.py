@@ -1,6 +1,8 @@
 """The control plane's REST API as its clients use it (the pins CLI, the dashboard): its reads
 and writes under `/api/v1`, over the JSON transport `client.transport` gives every REST client.
 
+Each read returns its answer as the struct `client.types` names for it (`engines()` a list of
+`EngineOut`, `hit_rate()` a `HitRateOut`, ...), its fields as the API's model has them.
 Every failure is an `ApiError` (`ApiUnreachable` when nothing answered) whose `reason` is the
 API's own account of the problem (`error_detail`: FastAPI's `detail`, a message or pydantic's
 validation errors). Where the API is and the token to send are the caller's; `client.settings`
@@ -12,8 +14,29 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import msgspec
 
 from client.transport import ApiError, ApiUnreachable, JsonClient, body_text
+from client.types import (
+    AttributionOut,
+    BenchmarkRunOut,
+    BenchmarkRunPage,
+    BlockGrid,
+    EngineDetail,
+    EngineOut,
+    HitRateOut,
+    JunctionPage,
+    JunctionPinRequest,
+    PeerBlockPage,
+    PeerJunctionPage,
+    PeerSummary,
+    PeerTreeOut,
+    PinOut,
+    RequestOut,
+    RequestPage,
+    WhatIfRunOut,
+    WhatIfRunPage,
+)
 
 #: `ApiError` and `ApiUnreachable` are the transport's: every call of the client raises them.
 __all__ = ["API_PREFIX", "ApiClient", "ApiError", "ApiUnreachable", "error_detail"]
@@ -30,23 +53,26 @@ class ApiClient(JsonClient):
     prefix = API_PREFIX
 
     # ------------------------------------------------------------------ reads
-    def engines(self) -> list[dict]:
-        return self.call("GET", "/engines")
+    def engines(self) -> list[EngineOut]:
+        return self.call("GET", "/engines", into=list[EngineOut])
 
-    def engine(self, engine_id: str) -> dict:
-        return self.call("GET", f"/engines/{engine_id}")
+    def engine(self, engine_id: str) -> EngineDetail:
+        return self.call("GET", f"/engines/{engine_id}", into=EngineDetail)
 
-    def hit_rate(self, engine_id: str, since: float | None = None) -> dict:
-        return self.call("GET", f"/engines/{engine_id}/hit-rate", params={"since": since})
+    def hit_rate(self, engine_id: str, since: float | None = None) -> HitRateOut:
+        path = f"/engines/{engine_id}/hit-rate"
+        return self.call("GET", path, params={"since": since}, into=HitRateOut)
 
-    def attribution(self, engine_id: str, since: float | None = None) -> dict:
-        return self.call("GET", f"/engines/{engine_id}/attribution", params={"since": since})
+    def attribution(self, engine_id: str, since: float | None = None) -> AttributionOut:
+        path = f"/engines/{engine_id}/attribution"
+        return self.call("GET", path, params={"since": since}, into=AttributionOut)
 
-    def requests(self, engine_id: str, limit: int = 100) -> dict:
-        return self.call("GET", f"/engines/{engine_id}/requests", params={"limit": limit})
+    def requests(self, engine_id: str, limit: int = 100) -> RequestPage:
+        path = f"/engines/{engine_id}/requests"
+        return self.call("GET", path, params={"limit": limit}, into=RequestPage)
 
-    def request(self, engine_id: str, request_id: str) -> dict:
-        return self.call("GET", f"/engines/{engine_id}/requests/{request_id}")
+    def request(self, engine_id: str, request_id: str) -> RequestOut:
+        return self.call("GET", f"/engines/{engine_id}/requests/{request_id}", into=RequestOut)
 
     def block_grid(
         self,
@@ -56,10 +82,10 @@ class ApiClient(JsonClient):
         stop: int | None = None,
         keys: bool = False,
         max_cells: int | None = None,
-    ) -> dict:
+    ) -> BlockGrid:
         params = {"group": group, "start": start, "stop": stop, "keys": keys}
         params["max_cells"] = max_cells
-        return self.call("GET", f"/engines/{engine_id}/blocks/grid", params=params)
+        return self.call("GET", f"/engines/{engine_id}/blocks/grid", params=params, into=BlockGrid)
 
     def peer_blocks(
         self,
@@ -69,17 +95,19 @@ class ApiClient(JsonClient):
         medium: str | None = None,
         limit: int = 1000,
         offset: int = 0,
-    ) -> dict:
-        """One page of an engine's hash-keyed blocks: `{"total", "blocks": [...]}`."""
+    ) -> PeerBlockPage:
+        """One page of an engine's hash-keyed blocks: `total` and the page's `blocks`."""
         params = {"rank": rank, "group": group, "medium": medium}
         params |= {"limit": limit, "offset": offset}
-        return self.call("GET", f"/engines/{engine_id}/peer-blocks", params=params)
+        path = f"/engines/{engine_id}/peer-blocks"
+        return self.call("GET", path, params=params, into=PeerBlockPage)
 
-    def peer_summary(self, engine_id: str, window_s: float | None = None) -> dict:
+    def peer_summary(self, engine_id: str, window_s: float | None = None) -> PeerSummary:
         """An engine's hash-keyed cache by group and medium, and its last `window_s` seconds
         of churn, metric samples, hit rate and resyncs."""
         params = {"window_s": window_s}
-        return self.call("GET", f"/engines/{engine_id}/peer-summary", params=params)
+        path = f"/engines/{engine_id}/peer-summary"
+        return self.call("GET", path, params=params, into=PeerSummary)
 
     # the prefix views of a hash-keyed cache (`api.routes.peers.views`)
     def peer_tree(
@@ -88,61 +116,68 @@ class ApiClient(JsonClient):
         rank: int | None = None,
         group: str = "attention",
         max_nodes: int = 200,
-    ) -> dict:
+    ) -> PeerTreeOut:
         """`group`'s cached prefixes as a radix tree (Mamba states marked on the attention's)."""
         params = {"rank": rank, "group": group, "max_nodes": max_nodes}
-        return self.call("GET", f"/engines/{engine_id}/peer-tree", params=params)
+        return self.call("GET", f"/engines/{engine_id}/peer-tree", params=params, into=PeerTreeOut)
 
     def peer_suggested_junctions(
         self, engine_id: str, rank: int | None = None, limit: int = 20
-    ) -> dict:
+    ) -> PeerJunctionPage:
         """The branch points worth a Mamba state, with what would keep one (not the
         request-based `suggested_junctions` of Junction's own engines)."""
         params = {"rank": rank, "limit": limit}
-        return self.call("GET", f"/engines/{engine_id}/suggested-junctions", params=params)
+        path = f"/engines/{engine_id}/suggested-junctions"
+        return self.call("GET", path, params=params, into=PeerJunctionPage)
 
-    def pins(self, state: str | None = None, engine_id: str | None = None) -> list[dict]:
-        return self.call("GET", "/pins", params={"state": state, "engine_id": engine_id})
+    def pins(self, state: str | None = None, engine_id: str | None = None) -> list[PinOut]:
+        params = {"state": state, "engine_id": engine_id}
+        return self.call("GET", "/pins", params=params, into=list[PinOut])
 
-    def suggested_junctions(self, limit: int = 20) -> dict:
-        return self.call("GET", "/junctions/suggested", params={"limit": limit})
+    def suggested_junctions(self, limit: int = 20) -> JunctionPage:
+        return self.call("GET", "/junctions/suggested", params={"limit": limit}, into=JunctionPage)
 
-    def benchmarks(self, limit: int = 50) -> dict:
-        return self.call("GET", "/benchmarks", params={"limit": limit})
+    def benchmarks(self, limit: int = 50) -> BenchmarkRunPage:
+        return self.call("GET", "/benchmarks", params={"limit": limit}, into=BenchmarkRunPage)
 
-    def benchmark(self, run_id: int) -> dict:
-        return self.call("GET", f"/benchmarks/{run_id}")
+    def benchmark(self, run_id: int) -> BenchmarkRunOut:
+        return self.call("GET", f"/benchmarks/{run_id}", into=BenchmarkRunOut)
 
-    def benchmark_suite(self) -> list[dict]:
+    def benchmark_suite(self) -> list[dict[str, Any]]:
         """The standard suite's specs (defaults filled in): the presets of a run's form."""
-        return self.call("GET", "/benchmarks/suite")
+        return self.call("GET", "/benchmarks/suite", into=list[dict[str, Any]])
 
-    def whatif_runs(self, engine_id: str, limit: int = 50, status: str | None = None) -> dict:
-        """An engine's what-if runs, newest first: `{"total", "offset", "limit", "runs"}`."""
+    def whatif_runs(
+        self, engine_id: str, limit: int = 50, status: str | None = None
+    ) -> WhatIfRunPage:
+        """An engine's what-if runs, newest first."""
         params = {"limit": limit, "status": status}
-        return self.call("GET", f"/engines/{engine_id}/whatif", params=params)
+        return self.call("GET", f"/engines/{engine_id}/whatif", params=params, into=WhatIfRunPage)
 
-    def whatif(self, run_id: int) -> dict:
+    def whatif(self, run_id: int) -> WhatIfRunOut:
         """One what-if run: status, progress and, once done, its report (`result`)."""
-        return self.call("GET", f"/whatif/{run_id}")
+        return self.call("GET", f"/whatif/{run_id}", into=WhatIfRunOut)
 
     # ------------------------------------------------------------------ writes (token)
-    def create_pin(self, body: dict) -> dict:
-        return self.call("POST", "/pins", json=body)
+    def create_pin(self, body: dict | JunctionPinRequest) -> PinOut:
+        """Pin a prefix: `body` is `POST /pins`' (a suggested junction's `pin_request` is one)."""
+        return self.call("POST", "/pins", json=msgspec.to_builtins(body), into=PinOut)
 
-    def release_pin(self, pin_id: str) -> dict:
-        return self.call("DELETE", f"/pins/{pin_id}")
+    def release_pin(self, pin_id: str) -> PinOut:
+        return self.call("DELETE", f"/pins/{pin_id}", into=PinOut)
 
-    def create_benchmark(self, spec: dict) -> dict:
-        return self.call("POST", "/benchmarks", json=spec)
+    def create_benchmark(self, spec: dict) -> BenchmarkRunOut:
+        return self.call("POST", "/benchmarks", json=spec, into=BenchmarkRunOut)
 
-    def create_whatif(self, engine_id: str, settings: list[dict], epoch: int | None = None) -> dict:
+    def create_whatif(
+        self, engine_id: str, settings: list[dict], epoch: int | None = None
+    ) -> WhatIfRunOut:
         """Queue a replay of the engine's recorded requests under each of `settings` (the
         fields each changes from what ran); the queued run."""
         body: dict = {"settings": settings}
         if epoch is not None:
             body["epoch"] = epoch
-        return self.call("POST", f"/engines/{engine_id}/whatif", json=body)
+        return self.call("POST", f"/engines/{engine_id}/whatif", json=body, into=WhatIfRunOut)
 
     def error_reason(self, response: httpx.Response) -> str:
         return error_detail(response)

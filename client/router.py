@@ -12,6 +12,7 @@ from __future__ import annotations
 import httpx
 
 from client.transport import JsonClient, body_text
+from client.types import Decision, DecisionPage, FleetView
 
 
 class RouterClient(JsonClient):
@@ -19,17 +20,18 @@ class RouterClient(JsonClient):
 
     service = "the router"
 
-    def fleet(self) -> dict:
+    def fleet(self) -> FleetView:
         """Each engine's state, keys, load and share; the policy and its agreement."""
-        return self.call("GET", "/fleet")
+        return self.call("GET", "/fleet", into=FleetView)
 
-    def decisions(self, limit: int = 100) -> list[dict]:
+    def decisions(self, limit: int = 100) -> list[Decision]:
         """The latest routing decisions (at most 1000), newest first."""
-        return self.call("GET", "/fleet/decisions", params={"limit": limit})["decisions"]
+        params = {"limit": limit}
+        return self.call("GET", "/fleet/decisions", params=params, into=DecisionPage).decisions
 
-    def decision(self, request_id: str) -> dict:
+    def decision(self, request_id: str) -> Decision:
         """One decision, by the router's id or the engine's completion id."""
-        return self.call("GET", f"/fleet/decisions/{request_id}")
+        return self.call("GET", f"/fleet/decisions/{request_id}", into=Decision)
 
     def error_reason(self, response: httpx.Response) -> str:
         """The router's OpenAI-style `error.message`, else the body's text."""

@@ -3,7 +3,8 @@ a timeout, and every failure an `ApiError` that says what went wrong.
 
 `ApiUnreachable` when nothing answered at the base URL (refused, timed out, a broken
 connection); an `ApiError` with the HTTP status and the service's own account of the problem
-for any answer but a 2xx. `JsonClient` is the transport the control plane's client
+for any answer but a 2xx, or for a 2xx whose body does not fit the struct it should be
+(`client.types`). `JsonClient` is the transport the control plane's client
 (`client.rest`) and the router's (`client.router`) share: each names its service, the prefix
 its paths sit under, and how its answers say what was wrong.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import msgspec
 
 
 class ApiError(Exception):
@@ -47,8 +49,9 @@ class JsonClient:
         self.token = token
         self.timeout_s = timeout_s
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The JSON answer of `method path` under `prefix` (None for an empty one); query
+    def call(self, method: str, path: str, *, into: Any = None, **kwargs: Any) -> Any:
+        """The JSON answer of `method path` under `prefix` (None for an empty one), decoded
+        `into` that type when one is given (a `client.types` struct, a list of them); query
         `params` that are None are left out. Raises `ApiError` saying why not."""
         url = f"{self.base_url}{self.prefix}{path}"
         if "params" in kwargs:
@@ -68,7 +71,14 @@ class JsonClient:
             reason = self.error_reason(response)
             message = f"{method} {path}: HTTP {response.status_code}: {reason}"
             raise ApiError(message, **where, status=response.status_code, reason=reason)
-        return response.json() if response.content else None
+        if into is None:
+            return response.json() if response.content else None
+        try:
+            return msgspec.json.decode(response.content, type=into)
+        except msgspec.DecodeError as exc:  # a ValidationError too: the field that did not fit
+            reason = f"the answer is not the body the client knows: {exc}"
+            message = f"{method} {path}: {reason}"
+            raise ApiError(message, **where, status=response.status_code, reason=reason) from exc
 
     def error_reason(self, response: httpx.Response) -> str:
         """What a failed answer says was wrong; here its text (or the status's reason phrase),

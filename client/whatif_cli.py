@@ -114,35 +114,32 @@ def _remote(args: argparse.Namespace, settings: list[dict]) -> int:
     if not settings:
         settings = _remote_defaults(api, args.engine)
     run = api.create_whatif(args.engine, settings, args.epoch)
-    bar = tqdm(total=1, unit="req", desc=f"what-if {run['id']}", disable=args.quiet or None)
-    while run["status"] in ("queued", "running"):
+    bar = tqdm(total=1, unit="req", desc=f"what-if {run.id}", disable=args.quiet or None)
+    while run.status in ("queued", "running"):
         time.sleep(POLL_S)
-        run = api.whatif(run["id"])
-        bar.total = max(run.get("progress_total") or 1, 1)
-        bar.n = run.get("progress_done") or 0
+        run = api.whatif(run.id)
+        bar.total = max(run.progress_total or 1, 1)
+        bar.n = run.progress_done or 0
         bar.refresh()
     bar.close()
-    if run["status"] != "done":
-        print(
-            f"junction whatif: run {run['id']} {run['status']}: {run.get('error')}", file=sys.stderr
-        )
+    if run.status != "done":
+        print(f"junction whatif: run {run.id} {run.status}: {run.error}", file=sys.stderr)
         return EXIT_FAILED
     Console(width=None if sys.stdout.isatty() else 132).print(
-        report_table(report_from_dict(run["result"]))
+        report_table(report_from_dict(run.result))
     )
     if args.json:
         from engine.replay import write_atomically
 
-        write_atomically(args.json, [json.dumps(run["result"]) + "\n"])
+        write_atomically(args.json, [json.dumps(run.result) + "\n"])
     return 0
 
 
 def _remote_defaults(api, engine_id: str) -> list[dict]:
     """The standard settings (`engine.whatif.cli.default_settings`) for the engine's pools."""
-    from engine.geometry import CacheGeometry
     from engine.whatif.cli import default_settings
 
-    geometry = CacheGeometry.from_json(api.engine(engine_id).get("geometry"))
+    geometry = api.engine(engine_id).geometry
     num_blocks = geometry.group_num_blocks("attention") or 4096
     num_states = geometry.group_num_blocks("mamba") or num_blocks
     return default_settings(geometry.eviction or "reuse", num_blocks, num_states)

@@ -7,6 +7,9 @@ their failures show.
 It never writes with a token of its own: a visitor who may write enters the write token in
 the sidebar (kept in their session only), and until then the pin and benchmark controls are
 disabled.
+
+The pages hold no client of their own: each reads through `api_client()` and writes through
+`write_client()` where it needs one, and shows a failure through `api_errors()`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import streamlit as st
 from client.rest import ApiClient
 from client.settings import ControlPlaneSettings
 from client.transport import ApiError, ApiUnreachable
+from client.types import EngineOut
 from dashboard.model_view import engine_label
 
 START_ENGINE = (
@@ -34,12 +38,12 @@ NO_TOKEN = (
 )
 
 
-def connection_state(engine: dict) -> str:
+def connection_state(engine: EngineOut) -> str:
     """An engine's socket as its heading says it: `connected (replica R)`, naming the control
     plane replica that holds it (`GET /engines`' `replica_id`), or `disconnected`."""
-    if not engine.get("connected"):
+    if not engine.connected:
         return "disconnected"
-    replica = engine.get("replica_id")
+    replica = engine.replica_id
     return f"connected (replica {replica})" if replica else "connected"
 
 
@@ -52,18 +56,31 @@ NEEDS_WRITE_TOKEN = (
 
 
 def api_client() -> ApiClient:
-    """The client the pages read with; without a token, says which to set and stops the run."""
+    """The client the pages read with, from the settings of this run; without a token, says
+    which to set and stops the run."""
     current = ControlPlaneSettings()
     token = current.reader_token
     if token is None:
         st.error(NO_TOKEN.format(url=current.url))
         st.stop()
-    return ApiClient(current.url, token)
+    return _client(current.url, token)
 
 
 def write_client() -> ApiClient | None:
-    """The sidebar's field for the write token, and a client that writes with what was
-    entered there this session; None until something is."""
+    """A client that writes with the write token entered in the sidebar this session
+    (`write_token_field`); None until one is."""
+    token = st.session_state.get(WRITE_TOKEN, "").strip()
+    return _client(ControlPlaneSettings().url, token) if token else None
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _client(url: str, token: str) -> ApiClient:
+    # a client holds only where it calls and the token it sends: one per pair serves every run
+    return ApiClient(url, token)
+
+
+def write_token_field() -> None:
+    """The sidebar's field for the write token (once a page, before `write_client`)."""
     st.session_state[WRITE_TOKEN_FIELD] = st.session_state.get(WRITE_TOKEN, "")
     st.sidebar.text_input(
         "Write token",
@@ -72,8 +89,6 @@ def write_client() -> ApiClient | None:
         on_change=_keep_write_token,
         help="JUNCTION_API_TOKEN, to pin, unpin and queue runs; kept in this session only",
     )
-    token = st.session_state.get(WRITE_TOKEN, "").strip()
-    return ApiClient(ControlPlaneSettings().url, token) if token else None
 
 
 def _keep_write_token() -> None:
@@ -82,8 +97,9 @@ def _keep_write_token() -> None:
 
 
 @contextmanager
-def api_errors(client: ApiClient) -> Iterator[None]:
+def api_errors() -> Iterator[None]:
     """Show a failed API call as an error naming the URL tried, not a traceback."""
+    url = ControlPlaneSettings().url
     try:
         yield
     except ApiUnreachable as exc:
@@ -91,22 +107,22 @@ def api_errors(client: ApiClient) -> Iterator[None]:
             f"Cannot reach the control plane at {exc.url}: {exc.reason}\n\n"
             f"Start it with `junction api`, or point the dashboard at it: "
             f"`junction dashboard --api-url URL` (or `JUNCTION_CONTROL_PLANE_URL`; "
-            f"now {client.base_url})."
+            f"now {url})."
         )
     except ApiError as exc:
         hint = ""
         if exc.status == 401:
             hint = " (the dashboard's JUNCTION_READ_TOKEN or JUNCTION_API_TOKEN is not the API's)"
-        st.error(f"The control plane at {client.base_url} refused a request: {exc}{hint}")
+        st.error(f"The control plane at {url} refused a request: {exc}{hint}")
 
 
-def pick_engine(engines: list[dict], key: str) -> dict | None:
+def pick_engine(engines: list[EngineOut], key: str) -> EngineOut | None:
     """A select box of the engines (connected ones first, or the `?engine=` of the URL);
     None when there are none."""
     if not engines:
         return None
-    ordered = sorted(engines, key=lambda e: (not e["connected"], e["engine_id"]))
-    by_id = {e["engine_id"]: e for e in ordered}
+    ordered = sorted(engines, key=lambda e: (not e.connected, e.engine_id))
+    by_id = {e.engine_id: e for e in ordered}
     wanted = st.query_params.get("engine")
     chosen = st.selectbox(
         "Engine",

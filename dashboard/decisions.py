@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from client.types import Decision
 from dashboard.figures.fleet import engine_label
 
 #: Why the policy chose the engine it chose, by the decision's `reason`.
@@ -23,38 +24,38 @@ SCORES = {
 }
 
 
-def decisions_frame(decisions: list[dict]) -> pd.DataFrame:
+def decisions_frame(decisions: list[Decision]) -> pd.DataFrame:
     rows = [
         {
-            "request": d["request_id"],
-            "engine request": d["engine_request_id"],
-            "engine": engine_label(d["engine_id"], d["url"]),
-            "reason": d["reason"],
-            "prompt tokens": d["num_prompt_tokens"],
-            "predicted hit": d["predicted_hit"],
-            "realised hit": d["realised_hit"],
-            "status": d["status"],
+            "request": d.request_id,
+            "engine request": d.engine_request_id,
+            "engine": engine_label(d.engine_id, d.url),
+            "reason": d.reason,
+            "prompt tokens": d.num_prompt_tokens,
+            "predicted hit": d.predicted_hit,
+            "realised hit": d.realised_hit,
+            "status": d.status,
         }
         for d in decisions
     ]
     return pd.DataFrame(rows).astype({"realised hit": "Int64"})
 
 
-def decision_text(d: dict) -> str:
-    base, _, failure = d["reason"].partition("; failed: ")
+def decision_text(d: Decision) -> str:
+    base, _, failure = d.reason.partition("; failed: ")
     why = REASONS.get(base, base)
-    realised = "not yet known" if d["realised_hit"] is None else f"{d['realised_hit']:,}"
+    realised = "not yet known" if d.realised_hit is None else f"{d.realised_hit:,}"
     text = (
-        f"**{d['request_id']}** ({d['num_prompt_tokens']:,} prompt tokens of `{d['model']}`) "
-        f"went to **{engine_label(d['engine_id'], d['url'])}** ({d['url']}) under the "
-        f"`{d['policy']}` policy, reason **{base}**: {why}. Predicted hit "
-        f"{d['predicted_hit']:,}, realised {realised} ({d['status']}); routed in "
-        f"{d['route_s'] * 1000:.2f} ms."
+        f"**{d.request_id}** ({d.num_prompt_tokens:,} prompt tokens of `{d.model}`) "
+        f"went to **{engine_label(d.engine_id, d.url)}** ({d.url}) under the "
+        f"`{d.policy}` policy, reason **{base}**: {why}. Predicted hit "
+        f"{d.predicted_hit:,}, realised {realised} ({d.status}); routed in "
+        f"{d.route_s * 1000:.2f} ms."
     )
-    if d["engine_request_id"]:
-        text += f" The engine's id: `{d['engine_request_id']}`."
-    if d["failed_over_from"]:
-        text += f" Refused first by {', '.join(d['failed_over_from'])}."
+    if d.engine_request_id:
+        text += f" The engine's id: `{d.engine_request_id}`."
+    if d.failed_over_from:
+        text += f" Refused first by {', '.join(d.failed_over_from)}."
     if failure:
         text += f" It then failed: {failure}."
     return text

@@ -9,17 +9,18 @@ stored name beside it so that it can be found in the REST API.
 from __future__ import annotations
 
 from client.schema import STATE_LAYERS
-from dashboard.model_view import model_of
+from client.types import EngineOut
+from dashboard.model_view import card_of
 
 __all__ = ["STATE_LAYERS", "group_label", "state_kind"]
 
 
-def state_kind(engine: dict | None) -> str:
+def state_kind(engine: EngineOut | None) -> str:
     """ "mamba" or "linear": what the engine's state group holds (built-in engines: mamba)."""
-    return model_of(engine).get("state_group") or "mamba"
+    return card_of(engine).state_group or "mamba"
 
 
-def group_label(engine: dict | None, group: str) -> str:
+def group_label(engine: EngineOut | None, group: str) -> str:
     """`group` as the engine's pages show it: `linear (mamba)` for a Gated DeltaNet model."""
     kind = state_kind(engine)
     if group != "mamba" or kind == "mamba":

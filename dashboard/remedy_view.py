@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from client.types import PeerJunctionOut
 from dashboard.figures.reasons import REASONS
 from dashboard.figures.remedies import Remedy
 
@@ -35,19 +36,19 @@ def remedy_cards(remedies: list[Remedy], scope: str, num_columns: int = 2) -> No
 ENGINE_NAMES = {"junction": "Junction", "vllm": "vLLM", "sglang": "SGLang"}
 
 
-def peer_junction_cards(junctions: list[dict], num_columns: int = 2) -> None:
+def peer_junction_cards(junctions: list[PeerJunctionOut], num_columns: int = 2) -> None:
     """A bordered card per suggested junction of a peer engine (`GET .../suggested-junctions`):
     where its cached prefixes part, what a state there saves, and what would keep one."""
     columns = st.columns(num_columns)
     for i, junction in enumerate(junctions):
-        num = junction["num_prefixes"]
+        num = junction.num_prefixes
         with columns[i % num_columns].container(border=True):
             st.markdown(
-                f"**Junction at token {junction['position']:,}**: {num:,} cached prefixes "
-                f"pass through it and part {junction['num_branches']:,} ways there; the nearest "
-                f"Mamba state is at {junction['nearest_state']:,}, so each request through it "
-                f"recomputes **{junction['tokens_saved']:,} tokens** a state there would save."
+                f"**Junction at token {junction.position:,}**: {num:,} cached prefixes "
+                f"pass through it and part {junction.num_branches:,} ways there; the nearest "
+                f"Mamba state is at {junction.nearest_state:,}, so each request through it "
+                f"recomputes **{junction.tokens_saved:,} tokens** a state there would save."
             )
-            for remedy in junction["remedies"]:
-                engine = ENGINE_NAMES.get(remedy["engine"], remedy["engine"])
-                st.markdown(f"- **{engine}**, `{remedy['flags']}`: {remedy['text']}")
+            for remedy in junction.remedies:
+                engine = ENGINE_NAMES.get(remedy.engine, remedy.engine)
+                st.markdown(f"- **{engine}**, `{remedy.flags}`: {remedy.text}")

@@ -30,8 +30,8 @@ NO_TOKEN = (
 
 
 def router_client() -> RouterClient:
-    """The client the Fleet page reads with; without a router URL or a token, says what to set
-    and stops the run."""
+    """The client the Fleet page reads with, from the settings of this run; without a router
+    URL or a token, says what to set and stops the run."""
     current = ControlPlaneSettings()
     if current.router_url is None:
         st.info(START_ROUTER)
@@ -40,12 +40,19 @@ def router_client() -> RouterClient:
     if token is None:
         st.error(NO_TOKEN.format(url=current.router_url))
         st.stop()
-    return RouterClient(current.router_url, token)
+    return _client(current.router_url, token)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _client(url: str, token: str) -> RouterClient:
+    # a client holds only where it calls and the token it sends: one per pair serves every run
+    return RouterClient(url, token)
 
 
 @contextmanager
-def router_errors(client: RouterClient) -> Iterator[None]:
+def router_errors() -> Iterator[None]:
     """Show a failed read as an error naming the URL tried, not a traceback."""
+    url = ControlPlaneSettings().router_url
     try:
         yield
     except ApiUnreachable as exc:
@@ -53,7 +60,7 @@ def router_errors(client: RouterClient) -> Iterator[None]:
             f"Cannot reach the router at {exc.url}: {exc.reason}\n\n"
             "Start it with `junction route --engine URL ...`, or point the dashboard at it: "
             f"`junction dashboard --router-url URL` (or `JUNCTION_ROUTER_URL`; now "
-            f"{client.base_url})."
+            f"{url})."
         )
     except ApiError as exc:
         hint = ""
@@ -61,4 +68,4 @@ def router_errors(client: RouterClient) -> Iterator[None]:
             hint = (
                 " (the dashboard's JUNCTION_READ_TOKEN or JUNCTION_API_TOKEN is not the router's)"
             )
-        st.error(f"The router at {client.base_url} refused a request: {exc}{hint}")
+        st.error(f"The router at {url} refused a request: {exc}{hint}")

@@ -10,23 +10,24 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import AttributionOut
 from dashboard.figures.hit_rate import time_axis
 from dashboard.figures.reasons import HIT, REASONS, SHARED
 
 BUCKET_COLUMNS = ["prompt_tokens", "hit_tokens", "shared_tokens", "oracle_tokens"]
 
 
-def attribution_frame(attribution: dict) -> pd.DataFrame:
+def attribution_frame(attribution: AttributionOut) -> pd.DataFrame:
     """One row per bucket the API returned (a bucket without requests has none), oldest
     first: `time`, `bucket_s`, the token counts and the missed tokens in a column per reason."""
     rows = [
         {
-            "time": pd.Timestamp(bucket["bucket_start"], unit="s", tz="UTC"),
-            "bucket_s": bucket["bucket_s"],
-            **{name: bucket[name] for name in BUCKET_COLUMNS},
-            **{reason: bucket["missed_tokens"].get(reason, 0) for reason in REASONS},
+            "time": pd.Timestamp(bucket.bucket_start, unit="s", tz="UTC"),
+            "bucket_s": bucket.bucket_s,
+            **{name: getattr(bucket, name) for name in BUCKET_COLUMNS},
+            **{reason: bucket.missed_tokens.get(reason, 0) for reason in REASONS},
         }
-        for bucket in attribution["buckets"]
+        for bucket in attribution.buckets
     ]
     return pd.DataFrame(rows, columns=["time", "bucket_s", *BUCKET_COLUMNS, *REASONS])
 

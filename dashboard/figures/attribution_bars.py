@@ -7,22 +7,21 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from client.types import RequestOut
 from dashboard.figures.reasons import HIT, REASONS, SHARED, UNSHARED
 from dashboard.figures.request_attribution import is_attributed
 
 
-def requests_attribution_figure(requests: list[dict]) -> go.Figure:
+def requests_attribution_figure(requests: list[RequestOut]) -> go.Figure:
     """A bar per attributed request (newest on top): its hit, then what it missed by reason,
     stacked up to the tokens it truly shared (a diamond), then its unshared prompt tokens."""
     shown = [r for r in requests if is_attributed(r)][::-1]
-    ids = [r["request_id"] for r in shown]
+    ids = [r.request_id for r in shown]
     fig = go.Figure()
-    parts = [("hit", HIT, [r["num_cached_tokens"] for r in shown])]
+    parts = [("hit", HIT, [r.num_cached_tokens for r in shown])]
     for reason, series in REASONS.items():
-        parts.append(
-            (reason, series, [r["attribution"]["missed_tokens"].get(reason, 0) for r in shown])
-        )
-    unshared = [max(r["num_prompt_tokens"] - r["attribution"]["shared_tokens"], 0) for r in shown]
+        parts.append((reason, series, [r.attribution.missed_tokens.get(reason, 0) for r in shown]))
+    unshared = [max(r.num_prompt_tokens - r.attribution.shared_tokens, 0) for r in shown]
     parts.append(("unshared", UNSHARED, unshared))
     for _, series, values in parts:
         fig.add_trace(
@@ -38,7 +37,7 @@ def requests_attribution_figure(requests: list[dict]) -> go.Figure:
         )
     fig.add_trace(
         go.Scatter(
-            x=[r["attribution"]["shared_tokens"] for r in shown],
+            x=[r.attribution.shared_tokens for r in shown],
             y=ids,
             mode="markers",
             name=SHARED.label,

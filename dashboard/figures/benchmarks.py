@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import BenchmarkRunOut
+
 COLUMNS = [
     "mode",
     "num_requests",
@@ -22,15 +24,15 @@ COLUMNS = [
 ]
 
 
-def modes_frame(run: dict) -> pd.DataFrame:
+def modes_frame(run: BenchmarkRunOut) -> pd.DataFrame:
     """One row per mode of a finished run, TTFTs in milliseconds."""
     rows = []
-    for mode in (run.get("results") or {}).get("modes", []):
+    for mode in run.modes:
         rows.append(
             {
-                **{name: mode.get(name) for name in COLUMNS},
-                "ttft_median_ms": _ms(mode.get("ttft_median_s")),
-                "ttft_p99_ms": _ms(mode.get("ttft_p99_s")),
+                **{name: getattr(mode, name, None) for name in COLUMNS},
+                "ttft_median_ms": _ms(mode.ttft_median_s),
+                "ttft_p99_ms": _ms(mode.ttft_p99_s),
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)

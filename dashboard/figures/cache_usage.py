@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import EngineDetail
+
 STATE_COLORS = {"free": "#e9ecef", "cached": "#4c9be8", "in use": "#f0a202", "pinned": "#2a9d5c"}
 FIELDS = {
     "free": "num_free",
@@ -14,18 +16,18 @@ FIELDS = {
 }
 
 
-def cache_usage_frame(engine: dict) -> pd.DataFrame:
+def cache_usage_frame(engine: EngineDetail) -> pd.DataFrame:
     """One row per group and state: `blocks`, and `share` of the group's pool."""
     rows = []
-    for group, usage in sorted(engine.get("cache", {}).items()):
+    for group, usage in sorted(engine.cache.items()):
         for state, field in FIELDS.items():
-            total = usage["num_blocks"] or 1
+            total = usage.num_blocks or 1
             rows.append(
                 {
                     "group": group,
                     "state": state,
-                    "blocks": usage[field],
-                    "share": usage[field] / total,
+                    "blocks": getattr(usage, field),
+                    "share": getattr(usage, field) / total,
                 }
             )
     return pd.DataFrame(rows, columns=["group", "state", "blocks", "share"])
@@ -57,16 +59,16 @@ def cache_usage_figure(frame: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def usage_text(engine: dict) -> str:
+def usage_text(engine: EngineDetail) -> str:
     """What an engine's pool usage means, per group: blocks in use or pinned over all blocks
     (what eviction cannot take), with the cached blocks counted apart (reusable prefixes,
     evictable), so a usage near 0 beside many cached blocks reads right."""
     usage, cached = [], []
-    for group, pool in sorted(engine.get("cache", {}).items()):
-        held = pool["num_in_use"] + pool["num_pinned"]
-        share = held / pool["num_blocks"] if pool["num_blocks"] else 0.0
-        usage.append(f"{group} {share:.1%} ({held:,} of {pool['num_blocks']:,})")
-        cached.append(f"{group} {pool['num_cached']:,}")
+    for group, pool in sorted(engine.cache.items()):
+        held = pool.num_in_use + pool.num_pinned
+        share = held / pool.num_blocks if pool.num_blocks else 0.0
+        usage.append(f"{group} {share:.1%} ({held:,} of {pool.num_blocks:,})")
+        cached.append(f"{group} {pool.num_cached:,}")
     if not usage:
         return "No cache reported yet."
     return (

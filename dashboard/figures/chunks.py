@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import RequestOut
+
 #: The scheduler's stop reasons (`chunk_stop_reasons`), and the hit drawn before the chunks.
 REASON_COLORS = {
     "cached (hit)": "#9aa5b1",
@@ -21,14 +23,14 @@ REASON_COLORS = {
 COLUMNS = ["label", "start", "end", "tokens", "reason"]
 
 
-def chunk_frame(request: dict) -> pd.DataFrame:
+def chunk_frame(request: RequestOut) -> pd.DataFrame:
     """The hit `[0, num_cached_tokens)` (when there is one), then one row per chunk."""
     rows = []
-    hit = request["num_cached_tokens"]
+    hit = request.num_cached_tokens
     if hit:
         rows.append({"label": "hit", "start": 0, "end": hit, "reason": "cached (hit)"})
-    reasons = request.get("chunk_stop_reasons") or []
-    for i, (start, end) in enumerate(request["chunks"]):
+    reasons = request.chunk_stop_reasons
+    for i, (start, end) in enumerate(request.chunks):
         reason = reasons[i] if i < len(reasons) else "end"
         rows.append({"label": f"chunk {i + 1}", "start": start, "end": end, "reason": reason})
     frame = pd.DataFrame(rows, columns=COLUMNS)

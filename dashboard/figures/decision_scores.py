@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import Decision
 from dashboard.figures.fleet import engine_label
 
 SCORE_COLUMNS = ["engine", "url", "hit", "attention", "in_flight", "load", "score", "chosen"]
@@ -20,12 +21,12 @@ LOAD_COLOR = "#d1495b"
 CHOSEN_COLOR, OTHER_COLOR = "#1b1b1b", "#a8a8a8"
 
 
-def scores_frame(decision: dict) -> pd.DataFrame:
+def scores_frame(decision: Decision) -> pd.DataFrame:
     """One row per engine the decision scored, `chosen` marking where the request went."""
     rows = [
-        [engine_label(s["engine_id"], s["url"]), s["url"], s["hit"], s["attention"]]
-        + [s["in_flight"], s["load"], s["score"], s["url"] == decision["url"]]
-        for s in decision["scores"]
+        [engine_label(s.engine_id, s.url), s.url, s.hit, s.attention]
+        + [s.in_flight, s.load, s.score, s.url == decision.url]
+        for s in decision.scores
     ]
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import FleetEngine, FleetView
+
 ENGINE_COLUMNS = [
     "engine",
     "url",
@@ -31,36 +33,36 @@ def engine_label(engine_id: str | None, url: str) -> str:
     return engine_id or url
 
 
-def status_text(engine: dict) -> str:
+def status_text(engine: FleetEngine) -> str:
     """`up`, `connecting`, or `down: <why>`."""
-    if engine["status"] == "down" and engine.get("down_reason"):
-        return f"down: {engine['down_reason']}"
-    return engine["status"]
+    if engine.status == "down" and engine.down_reason:
+        return f"down: {engine.down_reason}"
+    return engine.status
 
 
-def engines_frame(fleet: dict) -> pd.DataFrame:
+def engines_frame(fleet: FleetView) -> pd.DataFrame:
     """One row per engine of `GET /fleet`."""
     rows = []
-    for e in fleet["engines"]:
-        load = e["load"]
+    for e in fleet.engines:
+        load = e.load
         rows.append(
             [
-                engine_label(e["engine_id"], e["url"]),
-                e["url"],
+                engine_label(e.engine_id, e.url),
+                e.url,
                 status_text(e),
-                e["num_routed"],
-                e["routed_share"],
-                e["hit_rate"],
-                e["num_in_flight"],
-                load["num_running"],
-                load["num_waiting"],
-                load["num_prefill_tokens"],
-                load["usage"]["attention"],
-                load["usage"]["mamba"],
-                e["num_keys"]["attention"],
-                e["num_keys"]["mamba"],
-                e["num_failed"],
-                e["last_frame_age_s"],
+                e.num_routed,
+                e.routed_share,
+                e.hit_rate,
+                e.num_in_flight,
+                load.num_running,
+                load.num_waiting,
+                load.num_prefill_tokens,
+                load.usage["attention"],
+                load.usage["mamba"],
+                e.num_keys["attention"],
+                e.num_keys["mamba"],
+                e.num_failed,
+                e.last_frame_age_s,
             ]
         )
     return pd.DataFrame(rows, columns=ENGINE_COLUMNS)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import HitRateOut
+
 SERIES_COLORS = {"overall": "#1b1b1b", "attention": "#4c9be8", "mamba": "#2a9d5c"}
 COLUMNS = [
     "time",
@@ -19,21 +21,21 @@ COLUMNS = [
 ]
 
 
-def hit_rate_frame(hit_rate: dict) -> pd.DataFrame:
+def hit_rate_frame(hit_rate: HitRateOut) -> pd.DataFrame:
     """Long form: one row per bucket and series (overall, then each group)."""
     rows = []
-    for bucket in hit_rate["buckets"]:
-        time = pd.Timestamp(bucket["bucket_start"], unit="s", tz="UTC")
+    for bucket in hit_rate.buckets:
+        time = pd.Timestamp(bucket.bucket_start, unit="s", tz="UTC")
         common = {
             "time": time,
-            "bucket_s": bucket["bucket_s"],
-            "requests_per_s": bucket["num_requests"] / bucket["bucket_s"],
-            "num_requests": bucket["num_requests"],
-            "prompt_tokens": bucket["prompt_tokens"],
-            "cached_tokens": bucket["cached_tokens"],
+            "bucket_s": bucket.bucket_s,
+            "requests_per_s": bucket.num_requests / bucket.bucket_s,
+            "num_requests": bucket.num_requests,
+            "prompt_tokens": bucket.prompt_tokens,
+            "cached_tokens": bucket.cached_tokens,
         }
-        rows.append({**common, "series": "overall", "hit_rate": bucket["hit_rate"]})
-        for group, rate in sorted(bucket["hit_rate_by_group"].items()):
+        rows.append({**common, "series": "overall", "hit_rate": bucket.hit_rate})
+        for group, rate in sorted(bucket.hit_rate_by_group.items()):
             rows.append({**common, "series": group, "hit_rate": rate})
     return pd.DataFrame(rows, columns=COLUMNS)
 

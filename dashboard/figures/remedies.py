@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from client.schema import CacheGeometry
+from client.types import GroupUsage, JunctionOut
 from dashboard.figures.reasons import REASONS
 
 CHECKPOINTS_PAGE = "pages/checkpoints.py"
@@ -35,9 +36,9 @@ def remedies(
     missed: dict[str, int],
     num_prompt_tokens: int,
     geometry: CacheGeometry,
-    cache: dict | None = None,
+    cache: dict[str, GroupUsage] | None = None,
     boundary: int | None = None,
-    junction: dict | None = None,
+    junction: JunctionOut | None = None,
 ) -> list[Remedy]:
     """The remedy for each reason that missed tokens, most tokens first. `geometry` is the
     engine's hello geometry, `cache` its usage per group (`GET /engines/{id}`), `boundary`
@@ -52,16 +53,20 @@ def remedies(
 
 
 def _actions(
-    reason: str, geometry: CacheGeometry, cache: dict, boundary: int | None, junction: dict | None
+    reason: str,
+    geometry: CacheGeometry,
+    cache: dict[str, GroupUsage],
+    boundary: int | None,
+    junction: JunctionOut | None,
 ) -> tuple[Action, ...]:
     junctions_off = geometry.junction_checkpoints is False
     where = f"this boundary (token {boundary:,})" if boundary is not None else "these boundaries"
     listed = "lists each suggested junction"
     if junction is not None:
-        num = junction["num_requests"]
+        num = junction.num_requests
         listed = (
             f"suggests this one ({num:,} {'request' if num == 1 else 'requests'} matched it; "
-            f"a pin would have saved them {junction['tokens_saved']:,} tokens)"
+            f"a pin would have saved them {junction.tokens_saved:,} tokens)"
         )
     pin = Action(
         f"**Pin {where}**: the Checkpoints page {listed} with a preview of its text and a "
@@ -132,20 +137,20 @@ def _pin_prefix(why: str) -> Action:
     return Action(f"**Pin the shared prefix** ({why}).", CHECKPOINTS_PAGE, CHECKPOINTS_LINK)
 
 
-def _pool_actions(geometry: CacheGeometry, cache: dict) -> list[Action]:
+def _pool_actions(geometry: CacheGeometry, cache: dict[str, GroupUsage]) -> list[Action]:
     """Enlarge a pool: the fullest first (least free, from `cache`), each with its size."""
     groups = geometry.groups or {}
 
     def free_share(group: str) -> float:
-        usage = cache.get(group, {})
-        return usage.get("num_free", 0) / usage["num_blocks"] if usage.get("num_blocks") else 1.0
+        usage = cache.get(group)
+        return usage.num_free / usage.num_blocks if usage and usage.num_blocks else 1.0
 
     actions = []
     for group in sorted(groups, key=free_share):
         pool = groups[group]
         flag = POOL_FLAGS.get(group, f"the {group} pool's size")
         usage = cache.get(group)
-        free = f", {usage['num_free']:,} free now" if usage else ""
+        free = f", {usage.num_free:,} free now" if usage else ""
         actions.append(
             Action(
                 f"**Enlarge the {group} pool** (`{flag}`): {pool.num_blocks or 0:,} blocks "

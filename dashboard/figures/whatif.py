@@ -1,6 +1,7 @@
-"""A what-if report (`GET /whatif/{id}`'s `result`): the settings tried as a table ranked by
-tokens saved, hit rate against memory for the settings that vary it (the curve), and the
-agreement of the replay of what ran with what the engine recorded."""
+"""A what-if report (`GET /whatif/{id}`'s `result`, read as `client.types.WhatIfReport`): the
+settings tried as a table ranked by tokens saved, hit rate against memory for the settings that
+vary it (the curve), and the agreement of the replay of what ran with what the engine
+recorded."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 
 import pandas as pd
 import plotly.graph_objects as go
+
+from client.types import SettingOutcome, WhatIfReport
 
 AS_RAN = "as ran"
 MEMORY_FIELDS = ("num_blocks", "num_mamba_blocks")
@@ -27,42 +30,42 @@ COLUMNS = [
 PALETTE = ("#4c9be8", "#d1495b", "#6a4c93", "#edae49", "#00798c", "#30638e", "#8d6a9f")
 
 
-def results_frame(report: dict) -> pd.DataFrame:
+def results_frame(report: WhatIfReport) -> pd.DataFrame:
     """One row per setting, what ran first: its hit tokens and rates, its gain over what ran,
     its memory (`memory`: the attention pool's size over what ran, else the Mamba pool's) and
     its `family` (what it changes besides memory: settings of one family differ only there)."""
-    as_ran = report.get("as_ran")
-    if not as_ran:
+    as_ran = report.as_ran
+    if as_ran is None:
         return pd.DataFrame(columns=COLUMNS)
-    ran = as_ran.get("config", {})
-    rows = [_row(as_ran, ran, 0, is_as_ran=True)]
-    rows += [_row(r, ran, r.get("gain_tokens", 0)) for r in report.get("results", [])]
+    rows = [_row(as_ran, as_ran, 0, is_as_ran=True)]
+    rows += [_row(r, as_ran, r.gain_tokens) for r in report.results]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _row(result: dict, ran: dict, gain: int, is_as_ran: bool = False) -> dict:
-    config = result.get("config", {})
-    changes = {k: v for k, v in (result.get("changes") or {}).items() if k not in MEMORY_FIELDS}
+def _row(result: SettingOutcome, ran: SettingOutcome, gain: int, is_as_ran: bool = False) -> dict:
+    changes = {k: v for k, v in result.changes.items() if k not in MEMORY_FIELDS}
     family = ", ".join(f"{k} {v}" for k, v in sorted(changes.items())) or AS_RAN
     return {
-        "setting": AS_RAN if is_as_ran else result.get("label") or family,
+        "setting": AS_RAN if is_as_ran else result.label or family,
         "family": family,
-        "memory": _memory(config, ran),
-        "num_blocks": config.get("num_blocks"),
-        "num_mamba_blocks": config.get("num_mamba_blocks"),
-        "hit_tokens": result.get("hit_tokens", 0),
-        "hit_rate": result.get("hit_rate", 0.0),
-        "share_of_oracle": result.get("share_of_oracle", 0.0),
-        "share_of_bound": result.get("share_of_bound", 0.0),
+        "memory": _memory(result, ran),
+        "num_blocks": result.pool("num_blocks"),
+        "num_mamba_blocks": result.pool("num_mamba_blocks"),
+        "hit_tokens": result.hit_tokens,
+        "hit_rate": result.hit_rate,
+        "share_of_oracle": result.share_of_oracle,
+        "share_of_bound": result.share_of_bound,
         "gain_tokens": gain,
         "is_as_ran": is_as_ran,
     }
 
 
-def _memory(config: dict, ran: dict) -> float:
+def _memory(result: SettingOutcome, ran: SettingOutcome) -> float:
     """The setting's memory over what ran: the attention pool's ratio, else the Mamba one's."""
     ratios = [
-        config[name] / ran[name] for name in MEMORY_FIELDS if config.get(name) and ran.get(name)
+        result.pool(name) / ran.pool(name)
+        for name in MEMORY_FIELDS
+        if result.pool(name) and ran.pool(name)
     ]
     moved = [ratio for ratio in ratios if abs(ratio - 1.0) > 1e-9]
     return moved[0] if moved else 1.0
@@ -137,16 +140,16 @@ def ranked_table(frame: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def agreement_text(report: dict) -> str:
+def agreement_text(report: WhatIfReport) -> str:
     """The line that says how far the replay of what ran is to be trusted."""
-    agreement, total = report.get("agreement", 0), report.get("num_requests", 0)
-    recorded = report.get("recorded_tokens", 0)
-    replayed = (report.get("as_ran") or {}).get("hit_tokens", 0)
+    agreement, total = report.agreement, report.num_requests
+    recorded = report.recorded_tokens
+    replayed = report.as_ran.hit_tokens if report.as_ran is not None else 0
     text = (
         f"Replaying its own settings reproduces {agreement:,} of {total:,} requests' hits "
         f"({replayed:,} hit tokens replayed, {recorded:,} recorded)"
     )
-    return text + (": exact." if report.get("exact") else ".")
+    return text + (": exact." if report.exact else ".")
 
 
 def settings_text(settings: list[dict]) -> str:

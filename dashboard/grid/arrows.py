@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import msgspec
 import pandas as pd
 
+from client.types import BlockGrid
 from dashboard.grid.cells import Cells
 
 
-def link_frame(grid: dict, cells: Cells) -> pd.DataFrame:
+def link_frame(grid: BlockGrid, cells: Cells) -> pd.DataFrame:
     """The grid's copies and moves whose both ends are drawn, with their cells."""
     rows = []
-    for link in grid["links"]:
-        src, dst = cells.cell_of(link["src"]), cells.cell_of(link["dst"])
+    for link in grid.links:
+        src, dst = cells.cell_of(link.src), cells.cell_of(link.dst)
         if src is not None and dst is not None:
-            rows.append({**link, "src_cell": src, "dst_cell": dst})
+            rows.append({**msgspec.structs.asdict(link), "src_cell": src, "dst_cell": dst})
     columns = ["kind", "src", "dst", "path", "request_id", "step", "seq", "src_cell", "dst_cell"]
     return pd.DataFrame(rows, columns=columns)
 

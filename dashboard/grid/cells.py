@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from client.types import BlockGrid
 from dashboard.grid.blocks import block_frame, block_hover
 from dashboard.grid.categories import (
     CACHED_FULL,
@@ -50,10 +51,10 @@ class Cells(NamedTuple):
         return cell if 0 <= cell < len(self.frame) else None
 
 
-def grid_cells(grid: dict) -> Cells:
+def grid_cells(grid: BlockGrid) -> Cells:
     """The grid's cells: one a block, or, when the endpoint aggregated, one a run of
     `blocks_per_cell` blocks counted by category."""
-    if grid.get("blocks_per_cell", 1) > 1:
+    if grid.blocks_per_cell > 1:
         return _aggregated_cells(grid)
     blocks = block_frame(grid)
     frame = pd.DataFrame(
@@ -65,28 +66,28 @@ def grid_cells(grid: dict) -> Cells:
             "hover": block_hover(blocks),
         }
     )
-    return Cells(frame, 1, _width(len(frame)), grid["start"])
+    return Cells(frame, 1, _width(len(frame)), grid.start)
 
 
-def _aggregated_cells(grid: dict) -> Cells:
-    start, stop, per_cell = grid["start"], grid["stop"], grid["blocks_per_cell"]
+def _aggregated_cells(grid: BlockGrid) -> Cells:
+    start, stop, per_cell = grid.start, grid.stop, grid.blocks_per_cell
     num_cells = -(-(stop - start) // per_cell)
     k = len(CATEGORIES)
     counts = np.zeros((num_cells, k), dtype=np.int64)
-    counted = grid["cells"]
-    at = np.asarray(counted["cell"], dtype=np.int64)
+    counted = grid.cells
+    at = np.asarray(counted.cell, dtype=np.int64)
     for code, name in (
         (PINNED, "num_pinned"),
         (IN_USE, "num_in_use"),
         (CACHED_FULL, "num_cached_full"),
         (CACHED_PARTIAL, "num_cached_partial"),
     ):
-        counts[at, code] = counted[name]
-    for link in grid["links"]:  # a held copy destination is a copy-on-write target
-        cell = (link["dst"] - start) // per_cell
-        if link["kind"] != "copy" or not 0 <= cell < num_cells:
+        counts[at, code] = getattr(counted, name)
+    for link in grid.links:  # a held copy destination is a copy-on-write target
+        cell = (link.dst - start) // per_cell
+        if link.kind != "copy" or not 0 <= cell < num_cells:
             continue
-        code = category_of(link["dst_state"], link["dst_is_partial"])
+        code = category_of(link.dst_state, link.dst_is_partial)
         if code not in (FREE, PINNED) and counts[cell, code] > 0:
             counts[cell, code] -= 1
             counts[cell, COW_TARGET] += 1

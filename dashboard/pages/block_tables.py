@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from client.rest import ApiClient, ApiError
+from client.types import BlockGrid, EngineOut, RequestOut
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
 from dashboard.figures.block_grid import block_grid_figure
 from dashboard.grid.arrows import MAX_ARROWS, Arrows, arrows, link_frame
@@ -12,21 +13,20 @@ from dashboard.grid.cells import MAX_CELLS, grid_cells
 from dashboard.grid.outline import request_outline
 from dashboard.groups import group_label
 from dashboard.live import live
-from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, geometry_of, is_peer, why_empty
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
 
 GROUPS = ("attention", "mamba")
 
 st.title("Block tables")
-api = api_client()
 
 
-def block_size(engine: dict, group: str) -> int:
-    return geometry_of(engine).group_block_size(group) or 1
+def block_size(engine: EngineOut, group: str) -> int:
+    return engine.geometry.group_block_size(group) or 1
 
 
-def find_request(engine_id: str, request_id: str) -> dict | None:
+def find_request(engine_id: str, request_id: str) -> RequestOut | None:
     try:
-        return api.request(engine_id, request_id)
+        return api_client().request(engine_id, request_id)
     except ApiError as exc:
         if exc.status == 404:
             st.warning(f"No finished request {request_id!r} on engine {engine_id}.")
@@ -46,18 +46,18 @@ def table_ids(ids: list[int | None]) -> str:
     return f"{held or 'none held'}{more} ({empty} of {len(ids)} slots hold no block)"
 
 
-def request_summary(request: dict, engine: dict) -> pd.DataFrame:
+def request_summary(request: RequestOut, engine: EngineOut) -> pd.DataFrame:
     rows = []
     for group in GROUPS:
-        ids = request.get("block_ids", {}).get(group, [])
+        ids = request.block_ids.get(group, [])
         size = block_size(engine, group)
         rows.append(
             {
                 "group": group,
-                "hit (tokens)": request["hit_tokens_by_group"].get(group, 0),
+                "hit (tokens)": request.hit_tokens_by_group.get(group, 0),
                 "blocks": len([b for b in ids if b is not None]),
                 "hit boundary in block": (
-                    f"#{min(request['num_cached_tokens'] // size, len(ids) - 1)} of its table"
+                    f"#{min(request.num_cached_tokens // size, len(ids) - 1)} of its table"
                     if ids
                     else "none"
                 ),
@@ -89,7 +89,7 @@ def fetch_grid(
     start: int,
     stop: int | None,
     version: tuple,
-) -> dict:
+) -> BlockGrid:
     """The grid, fetched again only when the engine's table may have changed (`version`: its
     epoch and next seq), so live refreshes of an idle engine cost one small request."""
     return ApiClient(base_url, token).block_grid(
@@ -97,24 +97,25 @@ def fetch_grid(
     )
 
 
-def pool_size(engine: dict, group: str) -> int:
-    return geometry_of(engine).group_num_blocks(group) or 0
+def pool_size(engine: EngineOut, group: str) -> int:
+    return engine.geometry.group_num_blocks(group) or 0
 
 
 def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) -> None:
-    engine = next((e for e in api.engines() if e["engine_id"] == engine_id), None)
+    engine = next((e for e in api_client().engines() if e.engine_id == engine_id), None)
     if engine is None:
         st.warning(f"Engine {engine_id} is gone from the control plane.")
         return
     stop = None if zoom_start is None else zoom_start + MAX_CELLS
-    version = (engine["epoch"], engine["next_seq"])
+    version = (engine.epoch, engine.next_seq)
+    api = api_client()
     grid = fetch_grid(api.base_url, api.token, engine_id, group, zoom_start or 0, stop, version)
-    num_blocks = grid["num_blocks"]
+    num_blocks = grid.num_blocks
     if not num_blocks:
         st.info(f"Engine {engine_id} has reported no {group} blocks yet.")
         return
     cells = grid_cells(grid)
-    shown = grid["stop"] - grid["start"]
+    shown = grid.stop - grid.start
     if cells.is_aggregated:
         st.warning(
             f"{num_blocks:,} {group} blocks: more than a browser draws well one cell each "
@@ -125,7 +126,7 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
         )
     else:
         st.caption(
-            f"Blocks {grid['start']:,}-{grid['stop'] - 1:,} of {num_blocks:,} {group} blocks, "
+            f"Blocks {grid.start:,}-{grid.stop - 1:,} of {num_blocks:,} {group} blocks, "
             f"one cell each ({shown:,} drawn). Hover a cell for its keys, tokens, checkpoint "
             "reason, reference count and last change."
         )
@@ -135,13 +136,13 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
     if request_id:
         request = find_request(engine_id, request_id)
         if request is not None:
-            ids = request.get("block_ids", {}).get(group, [])
+            ids = request.block_ids.get(group, [])
             outline, boundary = request_outline(
-                ids, request["num_cached_tokens"], block_size(engine, group), cells
+                ids, request.num_cached_tokens, block_size(engine, group), cells
             )
             st.markdown(
-                f"Request **{request_id}**: {request['num_prompt_tokens']:,} prompt tokens, "
-                f"hit **{request['num_cached_tokens']:,}**. Its blocks when it finished "
+                f"Request **{request_id}**: {request.num_prompt_tokens:,} prompt tokens, "
+                f"hit **{request.num_cached_tokens:,}**. Its blocks when it finished "
                 "(outlined; blocks freed since may hold other prefixes now):"
             )
             st.dataframe(request_summary(request, engine), hide_index=True)
@@ -152,7 +153,7 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
         cells.frame,
         cells.width,
         cells.blocks_per_cell,
-        grid["start"],
+        grid.start,
         links=drawn.frame,
         outline=outline,
         boundary=boundary,
@@ -169,11 +170,11 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
         st.caption("No copy or move in the engine's recent event batches.")
 
 
-with api_errors(api):
-    engines = api.engines()
+with api_errors():
+    engines = api_client().engines()
     engine = pick_engine(engines, key="blocks_engine")
     if engine is None:
-        st.info(START_ENGINE.format(url=api.base_url))
+        st.info(START_ENGINE.format(url=api_client().base_url))
     elif is_peer(engine):
         st.info(why_empty(engine, "block table of physical blocks"))
         st.page_link(PEER_PAGE, label=PEER_PAGE_LABEL, icon=":material/account_tree:")
@@ -208,8 +209,8 @@ with api_errors(api):
                 )
 
         def body() -> None:
-            with api_errors(api):
-                draw(engine["engine_id"], group, request_id, zoom_start)
+            with api_errors():
+                draw(engine.engine_id, group, request_id, zoom_start)
 
         # a big table is drawn less often: a browser takes most of a second per redraw
         live(body, min_period_s=num_blocks / 20_000)

@@ -6,11 +6,17 @@ buttons are disabled."""
 import streamlit as st
 
 from client.transport import ApiError
-from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, api_errors, write_client
+from dashboard.connection import (
+    NEEDS_WRITE_TOKEN,
+    api_client,
+    api_errors,
+    write_client,
+    write_token_field,
+)
 from dashboard.live import live
 from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, kind_name
-from dashboard.pin_cards import junction_card, pin_card
-from dashboard.pin_text import (
+from dashboard.pins.cards import junction_card, pin_card
+from dashboard.pins.text import (
     AS_SYSTEM,
     AS_TEXT,
     FELL_SHORT,
@@ -18,23 +24,24 @@ from dashboard.pin_text import (
     pins_frame,
     prefix_body,
 )
-from dashboard.pin_writes import act, notify, show_notice
+from dashboard.pins.writes import act, notify, show_notice
 
 st.title("Checkpoints")
-api = api_client()
-writer = write_client()  # None: the operator has not entered the write token
+write_token_field()
 
 
 def engine_options() -> list[str]:
     """The engines a pin may target; none when the control plane does not answer (the page
     says so below)."""
     try:
-        return sorted(e["engine_id"] for e in api.engines())
+        return sorted(e.engine_id for e in api_client().engines())
     except ApiError:
         return []
 
 
+engines = engine_options()  # read before the form: a run without a token stops here
 with st.form("pin_form", clear_on_submit=True):
+    writer = write_client()  # None: the operator has not entered the write token
     st.markdown(
         "**Pin a prefix**: a system prompt, pinned as each engine's chat template renders it "
         "(chat requests with it hit the pin), or pasted text, which matches completions, not "
@@ -46,7 +53,7 @@ with st.form("pin_form", clear_on_submit=True):
     left, right = st.columns([3, 1])
     engine_ids = left.multiselect(
         "Engines (optional)",
-        engine_options(),
+        engines,
         key="pin_engines",
         accept_new_options=True,
         placeholder="every engine, connected now or later",
@@ -79,9 +86,9 @@ with st.form("pin_form", clear_on_submit=True):
 
 def peer_lines() -> None:
     """Why a vLLM or SGLang engine has no suggestion here, and where its are."""
-    peers = [e for e in api.engines() if is_peer(e)]
+    peers = [e for e in api_client().engines() if is_peer(e)]
     if peers:
-        names = ", ".join(f"{e['engine_id']} ({kind_name(e)})" for e in peers)
+        names = ", ".join(f"{e.engine_id} ({kind_name(e)})" for e in peers)
         st.info(
             f"{names}: {'it reports' if len(peers) == 1 else 'they report'} the cache by block "
             "hash, without finished requests, so the suggestions below never come from "
@@ -93,9 +100,10 @@ def peer_lines() -> None:
 
 def body() -> None:
     show_notice()
-    with api_errors(api):
-        pins = api.pins()
-        active = [p for p in pins if p["state"] != "released"]
+    writer = write_client()
+    with api_errors():
+        pins = api_client().pins()
+        active = [p for p in pins if p.state != "released"]
         st.subheader("Pins")
         if not pins:
             st.info(
@@ -110,7 +118,7 @@ def body() -> None:
                 st.dataframe(pins_frame(released), hide_index=True)
         st.subheader("Suggested junctions")
         peer_lines()
-        junctions = api.suggested_junctions()["junctions"]
+        junctions = api_client().suggested_junctions().junctions
         if not junctions:
             st.info(
                 "No suggestion: no boundary that requests share is left without a checkpoint "

@@ -3,12 +3,14 @@ why the shared tokens that missed did (miss attribution) and the remedies, cache
 group and the cache geometry, over the window chosen in the sidebar."""
 
 import time
+from datetime import datetime
 
 import pandas as pd
 import streamlit as st
 
 from client.rest import ApiError
 from client.schema import CacheGeometry
+from client.types import EngineDetail, EngineOut
 from dashboard.connection import START_ENGINE, api_client, api_errors, connection_state
 from dashboard.figures.attribution import attribution_figure, attribution_frame
 from dashboard.figures.cache_usage import cache_usage_figure, cache_usage_frame, usage_text
@@ -18,7 +20,7 @@ from dashboard.figures.remedies import remedies
 from dashboard.groups import STATE_LAYERS, group_label, state_kind
 from dashboard.live import live
 from dashboard.model_view import model_text
-from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, geometry_of, is_peer, why_empty
+from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
 from dashboard.remedy_view import remedy_cards
 
 #: The hello geometry's fields the table shows (`CacheGeometry`), each with its label.
@@ -47,11 +49,10 @@ WINDOWS = {
 }
 
 st.title("Overview")
-api = api_client()
 window = st.sidebar.selectbox("Window", list(WINDOWS), key="overview_window")
 
 
-def geometry_frame(geometry: CacheGeometry, engine: dict | None = None) -> pd.DataFrame:
+def geometry_frame(geometry: CacheGeometry, engine: EngineOut | None = None) -> pd.DataFrame:
     """The settings the engine reported (what it did not report has no row)."""
     rows = [
         (label, str(value))
@@ -74,13 +75,18 @@ def started_at(epoch: int) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S") + " UTC"
 
 
-def outbox_drops(engine: dict) -> None:
+def seen(when: datetime) -> str:
+    """A time the store saw the engine, to the second, as the API writes it."""
+    return when.isoformat(timespec="seconds")[:19]
+
+
+def outbox_drops(engine: EngineDetail) -> None:
     """What the engine's outbox gave up while the control plane was away (this epoch)."""
-    lost, batches = engine.get("num_requests_dropped", 0), engine.get("num_batches_dropped", 0)
+    lost, batches = engine.num_requests_dropped, engine.num_batches_dropped
     if lost:
         st.warning(
             f"This engine gave up {lost:,} finished requests before the store had them, so "
-            f"the hit rates below miss them: {engine.get('last_drop') or 'its outbox was full'}. "
+            f"the hit rates below miss them: {engine.last_drop or 'its outbox was full'}. "
             "Give `junction serve` a larger `--outbox-bytes`, or keep the store reachable."
         )
     elif batches:
@@ -108,35 +114,35 @@ def reasons_frame() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["series", "meaning"]).set_index("series")
 
 
-def attribution_section(engine: dict, since: float | None) -> None:
+def attribution_section(engine: EngineDetail, since: float | None) -> None:
     """Hit and missed-by-reason against the online oracle, and each reason's remedy."""
-    engine_id = engine["engine_id"]
+    engine_id = engine.engine_id
     st.markdown(f"**Why shared tokens missed** ({window})")
     try:
-        attribution = api.attribution(engine_id, since)
+        attribution = api_client().attribution(engine_id, since)
     except ApiError as exc:
         if exc.status != 404:
             raise
         st.caption("This control plane does not attribute misses (an older version).")
         return
-    total, frame = attribution["total"], attribution_frame(attribution)
-    missed = total["missed_tokens"]
-    prompt, shared = total["prompt_tokens"], total["shared_tokens"]
+    total, frame = attribution.total, attribution_frame(attribution)
+    missed = total.missed_tokens
+    prompt, shared = total.prompt_tokens, total.shared_tokens
     cols = st.columns(4)
     cols[0].metric(
         "truly shared",
         f"{shared / prompt if prompt else 0:.1%}",
         help=f"{shared:,} of {prompt:,} prompt tokens. {SHARED.meaning}",
     )
-    cols[1].metric("of it hit", f"{total['hit_tokens'] / shared if shared else 0:.1%}")
+    cols[1].metric("of it hit", f"{total.hit_tokens / shared if shared else 0:.1%}")
     cols[2].metric("of it missed (tokens)", f"{sum(missed.values()):,}")
     cols[3].metric(
         "oracle hit rate",
-        f"{total['oracle_tokens'] / prompt if prompt else 0:.1%}",
+        f"{total.oracle_tokens / prompt if prompt else 0:.1%}",
         help="The best hit a cache that kept everything could give (the shared tokens, "
         "capped where a hit must stop: one unit short of a whole resent prompt).",
     )
-    num_pending = total["num_pending"]
+    num_pending = total.num_pending
     if num_pending:
         st.caption(pending_text(num_pending))
     if len(frame):
@@ -146,12 +152,12 @@ def attribution_section(engine: dict, since: float | None) -> None:
     with st.expander("What each reason means"):
         st.table(reasons_frame())
     st.markdown("**Remedies**, with what each would have saved in this window")
-    found = remedies(missed, prompt, geometry_of(engine), engine.get("cache"))
+    found = remedies(missed, prompt, engine.geometry, engine.cache)
     remedy_cards(found, "the window")
 
 
-def engine_section(summary: dict) -> None:
-    engine_id = summary["engine_id"]
+def engine_section(summary: EngineOut) -> None:
+    engine_id = summary.engine_id
     if is_peer(summary):
         state = connection_state(summary)
         st.subheader(f"{engine_id} · {state}")
@@ -159,26 +165,26 @@ def engine_section(summary: dict) -> None:
         st.info(why_empty(summary, "finished requests to rate"))
         st.page_link(PEER_PAGE, label=PEER_PAGE_LABEL, icon=":material/account_tree:")
         return
-    engine = api.engine(engine_id)
+    engine = api_client().engine(engine_id)
     since = None if WINDOWS[window] is None else time.time() - WINDOWS[window]
-    hit_rate = api.hit_rate(engine_id, since=since)
-    total = hit_rate["total"]
+    hit_rate = api_client().hit_rate(engine_id, since=since)
+    total = hit_rate.total
     frame = hit_rate_frame(hit_rate)
     state = connection_state(engine)
     st.subheader(f"{engine_id} · {state}")
     st.markdown(model_text(engine))
     st.caption(
-        f"engine started {started_at(engine['epoch'])} (epoch {engine['epoch']}: its start in "
-        f"nanoseconds since 1970) · first seen {engine['first_seen'][:19]}Z · "
-        f"last seen {engine['last_seen'][:19]}Z · {engine['num_requests']:,} requests stored"
+        f"engine started {started_at(engine.epoch)} (epoch {engine.epoch}: its start in "
+        f"nanoseconds since 1970) · first seen {seen(engine.first_seen)}Z · "
+        f"last seen {seen(engine.last_seen)}Z · {engine.num_requests:,} requests stored"
     )
     outbox_drops(engine)
     last = frame[frame["series"] == "overall"].tail(1)
     cols = st.columns(5)
-    cols[0].metric("token hit rate", f"{total['hit_rate']:.1%}")
-    cols[1].metric("tokens saved", f"{total['cached_tokens']:,}")
-    cols[2].metric("requests", f"{total['num_requests']:,}")
-    cols[3].metric("prompt tokens", f"{total['prompt_tokens']:,}")
+    cols[0].metric("token hit rate", f"{total.hit_rate:.1%}")
+    cols[1].metric("tokens saved", f"{total.cached_tokens:,}")
+    cols[2].metric("requests", f"{total.num_requests:,}")
+    cols[3].metric("prompt tokens", f"{total.prompt_tokens:,}")
     rate = float(last["requests_per_s"].iloc[0]) if len(last) else 0.0
     cols[4].metric("requests/s (last bucket)", f"{rate:.2f}", help="finished requests per second")
     left, right = st.columns([3, 2])
@@ -197,19 +203,19 @@ def engine_section(summary: dict) -> None:
         st.plotly_chart(cache_usage_figure(cache_usage_frame(engine)), key=f"usage_{engine_id}")
         st.caption(usage_text(engine))
         st.markdown("**Geometry**")
-        st.table(geometry_frame(geometry_of(engine), engine).set_index("setting"))
+        st.table(geometry_frame(engine.geometry, engine).set_index("setting"))
     attribution_section(engine, since)
 
 
 def body() -> None:
-    with api_errors(api):
-        engines = api.engines()
+    with api_errors():
+        engines = api_client().engines()
         if not engines:
-            st.info(START_ENGINE.format(url=api.base_url))
+            st.info(START_ENGINE.format(url=api_client().base_url))
             return
         wanted = st.query_params.get("engine")  # `?engine=ID` shows that engine alone
-        shown = [e for e in engines if wanted in (None, e["engine_id"])] or engines
-        for summary in sorted(shown, key=lambda e: (not e["connected"], e["engine_id"])):
+        shown = [e for e in engines if wanted in (None, e.engine_id)] or engines
+        for summary in sorted(shown, key=lambda e: (not e.connected, e.engine_id)):
             engine_section(summary)
             st.divider()
 

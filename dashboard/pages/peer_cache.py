@@ -6,6 +6,7 @@ with no Mamba state at or near below, and what would keep one there."""
 
 import streamlit as st
 
+from client.types import EngineOut, PeerSummary, PeerTreeOut
 from dashboard.connection import api_client, api_errors, connection_state, pick_engine
 from dashboard.figures.peer.churn import churn_figure, churn_frame, resync_text
 from dashboard.figures.peer.hit_rate import peer_hit_rate_figure, peer_hit_rate_frame
@@ -13,7 +14,7 @@ from dashboard.figures.peer.prefix_tree import prefix_tree_figure
 from dashboard.figures.peer.tiers import tiers_figure, tiers_frame
 from dashboard.figures.peer.tree import tree_frame
 from dashboard.live import live
-from dashboard.peers import geometry_of, is_peer, kind_name
+from dashboard.peers import is_peer, kind_name
 from dashboard.remedy_view import peer_junction_cards
 
 WINDOWS = {
@@ -30,7 +31,6 @@ NO_PEER = (
 )
 
 st.title("Peer cache")
-api = api_client()
 window = st.sidebar.selectbox("Window", list(WINDOWS), index=1, key="peer_window")
 
 
@@ -39,11 +39,11 @@ def group_order(groups: list[str]) -> list[str]:
     return sorted(groups, key=lambda g: (g != "attention", g))
 
 
-def summary_section(engine: dict, summary: dict) -> None:
-    warning = resync_text(summary["resyncs"])
+def summary_section(engine: EngineOut, summary: PeerSummary) -> None:
+    warning = resync_text(summary.resyncs)
     if warning:
         st.warning(warning)
-    hit_rate = summary["hit_rate"]
+    hit_rate = summary.hit_rate
     cols = st.columns(4)
     cols[0].metric(
         "token hit rate",
@@ -51,7 +51,7 @@ def summary_section(engine: dict, summary: dict) -> None:
         help="Hits over queries the engine's prefix-cache counters added in the window "
         "(its /metrics, as the bridge scraped it).",
     )
-    blocks = {group: sum(media.values()) for group, media in summary["groups"].items()}
+    blocks = {group: sum(media.values()) for group, media in summary.groups.items()}
     cols[1].metric("blocks cached", f"{sum(blocks.values()):,}")
     churn = churn_frame(summary)
     stored = summary_sum(summary, "stored")
@@ -65,7 +65,7 @@ def summary_section(engine: dict, summary: dict) -> None:
         if blocks:
             st.plotly_chart(tiers_figure(tiers_frame(summary)), key="peer_tiers")
         else:
-            st.info(f"{engine['engine_id']} holds no cached block now.")
+            st.info(f"{engine.engine_id} holds no cached block now.")
     with right:
         st.markdown(f"**Token hit rate between scrapes** ({window})")
         rates = peer_hit_rate_frame(summary)
@@ -80,17 +80,17 @@ def summary_section(engine: dict, summary: dict) -> None:
         st.info(f"No block stored or removed in the {window}.")
 
 
-def summary_sum(summary: dict, kind: str) -> int:
-    return int(sum(bucket[kind] for bucket in summary["churn"]))
+def summary_sum(summary: PeerSummary, kind: str) -> int:
+    return int(sum(getattr(bucket, kind) for bucket in summary.churn))
 
 
-def tree_section(engine: dict, rank: int | None, groups: list[str]) -> None:
-    engine_id = engine["engine_id"]
+def tree_section(engine: EngineOut, rank: int | None, groups: list[str]) -> None:
+    engine_id = engine.engine_id
     st.subheader("Cached prefixes")
     group = st.radio("Group", groups, horizontal=True, key="peer_group")
-    tree = api.peer_tree(engine_id, rank=rank, group=group, max_nodes=MAX_NODES)
-    junctions = api.peer_suggested_junctions(engine_id, rank=rank)["junctions"]
-    if not tree["nodes"]:
+    tree = api_client().peer_tree(engine_id, rank=rank, group=group, max_nodes=MAX_NODES)
+    junctions = api_client().peer_suggested_junctions(engine_id, rank=rank).junctions
+    if not tree.nodes:
         st.info(f"No {group} block of {engine_id} has a known position (none cached now).")
     else:
         drawn = junctions if group == "attention" else []
@@ -111,36 +111,36 @@ def tree_section(engine: dict, rank: int | None, groups: list[str]) -> None:
         )
 
 
-def tree_caption(tree: dict) -> str:
+def tree_caption(tree: PeerTreeOut) -> str:
     text = (
-        f"{tree['num_blocks']:,} {tree['group']} blocks"
-        + (f" of {tree['block_size']:,} tokens" if tree["block_size"] else "")
-        + f" in {tree['num_nodes']:,} runs without a branch; {tree['num_leaves']:,} cached "
+        f"{tree.num_blocks:,} {tree.group} blocks"
+        + (f" of {tree.block_size:,} tokens" if tree.block_size else "")
+        + f" in {tree.num_nodes:,} runs without a branch; {tree.num_leaves:,} cached "
         "prefixes. Hover a bar for its tokens, blocks and tiers."
     )
-    if tree["group"] == "attention":
+    if tree.group == "attention":
         text += " Green diamonds: where the Mamba group holds a state on that prefix."
-    if tree["num_hidden_nodes"]:
+    if tree.num_hidden_nodes:
         text += (
-            f" {tree['num_hidden_nodes']:,} smaller runs ({tree['num_hidden_leaves']:,} "
-            f"prefixes) are not drawn: at most {len(tree['nodes']):,}, most prefixes first."
+            f" {tree.num_hidden_nodes:,} smaller runs ({tree.num_hidden_leaves:,} "
+            f"prefixes) are not drawn: at most {len(tree.nodes):,}, most prefixes first."
         )
-    if tree["num_unplaced"]:
+    if tree.num_unplaced:
         text += (
-            f" {tree['num_unplaced']:,} blocks have no known position: a block before them "
+            f" {tree.num_unplaced:,} blocks have no known position: a block before them "
             "in their chain is no longer cached."
         )
-    if tree["num_read"] < tree["num_stored"]:
-        text += f" Read {tree['num_read']:,} of the {tree['num_stored']:,} blocks stored."
+    if tree.num_read < tree.num_stored:
+        text += f" Read {tree.num_read:,} of the {tree.num_stored:,} blocks stored."
     return text
 
 
-with api_errors(api):
-    engine = pick_engine([e for e in api.engines() if is_peer(e)], key="peer_engine")
+with api_errors():
+    engine = pick_engine([e for e in api_client().engines() if is_peer(e)], key="peer_engine")
     if engine is None:
-        st.info(NO_PEER.format(url=api.base_url))
+        st.info(NO_PEER.format(url=api_client().base_url))
     else:
-        ranks = geometry_of(engine).ranks or []
+        ranks = engine.geometry.ranks or []
         rank = None
         if len(ranks) > 1:
             rank = st.sidebar.selectbox(
@@ -151,16 +151,16 @@ with api_errors(api):
             )
 
         def body() -> None:
-            with api_errors(api):
-                summary = api.peer_summary(engine["engine_id"], window_s=WINDOWS[window])
+            with api_errors():
+                summary = api_client().peer_summary(engine.engine_id, window_s=WINDOWS[window])
                 state = connection_state(engine)
                 st.caption(
-                    f"{engine['engine_id']} · {kind_name(engine)} · {state} · ranks "
-                    f"{', '.join(map(str, summary['ranks'])) or 'none yet'} · model "
-                    f"{engine.get('model', {}).get('name') or 'unknown'}"
+                    f"{engine.engine_id} · {kind_name(engine)} · {state} · ranks "
+                    f"{', '.join(map(str, summary.ranks)) or 'none yet'} · model "
+                    f"{engine.card.name or 'unknown'}"
                 )
                 summary_section(engine, summary)
-                groups = group_order(list(summary["groups"]) or ["attention"])
+                groups = group_order(list(summary.groups) or ["attention"])
                 tree_section(engine, rank, groups)
 
         live(body)

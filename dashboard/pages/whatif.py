@@ -7,9 +7,9 @@ the write token the operator entered in the sidebar (disabled until they do)."""
 import pandas as pd
 import streamlit as st
 
-from client.rest import ApiClient
 from client.schema import EVICTION_NAMES
 from client.transport import ApiError
+from client.types import EngineOut, WhatIfRunOut
 from dashboard.connection import (
     NEEDS_WRITE_TOKEN,
     START_ENGINE,
@@ -17,6 +17,7 @@ from dashboard.connection import (
     api_errors,
     pick_engine,
     write_client,
+    write_token_field,
 )
 from dashboard.figures.whatif import (
     agreement_text,
@@ -26,10 +27,7 @@ from dashboard.figures.whatif import (
     results_frame,
     settings_text,
 )
-from dashboard.live import live
-from dashboard.notice import notify, show_notice
-from dashboard.peers import geometry_of, is_peer
-from dashboard.whatif_form import (
+from dashboard.forms.whatif import (
     BLOCK_SIZES,
     DEFAULT_MEMORY,
     MAMBA_BLOCK_SIZES,
@@ -41,6 +39,9 @@ from dashboard.whatif_form import (
     offered,
     parse_extra,
 )
+from dashboard.live import live
+from dashboard.notice import notify, show_notice
+from dashboard.peers import is_peer
 
 NOTICE = "whatif_notice"
 CHOSEN = "whatif_run"
@@ -53,14 +54,14 @@ ABOUT = (
 
 st.title("What-if")
 st.caption(ABOUT)
-api = api_client()
-writer = write_client()  # None until the operator enters the token
+write_token_field()
 
 
-def start_form(engine: dict, writer: ApiClient | None) -> None:
+def start_form(engine: EngineOut) -> None:
     """The settings to try and the Start button."""
-    geometry = geometry_of(engine)
-    engine_id = engine["engine_id"]
+    writer = write_client()  # None until the operator enters the token
+    geometry = engine.geometry
+    engine_id = engine.engine_id
     with st.expander("Try other settings", expanded=True):
         left, right = st.columns(2)
         vllm = left.checkbox("As vLLM would (aligned hits, LRU)", value=True, key="wi_vllm")
@@ -113,46 +114,46 @@ def start_form(engine: dict, writer: ApiClient | None) -> None:
             except ApiError as exc:
                 notify(NOTICE, "error", f"Could not start the what-if: {exc}")
             else:
-                st.session_state[CHOSEN] = run["id"]
+                st.session_state[CHOSEN] = run.id
                 st.session_state.pop("whatif_chosen", None)  # the select box shows the new run
                 notify(
                     NOTICE,
                     "success",
-                    f"What-if **#{run['id']}** queued ({len(settings)} settings over epoch "
-                    f"{run['epoch']}): a `junction worker` runs it; its progress shows below.",
+                    f"What-if **#{run.id}** queued ({len(settings)} settings over epoch "
+                    f"{run.epoch}): a `junction worker` runs it; its progress shows below.",
                 )
         show_notice(NOTICE)
 
 
-def runs_frame(runs: list[dict]) -> pd.DataFrame:
+def runs_frame(runs: list[WhatIfRunOut]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {
-                "id": run["id"],
-                "status": run["status"],
-                "progress": run["progress_done"] / run["progress_total"]
-                if run["progress_total"]
-                else (1.0 if run["status"] == "done" else 0.0),
-                "settings": settings_text(run["settings"]),
-                "created": run["created_at"],
-                "error": run.get("error") or "",
+                "id": run.id,
+                "status": run.status,
+                "progress": run.progress_done / run.progress_total
+                if run.progress_total
+                else (1.0 if run.status == "done" else 0.0),
+                "settings": settings_text(run.settings),
+                "created": run.created_at,
+                "error": run.error or "",
             }
             for run in runs
         ]
     )
 
 
-def show_run(run: dict) -> None:
+def show_run(run: WhatIfRunOut) -> None:
     """A run's progress, its failure, or its report."""
-    if run["status"] in ("queued", "running"):
-        total, done = run["progress_total"], run["progress_done"]
-        text = f"{run['status']}: {done:,} of {total:,} requests replayed" if total else "queued"
+    if run.status in ("queued", "running"):
+        total, done = run.progress_total, run.progress_done
+        text = f"{run.status}: {done:,} of {total:,} requests replayed" if total else "queued"
         st.progress(done / total if total else 0.0, text=text)
         return
-    if run["status"] == "failed":
-        st.error(f"What-if #{run['id']} failed: {run['error']}")
+    if run.status == "failed":
+        st.error(f"What-if #{run.id} failed: {run.error}")
         return
-    report = run["result"] or {}
+    report = run.report
     st.markdown(f"**{agreement_text(report)}**")
     frame = results_frame(report)
     if curve_families(frame):
@@ -182,9 +183,9 @@ def runs_of(engine_id: str) -> None:
     else the newest)."""
 
     def body() -> None:
-        with api_errors(api):
-            page = api.whatif_runs(engine_id)
-            runs = page["runs"]
+        with api_errors():
+            page = api_client().whatif_runs(engine_id)
+            runs = page.runs
             if not runs:
                 st.info(
                     f"No what-if of {engine_id} yet: pick settings above and start one (or "
@@ -200,7 +201,7 @@ def runs_of(engine_id: str) -> None:
                     )
                 },
             )
-            ids = [run["id"] for run in runs]
+            ids = [run.id for run in runs]
             wanted = st.session_state.get(CHOSEN) or _int(st.query_params.get("run"))
             chosen = st.selectbox(
                 "Report of run",
@@ -209,20 +210,20 @@ def runs_of(engine_id: str) -> None:
                 format_func=lambda i: f"#{i}",
                 key="whatif_chosen",
             )
-            show_run(next(run for run in runs if run["id"] == chosen))
+            show_run(next(run for run in runs if run.id == chosen))
 
     live(body)
 
 
-with api_errors(api):
-    engine = pick_engine(api.engines(), key="whatif_engine")
+with api_errors():
+    engine = pick_engine(api_client().engines(), key="whatif_engine")
     if engine is None:
-        st.info(START_ENGINE.format(url=api.base_url))
+        st.info(START_ENGINE.format(url=api_client().base_url))
     elif is_peer(engine):
         st.info(
             "This engine is bridged from vLLM or SGLang: it reports no unit hashes, so there is "
             "no recording of its requests to replay."
         )
     else:
-        start_form(engine, writer)
-        runs_of(engine["engine_id"])
+        start_form(engine)
+        runs_of(engine.engine_id)

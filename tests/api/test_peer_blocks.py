@@ -416,7 +416,7 @@ def test_the_client_reads_both_routes(client: TestClient, server: str) -> None:
     stream(client, [stored(["a1", "a2"], rank=1)])
     api = ApiClient(server, TOKEN)  # another app over the same store, served by uvicorn
     page = api.peer_blocks(ENGINE, rank=1, limit=1, offset=1)
-    assert (page["total"], [b["hash"] for b in page["blocks"]]) == (2, ["a2"])
+    assert (page.total, [b.hash for b in page.blocks]) == (2, ["a2"])
     summary = api.peer_summary(ENGINE, window_s=60)
-    assert (summary["kind"], summary["groups"]) == ("vllm", {"attention": {"GPU": 2}})
-    assert summary["ranks"] == [0, 1]
+    assert (summary.kind, summary.groups) == ("vllm", {"attention": {"GPU": 2}})
+    assert summary.ranks == [0, 1]

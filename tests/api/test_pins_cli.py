@@ -253,7 +253,9 @@ def test_pins_reads_with_the_read_token(server: str, capsys, monkeypatch) -> Non
 
 
 def fake_pin(number: int) -> dict:
-    target = {"boundary": 64, "state": "active", "num_hits": 3, "tokens_saved": 9, "reason": None}
+    """A pin as `GET /pins` answers one (`api.schemas.PinOut`), on three engines."""
+    target = {"boundary": 64, "state": "materialized", "num_hits": 3, "tokens_saved": 9}
+    target |= {"reason": None, "keys": {}, "block_ids": {}, "updated_at": "2026-01-01T00:00:00"}
     return {
         "pin_id": f"pin-{number:05d}",
         "label": f"system prompt {number}",
@@ -261,10 +263,13 @@ def fake_pin(number: int) -> dict:
         "targets": "all",
         "num_tokens": 640,
         "priority": 0,
-        "state": "active",
+        "state": "materialized",
+        "boundary": {f"e{i}": 64 for i in range(3)},
         "num_hits": 3,
         "tokens_saved": 1920,
         "engines": [target | {"engine_id": f"e{i}"} for i in range(3)],
+        "created_at": "2026-01-01T00:00:00",
+        "released_at": None,
     }
 
 

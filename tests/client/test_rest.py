@@ -46,7 +46,7 @@ def test_a_bad_spec_is_refused_field_by_field(api: ApiClient) -> None:
     assert caught.value.status == 422
     fields = [part.split(":")[0] for part in caught.value.reason.split("; ")]
     assert "modes.1" in fields and "concurrency" in fields
-    assert api.benchmarks()["total"] == 0  # nothing queued
+    assert api.benchmarks().total == 0  # nothing queued
 
 
 def test_a_wrong_token_is_a_401(api: ApiClient) -> None:

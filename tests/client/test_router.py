@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import httpx
+import msgspec
 import pytest
 
 from client.router import RouterClient
@@ -37,16 +38,18 @@ def test_the_fleet_and_its_decisions_as_the_router_serves_them(router: Process) 
     client = RouterClient(router.url, TOKEN)
     fleet = client.fleet()
     served = httpx.get(f"{router.url}/fleet", headers=AUTH, timeout=10).json()
-    assert fleet.keys() == served.keys() and fleet["policy"] == served["policy"]
-    assert [(e["engine_id"], e["url"]) for e in fleet["engines"]] == [
+    assert msgspec.to_builtins(fleet).keys() == served.keys()  # every field the router serves
+    assert fleet.policy == served["policy"]
+    assert [(e.engine_id, e.url) for e in fleet.engines] == [
         (e["engine_id"], e["url"]) for e in served["engines"]
     ]
-    assert [engine["engine_id"] for engine in fleet["engines"]] == ["a"]
+    assert [engine.engine_id for engine in fleet.engines] == ["a"]
+    assert msgspec.to_builtins(fleet.engines[0]).keys() == served["engines"][0].keys()
     completion_id = routed(router)
     (decision,) = client.decisions(limit=1)
-    assert decision["engine_request_id"] == completion_id
+    assert decision.engine_request_id == completion_id
     assert client.decision(completion_id) == decision  # by the engine's id too
-    assert client.decision(decision["request_id"]) == decision
+    assert client.decision(decision.request_id) == decision
 
 
 def test_an_unknown_decision_is_a_404_in_the_routers_words(router: Process) -> None:

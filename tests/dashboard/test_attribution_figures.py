@@ -8,11 +8,13 @@ import pandas as pd
 import pytest
 
 from client.schema import CacheGeometry
+from client.types import AttributionOut, GroupUsage, JunctionOut, RequestOut
 from dashboard.figures.attribution import attribution_figure, attribution_frame
 from dashboard.figures.attribution_bars import requests_attribution_figure
 from dashboard.figures.reasons import HIT, REASONS, SHARED
 from dashboard.figures.remedies import CHECKPOINTS_PAGE, remedies
 from dashboard.figures.request_attribution import attribution_sentence, request_columns
+from tests.dashboard.bodies import body
 
 
 def missed(**tokens: int) -> dict[str, int]:
@@ -63,21 +65,31 @@ def request(state: str | None = "attributed", **reasons: int) -> dict:
     return row
 
 
+def typed(row: dict) -> RequestOut:
+    """A request row as `GET /engines/{id}/requests` answers it."""
+    return body(RequestOut, row)
+
+
+def usage(cache: dict[str, dict]) -> dict[str, GroupUsage]:
+    """An engine's `cache` (its usage per group) as `GET /engines/{id}` answers it."""
+    return {group: body(GroupUsage, counts) for group, counts in cache.items()}
+
+
 def test_the_frame_has_a_row_per_bucket_and_a_column_per_reason():
-    frame = attribution_frame(ATTRIBUTION)
+    frame = attribution_frame(body(AttributionOut, ATTRIBUTION))
     assert list(frame["time"]) == [
         pd.Timestamp(t, unit="s", tz="UTC") for t in (1_796_124_300, 1_796_124_420)
     ]
     assert list(frame["no_state"]) == [32, 0]
     assert list(frame["in_flight"]) == [0, 64]
     assert list(frame["shared_tokens"]) == [632, 280]
-    assert attribution_frame({"buckets": []}).empty
+    assert attribution_frame(body(AttributionOut, {"buckets": []})).empty
 
 
 def test_buckets_hold_flat_and_a_gap_without_requests_drops_to_zero():
     (shared,) = [
         t
-        for t in attribution_figure(attribution_frame(ATTRIBUTION)).data
+        for t in attribution_figure(attribution_frame(body(AttributionOut, ATTRIBUTION))).data
         if t.name.startswith(SHARED.label)
     ]
     at = [pd.Timestamp(1_796_124_300 + s, unit="s", tz="UTC") for s in (0, 60, 120, 120, 180)]
@@ -86,7 +98,7 @@ def test_buckets_hold_flat_and_a_gap_without_requests_drops_to_zero():
 
 
 def test_the_stack_of_hit_and_reasons_reaches_the_shared_line():
-    fig = attribution_figure(attribution_frame(ATTRIBUTION))
+    fig = attribution_figure(attribution_frame(body(AttributionOut, ATTRIBUTION)))
     stacked = [t for t in fig.data if t.stackgroup == "tokens"]
     assert [t.name.split(":")[0] for t in stacked] == [HIT.label] + [
         s.label for s in REASONS.values()
@@ -98,7 +110,7 @@ def test_the_stack_of_hit_and_reasons_reaches_the_shared_line():
 
 
 def test_every_series_says_what_it_means_and_none_is_red():
-    fig = attribution_figure(attribution_frame(ATTRIBUTION))
+    fig = attribution_figure(attribution_frame(body(AttributionOut, ATTRIBUTION)))
     for trace in fig.data:
         series = next(s for s in [HIT, SHARED, *REASONS.values()] if trace.name.startswith(s.label))
         assert f"{series.label}: {series.short}" == trace.name  # the legend's explanation
@@ -113,28 +125,28 @@ def test_every_series_says_what_it_means_and_none_is_red():
 
 def test_a_request_reads_its_reasons_in_words():
     row = request(no_state=32, held_back=16)
-    assert request_columns(row) == {
+    assert request_columns(typed(row)) == {
         "shared": 304,
         "missed": 48,
         "missed because": "32 no state · 16 held back",
         "hit stopped": "no state",
     }
-    sentence = attribution_sentence(row)
+    sentence = attribution_sentence(typed(row))
     assert "Shared **304** tokens" in sentence
     assert "missed **48** (32 no state · 16 held back)" in sentence
     assert "no Mamba state was kept at the attention match" in sentence
     clean = request()
-    assert request_columns(clean)["missed because"] == "none"
-    assert request_columns(clean)["hit stopped"] == "match ended"
-    assert "the attention match ended" in attribution_sentence(clean)
+    assert request_columns(typed(clean))["missed because"] == "none"
+    assert request_columns(typed(clean))["hit stopped"] == "match ended"
+    assert "the attention match ended" in attribution_sentence(typed(clean))
 
 
 def test_pending_and_old_requests_say_so():
-    assert request_columns(request("pending"))["missed because"] == "pending"
-    assert request_columns(request("pending"))["shared"] is None
-    assert "**pending**" in attribution_sentence(request("pending"))
-    assert request_columns(request(None))["missed because"] == "not recorded"
-    assert "stored before" in attribution_sentence(request(None))
+    assert request_columns(typed(request("pending")))["missed because"] == "pending"
+    assert request_columns(typed(request("pending")))["shared"] is None
+    assert "**pending**" in attribution_sentence(typed(request("pending")))
+    assert request_columns(typed(request(None)))["missed because"] == "not recorded"
+    assert "stored before" in attribution_sentence(typed(request(None)))
 
 
 def test_the_requests_figure_stacks_each_attributed_request_to_its_shared_tokens():
@@ -143,7 +155,7 @@ def test_the_requests_figure_stacks_each_attributed_request_to_its_shared_tokens
         request("pending") | {"request_id": "waiting"},
         request(evicted=100) | {"request_id": "old"},
     ]
-    fig = requests_attribution_figure(rows)
+    fig = requests_attribution_figure([typed(r) for r in rows])
     bars = [t for t in fig.data if t.type == "bar"]
     assert list(bars[0].y) == ["old", "new"]  # newest on top; the pending one left out
     *attributed, unshared = bars
@@ -157,7 +169,7 @@ def test_the_requests_figure_stacks_each_attributed_request_to_its_shared_tokens
 def test_a_cold_request_is_a_full_bar_of_unshared_tokens():
     cold = request() | {"request_id": "cold", "num_cached_tokens": 0}
     cold["attribution"] |= {"shared_tokens": 0, "oracle_tokens": 0}
-    fig = requests_attribution_figure([cold])
+    fig = requests_attribution_figure([typed(cold)])
     widths = {t.name: sum(t.x) for t in fig.data if t.type == "bar"}
     assert widths["not shared"] == 400
     assert sum(widths.values()) == 400
@@ -196,7 +208,9 @@ def test_no_state_pins_the_boundary_and_turns_junctions_on_when_off():
     assert "Pin this boundary (token 288)" in on.actions[0].text
     assert on.actions[0].page == CHECKPOINTS_PAGE
     junction = {"key": "ab", "boundary": 288, "num_requests": 3, "tokens_saved": 96}
-    (suggested,) = remedies(missed(no_state=32), 400, GEOMETRY, boundary=288, junction=junction)
+    (suggested,) = remedies(
+        missed(no_state=32), 400, GEOMETRY, boundary=288, junction=body(JunctionOut, junction)
+    )
     assert "suggests this one (3 requests matched it; a pin would have saved them 96 tokens)" in (
         suggested.actions[0].text
     )
@@ -210,7 +224,7 @@ def test_evicted_enlarges_the_fullest_pool_first_with_its_size():
         "attention": {"num_blocks": 320, "num_free": 200},
         "mamba": {"num_blocks": 160, "num_free": 3},
     }
-    (remedy,) = remedies(missed(evicted=64), 400, GEOMETRY, cache)
+    (remedy,) = remedies(missed(evicted=64), 400, GEOMETRY, usage(cache))
     mamba, attention, pin = (a.text for a in remedy.actions)
     assert "Enlarge the mamba pool" in mamba and "`--num-mamba-blocks`" in mamba
     assert "160 blocks of 64 tokens, 3 free now" in mamba
@@ -242,7 +256,7 @@ def test_held_back_is_explained_with_eagle_when_on():
 
 def test_restarted_says_the_cache_was_empty_and_enlarges_no_pool():
     cache = {"attention": {"num_blocks": 320, "num_free": 300}}
-    (remedy,) = remedies(missed(restarted=64), 400, GEOMETRY, cache)
+    (remedy,) = remedies(missed(restarted=64), 400, GEOMETRY, usage(cache))
     assert REASONS["restarted"].short == "the engine restarted; its cache was empty"
     note, pin = (a.text for a in remedy.actions)
     assert "the engine restarted; its cache was empty" in note

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from dashboard.benchmark_form import QUICK, QUICK_SIZE, estimate
+from dashboard.forms.benchmark import QUICK, QUICK_SIZE, estimate
 from engine.bench import run_benchmark
 from engine.workloads import build_workload
 

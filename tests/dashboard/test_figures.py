@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from client.types import BenchmarkRunOut, BlockGrid, EngineDetail, HitRateOut, RequestOut
 from dashboard.figures.benchmarks import hit_rate_by_mode_figure, modes_frame, ttft_by_mode_figure
 from dashboard.figures.block_grid import CATEGORY_COLORS, block_grid_figure, discrete_colorscale
 from dashboard.figures.cache_usage import STATE_COLORS, cache_usage_figure, cache_usage_frame
@@ -15,6 +16,7 @@ from dashboard.grid.blocks import block_frame
 from dashboard.grid.categories import CATEGORIES, COW_TARGET, PINNED
 from dashboard.grid.cells import grid_cells
 from dashboard.grid.outline import request_outline
+from tests.dashboard.bodies import body
 
 
 def grid_columns(rows: list[tuple], stop: int, links: list[dict] = (), keys: bool = True) -> dict:
@@ -58,7 +60,7 @@ COPY = {
 
 
 def test_block_frame_gives_each_block_a_category():
-    frame = block_frame(grid_columns(ROWS, stop=8, links=[COPY]))
+    frame = block_frame(body(BlockGrid, grid_columns(ROWS, stop=8, links=[COPY])))
     names = [CATEGORIES[c] for c in frame["category"]]
     assert names == [
         "pinned",
@@ -75,7 +77,7 @@ def test_block_frame_gives_each_block_a_category():
 
 
 def test_cells_one_block_each_with_hover_details():
-    cells = grid_cells(grid_columns(ROWS, stop=8, links=[COPY]))
+    cells = grid_cells(body(BlockGrid, grid_columns(ROWS, stop=8, links=[COPY])))
     assert not cells.is_aggregated and len(cells.frame) == 8
     hover = cells.frame.loc[2, "hover"]
     for part in ("block 2", "cached partial", "tokens [32, 40)", "checkpoint resend", "refs 0"):
@@ -100,7 +102,7 @@ def test_aggregated_cells_keep_the_most_notable_state_and_count_the_rest():
         "cells": counted,
         "links": [{**COPY, "src": 12, "dst": 73, "dst_state": "in_use", "dst_is_partial": False}],
     }
-    cells = grid_cells(grid)
+    cells = grid_cells(body(BlockGrid, grid))
     assert cells.is_aggregated and cells.blocks_per_cell == 10 and len(cells.frame) == 100
     shown = [CATEGORIES[c] for c in cells.frame["category"][:11]]
     assert shown == ["cached full"] * 5 + ["pinned", "cached full", "copy-on-write target"] + [
@@ -114,7 +116,7 @@ def test_aggregated_cells_keep_the_most_notable_state_and_count_the_rest():
 
 
 def test_links_and_request_outline_map_blocks_to_cells():
-    grid = grid_columns(ROWS, stop=8, links=[COPY])
+    grid = body(BlockGrid, grid_columns(ROWS, stop=8, links=[COPY]))
     cells = grid_cells(grid)
     links = link_frame(grid, cells)
     assert links[["src_cell", "dst_cell"]].values.tolist() == [[2, 5]]
@@ -128,7 +130,7 @@ def test_links_and_request_outline_map_blocks_to_cells():
 
 
 def test_block_grid_figure_colours_every_state_and_draws_overlays():
-    grid = grid_columns(ROWS, stop=8, links=[COPY])
+    grid = body(BlockGrid, grid_columns(ROWS, stop=8, links=[COPY]))
     cells = grid_cells(grid)
     outline, boundary = request_outline([0, 1, 5], hit=40, block_size=16, cells=cells)
     fig = block_grid_figure(
@@ -180,7 +182,7 @@ HIT_RATE = {
 
 
 def test_hit_rate_figures():
-    frame = hit_rate_frame(HIT_RATE)
+    frame = hit_rate_frame(body(HitRateOut, HIT_RATE))
     fig = hit_rate_figure(frame)
     assert [t.name for t in fig.data] == ["attention", "mamba", "overall"]  # overall on top
     assert list(fig.data[2].y) == [0.25, 0.75]
@@ -206,7 +208,7 @@ def test_a_bucket_of_a_few_tokens_is_a_small_marker_that_says_how_few():
             hit_rate_by_group={"attention": 0.0, "mamba": 0.0},
         )
     )
-    fig = hit_rate_figure(hit_rate_frame({"buckets": buckets}))
+    fig = hit_rate_figure(hit_rate_frame(body(HitRateOut, {"buckets": buckets})))
     for trace in fig.data:
         big, small = trace.marker.size
         assert small < big / 2, trace.name
@@ -233,7 +235,7 @@ def test_cache_usage_figure_stacks_states_per_group():
             },
         }
     }
-    fig = cache_usage_figure(cache_usage_frame(engine))
+    fig = cache_usage_figure(cache_usage_frame(body(EngineDetail, engine)))
     assert [t.name for t in fig.data] == ["free", "cached", "in use", "pinned"]
     assert [t.marker.color for t in fig.data] == list(STATE_COLORS.values())
     assert list(fig.data[3].x) == [5, 0] and list(fig.data[3].y) == ["attention", "mamba"]
@@ -246,7 +248,7 @@ def test_chunk_timeline_colours_each_stop_reason():
         "chunks": [[512, 560], [560, 1024], [1024, 1030]],
         "chunk_stop_reasons": ["pin", "block_boundary", "end"],
     }
-    frame = chunk_frame(request)
+    frame = chunk_frame(body(RequestOut, request))
     assert frame["label"].tolist() == ["hit", "chunk 1", "chunk 2", "chunk 3"]
     fig = chunk_timeline_figure(frame)
     assert [t.name for t in fig.data] == ["cached (hit)", "pin", "block_boundary", "end"]
@@ -267,7 +269,7 @@ def test_benchmark_figures_against_the_oracle():
             ]
         }
     }
-    frame = modes_frame(run)
+    frame = modes_frame(body(BenchmarkRunOut, run))
     assert isinstance(frame, pd.DataFrame) and frame["mode"].tolist() == ["off", "pins"]
     fig = hit_rate_by_mode_figure(frame)
     assert [t.name for t in fig.data] == ["hit rate", "oracle"]

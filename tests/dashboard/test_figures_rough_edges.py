@@ -6,17 +6,19 @@ import colorsys
 
 import pandas as pd
 
+from client.types import BenchmarkRunOut, BlockGrid, EngineDetail, HitRateOut
 from dashboard.figures.benchmarks import modes_frame, modes_table
 from dashboard.figures.block_grid import CATEGORY_COLORS, block_grid_figure
 from dashboard.figures.cache_usage import usage_text
 from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame
 from dashboard.grid.arrows import MAX_ARROWS, arrows, link_frame
 from dashboard.grid.cells import grid_cells
+from tests.dashboard.bodies import body
 from tests.dashboard.test_figures import COPY, HIT_RATE, ROWS, grid_columns
 
 
 def test_a_never_used_free_block_says_so():
-    cells = grid_cells(grid_columns(ROWS, stop=8))
+    cells = grid_cells(body(BlockGrid, grid_columns(ROWS, stop=8)))
     hover = cells.frame["hover"].tolist()
     assert hover[4] == "block 4 · free, never used"  # no row: no event ever touched it
     assert all(isinstance(h, str) and h for h in hover)
@@ -43,6 +45,7 @@ def many_copies(num: int) -> list[dict]:
 def test_arrows_are_aggregated_and_capped():
     grid = grid_columns([(i, "cached", False, "block") for i in range(64)], stop=64)
     grid["links"] = many_copies(200)
+    grid = body(BlockGrid, grid)
     cells = grid_cells(grid)
     links = link_frame(grid, cells)
     drawn = arrows(links)
@@ -63,7 +66,7 @@ def test_arrows_are_aggregated_and_capped():
 
 
 def test_the_overall_hit_line_stays_visible_over_an_equal_group_line():
-    frame = hit_rate_frame(HIT_RATE)
+    frame = hit_rate_frame(body(HitRateOut, HIT_RATE))
     fig = hit_rate_figure(frame)
     overall = fig.data[-1]  # drawn last: on top
     mamba = next(t for t in fig.data if t.name == "mamba")
@@ -85,7 +88,7 @@ def test_usage_says_what_it_means_beside_the_cached_blocks():
             },
         }
     }
-    text = usage_text(engine)
+    text = usage_text(body(EngineDetail, engine))
     assert "blocks in use or pinned / all blocks" in text
     assert "attention 10.6% (34 of 320)" in text
     assert "attention 147" in text and "eviction" in text
@@ -107,7 +110,7 @@ def test_the_benchmark_table_reads_in_percent_with_human_headers():
             ]
         }
     }
-    table = modes_table(modes_frame(run))
+    table = modes_table(modes_frame(body(BenchmarkRunOut, run)))
     assert "hit_rate" not in table and all("_" not in c for c in table.columns)
     row = table.iloc[0]
     assert row["hit rate (%)"] == 0.0 and row["oracle hit rate (%)"] == 61.7

@@ -3,6 +3,7 @@ router writes them."""
 
 from __future__ import annotations
 
+from client.types import Decision, FleetView
 from dashboard.figures.decision_scores import (
     CHOSEN_COLOR,
     OTHER_COLOR,
@@ -10,10 +11,11 @@ from dashboard.figures.decision_scores import (
     scores_frame,
 )
 from dashboard.figures.fleet import engines_frame, share_figure
+from tests.dashboard.bodies import body
 
 
 def engine(url: str, engine_id: str | None, **changes) -> dict:
-    body = {
+    row = {
         "url": url,
         "engine_id": engine_id,
         "model": "junction-hybrid-tiny",
@@ -37,7 +39,7 @@ def engine(url: str, engine_id: str | None, **changes) -> dict:
         "num_failed": 0,
         "num_snapshots": 1,
     }
-    return body | changes
+    return row | changes
 
 
 def fleet() -> dict:
@@ -77,7 +79,7 @@ def decision() -> dict:
 
 
 def test_engines_frame_names_each_engine_and_why_one_is_down():
-    frame = engines_frame(fleet()).set_index("url")
+    frame = engines_frame(body(FleetView, fleet())).set_index("url")
     assert frame.loc["http://a:8000", "engine"] == "a"
     assert frame.loc["http://b:8000", "engine"] == "http://b:8000"  # no id yet: its URL
     assert frame.loc["http://a:8000", "status"] == "up"
@@ -89,7 +91,7 @@ def test_engines_frame_names_each_engine_and_why_one_is_down():
 
 
 def test_share_figure_draws_each_engines_share_beside_its_hit_rate():
-    fig = share_figure(engines_frame(fleet()))
+    fig = share_figure(engines_frame(body(FleetView, fleet())))
     bars = {trace.name: trace for trace in fig.data}
     assert set(bars) == {"routed share", "hit rate"}
     assert list(bars["routed share"].x) == ["a", "http://b:8000"]
@@ -99,14 +101,14 @@ def test_share_figure_draws_each_engines_share_beside_its_hit_rate():
 
 
 def test_scores_frame_marks_the_chosen_engine_only():
-    frame = scores_frame(decision())
+    frame = scores_frame(body(Decision, decision()))
     assert list(frame["engine"]) == ["a", "b", "c"]
     assert list(frame["chosen"]) == [False, False, True]
     assert list(frame["score"]) == [-64, 148, 320]
 
 
 def test_scores_figure_bars_are_the_scores_and_their_parts():
-    frame = scores_frame(decision())
+    frame = scores_frame(body(Decision, decision()))
     bars = {trace.name: trace for trace in scores_figure(frame, "in_flight").data}
     assert list(bars["score"].y) == [-64, 148, 320]
     assert list(bars["usable hybrid hit"].y) == [64, 448, 0]
@@ -119,7 +121,7 @@ def test_scores_figure_bars_are_the_scores_and_their_parts():
 
 
 def test_scores_figure_marks_the_chosen_engine_with_the_reason():
-    fig = scores_figure(scores_frame(decision()), "in_flight")
+    fig = scores_figure(scores_frame(body(Decision, decision())), "in_flight")
     score_bar = next(trace for trace in fig.data if trace.name == "score")
     assert list(score_bar.marker.color) == [OTHER_COLOR, OTHER_COLOR, CHOSEN_COLOR]
     assert list(score_bar.marker.line.width) == [0, 0, 3]
@@ -132,7 +134,7 @@ def test_scores_figure_marks_an_engine_chosen_without_a_score():
     """Round robin scores every engine 0: the chosen one is still marked."""
     plain = decision() | {"url": "http://a:8000", "reason": "round_robin"}
     plain["scores"] = [s | {"score": 0} for s in plain["scores"]]
-    fig = scores_figure(scores_frame(plain), "round_robin")
+    fig = scores_figure(scores_frame(body(Decision, plain)), "round_robin")
     score_bar = next(trace for trace in fig.data if trace.name == "score")
     assert list(score_bar.y) == [0, 0, 0]
     assert list(score_bar.marker.line.width) == [3, 0, 0]

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from client.types import EngineOut
 from dashboard.groups import group_label, state_kind
+from tests.dashboard.bodies import body
 
-QWEN = {"engine_id": "q", "model": {"architecture": "Qwen3_5ForCausalLM", "state_group": "linear"}}
-BAMBA = {"engine_id": "b", "model": {"architecture": "BambaForCausalLM", "state_group": "mamba"}}
-OLD = {"engine_id": "o", "model": {}}  # an engine from before the card named its state group
+QWEN = body(
+    EngineOut,
+    {"engine_id": "q", "model": {"architecture": "Qwen3_5ForCausalLM", "state_group": "linear"}},
+)
+BAMBA = body(
+    EngineOut,
+    {"engine_id": "b", "model": {"architecture": "BambaForCausalLM", "state_group": "mamba"}},
+)
+OLD = body(EngineOut, {"engine_id": "o", "model": {}})  # before the card named its state group
 
 
 def test_a_gated_deltanet_engine_calls_its_state_group_linear() -> None:

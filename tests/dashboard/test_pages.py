@@ -17,7 +17,7 @@ from websockets.sync.client import connect
 
 from dashboard.connection import WRITE_TOKEN
 from dashboard.grid.arrows import MAX_ARROWS
-from dashboard.pin_cards import NO_TOKEN_NO_TEXT
+from dashboard.pins.cards import NO_TOKEN_NO_TEXT
 from engine.config import CacheConfig
 from engine.engine import Engine
 from engine.model.tokenizer import ByteTokenizer

@@ -7,26 +7,31 @@ import pandas as pd
 import pytest
 
 from api.peers.analysis import prefix_tree, suggested_junctions
+from client.types import PeerJunctionOut, PeerResyncOut, PeerSummary, PeerTreeOut
 from dashboard.figures.peer.churn import churn_figure, churn_frame, resync_text
 from dashboard.figures.peer.hit_rate import peer_hit_rate_figure, peer_hit_rate_frame
 from dashboard.figures.peer.prefix_tree import prefix_tree_figure
 from dashboard.figures.peer.tiers import tiers_figure, tiers_frame
 from dashboard.figures.peer.tree import tree_frame
 from tests.api.test_peer_analysis import chain, forest
+from tests.dashboard.bodies import body
 
 
-def tree_body(rows: list[dict], **options) -> dict:
+def tree_body(rows: list[dict], **options) -> PeerTreeOut:
     """`GET .../peer-tree`'s body for `rows` (its lists as JSON gives them)."""
     tree = prefix_tree(rows, **options)
     nodes = [
         {**n._asdict(), "first_tokens": list(n.first_tokens), "mediums": list(n.mediums)}
         for n in tree.nodes
     ]
-    return {**tree._asdict(), "nodes": nodes}
+    return body(PeerTreeOut, {**tree._asdict(), "nodes": nodes})
 
 
-def junction_bodies(rows: list[dict]) -> list[dict]:
-    return [j._asdict() for j in suggested_junctions(rows)]
+def junction_bodies(rows: list[dict]) -> list[PeerJunctionOut]:
+    return [
+        body(PeerJunctionOut, {**j._asdict(), "remedies": [r._asdict() for r in j.remedies]})
+        for j in suggested_junctions(rows)
+    ]
 
 
 def trace(figure, name: str):
@@ -63,9 +68,9 @@ def test_a_junction_whose_node_is_not_drawn_gets_no_cross():
         rows += (
             chain(f"t{i}_", 2, "s3") + chain(f"u{i}_", 1, f"t{i}_1") + chain(f"v{i}_", 1, f"t{i}_1")
         )
-    body = tree_body(rows, max_nodes=3)
-    figure = prefix_tree_figure(tree_frame(body), junction_bodies(rows))
-    drawn = {n["end"] for n in body["nodes"]}
+    tree = tree_body(rows, max_nodes=3)
+    figure = prefix_tree_figure(tree_frame(tree), junction_bodies(rows))
+    drawn = {n.end for n in tree.nodes}
     assert set(trace(figure, "suggested junction").x) <= drawn
 
 
@@ -111,14 +116,14 @@ SUMMARY = {
 
 
 def test_tiers_stack_each_groups_blocks_by_medium():
-    frame = tiers_frame(SUMMARY)
+    frame = tiers_frame(body(PeerSummary, SUMMARY))
     assert frame.groupby("group")["blocks"].sum().to_dict() == {"attention": 80, "mamba": 4}
     figure = tiers_figure(frame)
     assert {t.name: list(t.x) for t in figure.data} == {"GPU": [60, 4], "CPU": [20]}
 
 
 def test_churn_is_blocks_per_second_per_group_summed_over_ranks_and_media():
-    frame = churn_frame(SUMMARY)
+    frame = churn_frame(body(PeerSummary, SUMMARY))
     attention = frame[frame["group"] == "attention"].set_index(["kind", "time"])["per_s"]
     at_600, at_660 = (pd.Timestamp(t, unit="s", tz="UTC") for t in (600, 660))
     assert attention[("stored", at_600)] == pytest.approx(3.0)  # 180 blocks in a 60 s bucket
@@ -130,11 +135,11 @@ def test_churn_is_blocks_per_second_per_group_summed_over_ranks_and_media():
         "stored · mamba",
         "removed · mamba",
     }
-    assert churn_frame({**SUMMARY, "churn": []}).empty
+    assert churn_frame(body(PeerSummary, {**SUMMARY, "churn": []})).empty
 
 
 def test_the_hit_rate_between_scrapes_counts_a_restart_from_zero():
-    frame = peer_hit_rate_frame(SUMMARY)
+    frame = peer_hit_rate_frame(body(PeerSummary, SUMMARY))
     assert frame["hit_rate"].tolist() == pytest.approx([0.5, 0.75])  # then 0 queries added
     assert frame["rank"].tolist() == [0, 0]  # rank 1 scraped once: no interval
     assert [t.name for t in peer_hit_rate_figure(frame).data] == ["rank 0"]
@@ -146,5 +151,5 @@ def test_resyncs_are_a_warning_naming_the_last_gap():
         {"ts": 1.0, "rank": 0, "first_missing_seq": 3, "resumed_seq": 9, "reason": "a"},
         {"ts": 2.0, "rank": 1, "first_missing_seq": 40, "resumed_seq": 41, "reason": "restart"},
     ]
-    text = resync_text(gaps)
+    text = resync_text([body(PeerResyncOut, gap) for gap in gaps])
     assert "2 gaps" in text and "rank 1, batches 40 to 41 (restart)" in text

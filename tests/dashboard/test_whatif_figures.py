@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from client.schema import CacheGeometry
+from client.types import WhatIfReport
 from dashboard.figures.whatif import (
     agreement_text,
     curve_families,
@@ -14,7 +15,8 @@ from dashboard.figures.whatif import (
     results_frame,
     settings_text,
 )
-from dashboard.whatif_form import Choices, build_settings, memory_setting, offered, parse_extra
+from dashboard.forms.whatif import Choices, build_settings, memory_setting, offered, parse_extra
+from tests.dashboard.bodies import body
 
 RAN = {"num_blocks": 100, "num_mamba_blocks": 20, "eviction": "reuse", "block_size": 16}
 
@@ -56,7 +58,7 @@ REPORT = {
 
 
 def test_the_frame_has_a_row_per_setting_what_ran_first():
-    frame = results_frame(REPORT)
+    frame = results_frame(body(WhatIfReport, REPORT))
     assert list(frame["setting"]) == [
         "as ran",
         "memory ×2",
@@ -75,11 +77,11 @@ def test_the_frame_has_a_row_per_setting_what_ran_first():
         "as ran",
     ]
     assert frame["is_as_ran"].tolist() == [True] + [False] * 5
-    assert results_frame({}).empty
+    assert results_frame(WhatIfReport()).empty
 
 
 def test_the_curve_draws_the_families_tried_at_several_memories():
-    frame = results_frame(REPORT)
+    frame = results_frame(body(WhatIfReport, REPORT))
     assert curve_families(frame) == ["as ran", "eviction lru"]
     fig = curve_figure(frame)
     assert [(t.name, t.mode) for t in fig.data] == [
@@ -92,12 +94,12 @@ def test_the_curve_draws_the_families_tried_at_several_memories():
     assert list(lru.x) == [1.0, 2.0] and list(lru.y) == [0.38, 0.55]
     assert list(star.x) == [1.0] and list(star.y) == [0.4]
     assert fig.layout.xaxis.type == "log"
-    flat = results_frame(REPORT | {"results": REPORT["results"][2:4]})
+    flat = results_frame(body(WhatIfReport, REPORT | {"results": REPORT["results"][2:4]}))
     assert curve_families(flat) == []
 
 
 def test_the_table_ranks_by_tokens_saved_with_what_ran_at_zero():
-    table = ranked_table(results_frame(REPORT))
+    table = ranked_table(results_frame(body(WhatIfReport, REPORT)))
     assert list(table["setting"]) == [
         "memory ×2",
         "lru, memory ×2",
@@ -110,17 +112,19 @@ def test_the_table_ranks_by_tokens_saved_with_what_ran_at_zero():
     first = table.iloc[0]
     assert first["hit tokens"] == 600 and first["% of oracle"] == pytest.approx(75.0)
     assert first["% of bound"] == pytest.approx(600 / 7)
-    assert ranked_table(results_frame({})).empty
+    assert ranked_table(results_frame(WhatIfReport())).empty
 
 
 def test_the_agreement_line():
-    assert agreement_text(REPORT) == (
+    assert agreement_text(body(WhatIfReport, REPORT)) == (
         "Replaying its own settings reproduces 12 of 12 requests' hits (400 hit tokens "
         "replayed, 400 recorded): exact."
     )
     partial = REPORT | {"agreement": 9, "exact": False}
-    assert agreement_text(partial).startswith("Replaying its own settings reproduces 9 of 12")
-    assert agreement_text(partial).endswith("recorded).")
+    assert agreement_text(body(WhatIfReport, partial)).startswith(
+        "Replaying its own settings reproduces 9 of 12"
+    )
+    assert agreement_text(body(WhatIfReport, partial)).endswith("recorded).")
     assert settings_text([{"label": "x"}, {"eviction": "lru"}]) == 'x; {"eviction": "lru"}'
 
 

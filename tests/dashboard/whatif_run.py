@@ -4,7 +4,7 @@ presets (as vLLM would, LRU, memory ×0.5 and ×2) and run as a worker would (`j
 from __future__ import annotations
 
 from client.schema import CacheGeometry
-from dashboard.whatif_form import Choices, build_settings
+from dashboard.forms.whatif import Choices, build_settings
 from tests.dashboard.conftest import REPLAY_ENGINE, Stack
 
 CHOICES = Choices(vllm=True, evictions=("lru",), memory=(0.5, 2.0))

@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import msgspec
 import pandas as pd
 import plotly.graph_objects as go
+
+from client.types import PeerResyncOut, PeerSummary
 
 BUCKET_S = 60  # the store's default churn bucket, when the series is too short to tell
 
 
-def churn_frame(summary: dict) -> pd.DataFrame:
+def churn_frame(summary: PeerSummary) -> pd.DataFrame:
     """Blocks stored and removed per second, per bucket and group (every rank and medium)."""
     frame = pd.DataFrame(
-        summary["churn"], columns=["ts", "rank", "group", "medium", "stored", "removed"]
+        [msgspec.structs.asdict(bucket) for bucket in summary.churn],
+        columns=["ts", "rank", "group", "medium", "stored", "removed"],
     )
     if not len(frame):
         return pd.DataFrame(columns=["time", "group", "kind", "per_s"])
@@ -50,7 +54,7 @@ def churn_figure(frame: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def resync_text(resyncs: list[dict]) -> str | None:
+def resync_text(resyncs: list[PeerResyncOut]) -> str | None:
     """A warning's text when the stream had gaps the bridge could not fill; None without."""
     if not resyncs:
         return None
@@ -59,6 +63,6 @@ def resync_text(resyncs: list[dict]) -> str | None:
     return (
         f"The engine's event stream had {count} the bridge could not fill in this window, so "
         "the blocks below may include some the engine has since removed, or miss some it "
-        f"stored, until they are stored or removed again. Last: rank {last['rank']}, batches "
-        f"{last['first_missing_seq']:,} to {last['resumed_seq']:,} ({last['reason']})."
+        f"stored, until they are stored or removed again. Last: rank {last.rank}, batches "
+        f"{last.first_missing_seq:,} to {last.resumed_seq:,} ({last.reason})."
     )

@@ -6,13 +6,15 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import PeerSummary
 
-def peer_hit_rate_frame(summary: dict) -> pd.DataFrame:
+
+def peer_hit_rate_frame(summary: PeerSummary) -> pd.DataFrame:
     """Per rank, the hit rate between consecutive scrapes: the hits the counters added over
     the queries they added (a counter that went down, a restarted peer, counts from zero)."""
     rows, last = [], {}
-    for sample in summary["metrics"]:
-        rank, now = sample["rank"], (sample["queries_tokens"], sample["hits_tokens"])
+    for sample in summary.metrics:
+        rank, now = sample.rank, (sample.queries_tokens, sample.hits_tokens)
         before = last.get(rank)
         last[rank] = now
         if before is None:
@@ -22,11 +24,11 @@ def peer_hit_rate_frame(summary: dict) -> pd.DataFrame:
         if queries > 0:
             rows.append(
                 {
-                    "time": pd.Timestamp(sample["ts"], unit="s", tz="UTC"),
+                    "time": pd.Timestamp(sample.ts, unit="s", tz="UTC"),
                     "rank": rank,
                     "hit_rate": hits / queries,
                     "queries_tokens": queries,
-                    "usage": sample.get("usage"),
+                    "usage": sample.usage,
                 }
             )
     return pd.DataFrame(rows, columns=["time", "rank", "hit_rate", "queries_tokens", "usage"])

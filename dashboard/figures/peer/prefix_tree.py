@@ -7,11 +7,15 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import PeerJunctionOut
+
 STATE_COLOR = "#2a9d5c"
 JUNCTION_COLOR = "#d62828"
 
 
-def prefix_tree_figure(frame: pd.DataFrame, junctions: list[dict] | None = None) -> go.Figure:
+def prefix_tree_figure(
+    frame: pd.DataFrame, junctions: list[PeerJunctionOut] | None = None
+) -> go.Figure:
     """Each node a bar from its start to its end position (tokens), its children joined to
     its end; Mamba states as green diamonds, suggested junctions as red crosses."""
     by_id = frame.set_index("node_id")
@@ -57,15 +61,15 @@ def prefix_tree_figure(frame: pd.DataFrame, junctions: list[dict] | None = None)
         )
     )
     lane_at = {int(row.end): int(row.lane) for row in frame.itertuples()}
-    shown = [j for j in junctions or [] if j["position"] in lane_at]
+    shown = [j for j in junctions or [] if j.position in lane_at]
     fig.add_trace(
         go.Scatter(
-            x=[j["position"] for j in shown],
-            y=[lane_at[j["position"]] for j in shown],
+            x=[j.position for j in shown],
+            y=[lane_at[j.position] for j in shown],
             mode="markers",
             name="suggested junction",
             marker={"symbol": "x", "size": 13, "color": JUNCTION_COLOR},
-            customdata=[[j["num_prefixes"], j["tokens_saved"]] for j in shown],
+            customdata=[[j.num_prefixes, j.tokens_saved] for j in shown],
             hovertemplate=(
                 "junction at %{x:,}: %{customdata[0]} prefixes part here, a state would save "
                 "%{customdata[1]:,} tokens each<extra></extra>"

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.types import PeerSummary
+
 MEDIUM_COLORS = {"GPU": "#4c9be8", "CPU": "#f0a202", "STORAGE": "#8e6cc2"}
 
 
-def tiers_frame(summary: dict) -> pd.DataFrame:
+def tiers_frame(summary: PeerSummary) -> pd.DataFrame:
     """Blocks per group and medium."""
     rows = [
         {"group": group, "medium": medium, "blocks": count}
-        for group, media in summary["groups"].items()
+        for group, media in summary.groups.items()
         for medium, count in media.items()
     ]
     return pd.DataFrame(rows, columns=["group", "medium", "blocks"])

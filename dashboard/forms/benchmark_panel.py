@@ -12,7 +12,8 @@ import streamlit as st
 from client.rest import ApiClient
 from client.schema import MODES
 from client.transport import ApiError
-from dashboard.benchmark_form import (
+from dashboard.connection import NEEDS_WRITE_TOKEN, api_client, write_client
+from dashboard.forms.benchmark import (
     LONG_RUN_REPLAYS,
     QUICK,
     QUICK_NAME,
@@ -23,7 +24,6 @@ from dashboard.benchmark_form import (
     estimate,
     presets,
 )
-from dashboard.connection import NEEDS_WRITE_TOKEN
 from dashboard.notice import notify, show_notice
 
 NOTICE = "benchmarks_notice"
@@ -102,16 +102,17 @@ def enqueue(writer: ApiClient, fields: dict, preset: dict, size: Estimate | None
         notify(
             NOTICE,
             "success",
-            f"Run **#{run['id']}** ({run['name']}{what}) queued: a `junction worker` runs it, "
+            f"Run **#{run.id}** ({run.name}{what}) queued: a `junction worker` runs it, "
             "and its progress shows in the table below.",
         )
 
 
-def enqueue_form(api: ApiClient, writer: ApiClient | None) -> None:
+def enqueue_form() -> None:
     """The form, inside an expander; disabled until the operator enters the write token."""
+    writer = write_client()
     with st.expander("Start a benchmark run", expanded=False):
         try:
-            suite = presets(api)
+            suite = presets(api_client())
         except ApiError as exc:  # the form still takes the quick spec; the runs below say why
             suite = {}
             st.caption(f"The standard suite's presets could not be read: {exc}")

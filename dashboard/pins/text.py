@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from client.schema import ByteTokenizer
+from client.types import PinOut
 
 PREVIEW_CHARS = 80
 FELL_SHORT = (
@@ -26,40 +27,40 @@ PIN_AS_HELP = (
 PIN_COLUMNS = ["label", "pin", "state", "tokens", "engines", "hits", "tokens saved", "origin"]
 
 
-def pins_frame(pins: list[dict]) -> pd.DataFrame:
+def pins_frame(pins: list[PinOut]) -> pd.DataFrame:
     """One row per pin: its state on each engine, its hits and the tokens it saved."""
     rows = []
     for pin in pins:
         engines = "; ".join(
-            f"{t['engine_id']}: {t['state']}"
-            + (f" at {t['boundary']}" if t["boundary"] is not None else "")
-            + (f" ({t['reason']})" if t["reason"] else "")
-            for t in pin["engines"]
+            f"{t.engine_id}: {t.state}"
+            + (f" at {t.boundary}" if t.boundary is not None else "")
+            + (f" ({t.reason})" if t.reason else "")
+            for t in pin.engines
         )
         rows.append(
             {
-                "label": pin["label"],
-                "pin": pin["pin_id"],
-                "state": pin["state"],
-                "tokens": pin["num_tokens"],
+                "label": pin.label,
+                "pin": pin.pin_id,
+                "state": pin.state,
+                "tokens": pin.num_tokens,
                 "engines": engines or "none yet",
-                "hits": pin["num_hits"],
-                "tokens saved": pin["tokens_saved"],
-                "origin": pin["origin"],
+                "hits": pin.num_hits,
+                "tokens saved": pin.tokens_saved,
+                "origin": pin.origin,
             }
         )
     return pd.DataFrame(rows, columns=PIN_COLUMNS)
 
 
-def pin_line(pin: dict | None) -> str:
+def pin_line(pin: PinOut | None) -> str:
     """A pin as a write's outcome names it: its id, label, tokens, state, priority, targets."""
     if not pin:
         return ""
-    targets = pin.get("targets")
+    targets = pin.targets
     where = f" · on {', '.join(targets)}" if isinstance(targets, list) else ""
     return (
-        f"pin id `{pin['pin_id']}` · {pin['label']} · {pin['num_tokens']:,} tokens · "
-        f"{pin['state']} · priority {pin.get('priority', 0)}{where}"
+        f"pin id `{pin.pin_id}` · {pin.label} · {pin.num_tokens:,} tokens · "
+        f"{pin.state} · priority {pin.priority}{where}"
     )
 
 

@@ -16,6 +16,7 @@ from client.schema import (
     RUNNER_NAMES,
     build_workload,
 )
+from client.types import BenchmarkRunOut
 
 QUICK_NAME = "quick"
 #: The default preset: 64 requests x 6 modes. `junction bench` of it took 2.4 s on the ledger
@@ -92,18 +93,18 @@ def without_none(value: Any) -> Any:
     return value
 
 
-def runs_frame(runs: list[dict]) -> pd.DataFrame:
+def runs_frame(runs: list[BenchmarkRunOut]) -> pd.DataFrame:
     """One row per run: its state, progress and last message (or why it failed), its modes."""
     rows = [
         {
-            "id": run["id"],
-            "name": run["name"],
-            "status": run["status"],
-            "progress": run.get("progress") or 0.0,
-            "message": run.get("progress_message") or run.get("error") or "",
-            "modes": ", ".join((run.get("spec") or {}).get("modes", [])),
-            "created": run["created_at"],
-            "finished": run.get("finished_at"),
+            "id": run.id,
+            "name": run.name,
+            "status": run.status,
+            "progress": run.progress or 0.0,
+            "message": run.progress_message or run.error or "",
+            "modes": ", ".join(run.spec_modes),
+            "created": run.created_at,
+            "finished": run.finished_at,
         }
         for run in runs
     ]

@@ -8,7 +8,7 @@ from client.rest import ApiClient
 from client.transport import ApiError
 from dashboard import notice
 from dashboard.connection import NEEDS_WRITE_TOKEN
-from dashboard.pin_text import pin_line
+from dashboard.pins.text import pin_line
 
 NOTICE = "checkpoints_notice"
 

@@ -1,0 +1,88 @@
+"""`junction route`'s answers: its fleet (`GET /fleet`) and its routing decisions
+(`/fleet/decisions`, `/fleet/decisions/{id}`), in the shapes of `router.routes.fleet` and
+`router.fleet.Decision`."""
+
+from __future__ import annotations
+
+from client.types.base import Body
+
+
+class EngineLoad(Body):
+    """An engine's queue: requests running and waiting, prefill tokens, usage by group."""
+
+    num_running: int
+    num_waiting: int
+    num_prefill_tokens: int
+    usage: dict[str, float]
+
+
+class FleetEngine(Body):
+    """One engine behind the router: its state, keys by group, load and share of the routed
+    requests, the hits predicted and realised."""
+
+    url: str
+    serve_url: str
+    engine_id: str | None
+    model: str | None
+    status: str
+    down_reason: str | None
+    last_frame_age_s: float | None
+    num_keys: dict[str, int]
+    load: EngineLoad
+    num_in_flight: int
+    num_routed: int
+    routed_share: float
+    num_prompt_tokens: int
+    num_predicted_tokens: int
+    num_realised_tokens: int
+    hit_rate: float
+    num_failed: int
+    num_snapshots: int
+
+
+class FleetView(Body):
+    """The fleet: the policy, requests routed, how often the predicted hit was the realised one
+    (`agreement` over `num_compared`; None before any), and each engine."""
+
+    policy: str
+    num_routed: int
+    agreement: float | None
+    num_compared: int
+    engines: list[FleetEngine]
+
+
+class EngineScore(Body):
+    url: str
+    engine_id: str | None
+    hit: int  # the usable hybrid hit on its cache
+    attention: int  # its attention match
+    in_flight: int  # the hit a request in flight there leaves
+    load: int  # its queue in prefill tokens
+    score: int  # what the policy ranked by
+
+
+class Decision(Body):
+    """Why one request went where it went: every engine's score, the reason, the hit
+    predicted and (once finished) the one the engine reported."""
+
+    request_id: str  # the router's id; `engine_request_id` is the engine's
+    ts: float
+    model: str
+    num_prompt_tokens: int
+    url: str
+    engine_id: str | None
+    policy: str
+    reason: str  # "hit", "in_flight", "least_loaded", "round_robin", "random"
+    predicted_hit: int
+    route_s: float
+    scores: list[EngineScore]
+    failed_over_from: list[str] = []
+    engine_request_id: str | None = None
+    realised_hit: int | None = None
+    status: str = "routed"  # "routed", "finished", "failed"
+
+
+class DecisionPage(Body):
+    """`GET /fleet/decisions`: the latest decisions, newest first."""
+
+    decisions: list[Decision]
