@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from client.schema import ATTENTION
 from client.transport import ApiError, ApiUnreachable, JsonClient, body_text
 from client.types import (
     AttributionOut,
@@ -114,7 +115,7 @@ class ApiClient(JsonClient):
         self,
         engine_id: str,
         rank: int | None = None,
-        group: str = "attention",
+        group: str = ATTENTION,
         max_nodes: int = 200,
     ) -> PeerTreeOut:
         """`group`'s cached prefixes as a radix tree (Mamba states marked on the attention's)."""

@@ -18,6 +18,7 @@ import time
 
 from client.pins_cli import CliError, client
 from client.rest import ApiError
+from client.schema import ATTENTION, DEFAULT_EVICTION, MAMBA
 from engine.options import EXIT_BAD_INPUT, add_cache_options, add_model_options
 from engine.whatif.cli import cmd_whatif, parse_try, setting_keys
 
@@ -140,6 +141,6 @@ def _remote_defaults(api, engine_id: str) -> list[dict]:
     from engine.whatif.cli import default_settings
 
     geometry = api.engine(engine_id).geometry
-    num_blocks = geometry.group_num_blocks("attention") or 4096
-    num_states = geometry.group_num_blocks("mamba") or num_blocks
-    return default_settings(geometry.eviction or "reuse", num_blocks, num_states)
+    num_blocks = geometry.group_num_blocks(ATTENTION) or 4096
+    num_states = geometry.group_num_blocks(MAMBA) or num_blocks
+    return default_settings(geometry.eviction or DEFAULT_EVICTION, num_blocks, num_states)

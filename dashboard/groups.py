@@ -8,7 +8,7 @@ stored name beside it so that it can be found in the REST API.
 
 from __future__ import annotations
 
-from client.schema import STATE_LAYERS
+from client.schema import MAMBA, STATE_LAYERS
 from client.types import EngineOut
 from dashboard.model_view import card_of
 
@@ -23,6 +23,6 @@ def state_kind(engine: EngineOut | None) -> str:
 def group_label(engine: EngineOut | None, group: str) -> str:
     """`group` as the engine's pages show it: `linear (mamba)` for a Gated DeltaNet model."""
     kind = state_kind(engine)
-    if group != "mamba" or kind == "mamba":
+    if group != MAMBA or kind == "mamba":
         return group
     return f"{kind} ({group})"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from client.schema import ATTENTION, MAMBA
 from client.types import FleetEngine, FleetView
 
 ENGINE_COLUMNS = [
@@ -57,10 +58,10 @@ def engines_frame(fleet: FleetView) -> pd.DataFrame:
                 load.num_running,
                 load.num_waiting,
                 load.num_prefill_tokens,
-                load.usage["attention"],
-                load.usage["mamba"],
-                e.num_keys["attention"],
-                e.num_keys["mamba"],
+                load.usage[ATTENTION],
+                load.usage[MAMBA],
+                e.num_keys[ATTENTION],
+                e.num_keys[MAMBA],
                 e.num_failed,
                 e.last_frame_age_s,
             ]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from client.schema import CacheGeometry
+from client.schema import ATTENTION, MAMBA, CacheGeometry
 from client.types import GroupUsage, JunctionOut
 from dashboard.figures.reasons import REASONS
 
 CHECKPOINTS_PAGE = "pages/checkpoints.py"
 CHECKPOINTS_LINK = "Checkpoints: suggested junctions and the pin form"
-POOL_FLAGS = {"attention": "--num-blocks", "mamba": "--num-mamba-blocks"}
+POOL_FLAGS = {ATTENTION: "--num-blocks", MAMBA: "--num-mamba-blocks"}
 
 
 class Action(NamedTuple):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
-from client.schema import CacheGeometry
+from client.schema import ATTENTION, MAMBA, CacheGeometry
 
 VLLM = {"label": "as vLLM would", "mode": "vllm"}
 BLOCK_SIZES = (16, 32, 64, 128, 256)
@@ -43,7 +43,7 @@ def memory_setting(factor: float, geometry: CacheGeometry, label: str = "") -> d
     """Both pools scaled by `factor` from what the engine ran with (a pool its hello did not
     size is left as it was)."""
     setting = {"label": f"{label}memory ×{factor:g}"}
-    for field, group in (("num_blocks", "attention"), ("num_mamba_blocks", "mamba")):
+    for field, group in (("num_blocks", ATTENTION), ("num_mamba_blocks", MAMBA)):
         ran = geometry.group_num_blocks(group)
         if ran:
             setting[field] = max(1, round(ran * factor))

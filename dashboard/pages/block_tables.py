@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from client.rest import ApiClient, ApiError
+from client.schema import GROUPS
 from client.types import BlockGrid, EngineOut, RequestOut
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
 from dashboard.figures.block_grid import block_grid_figure
@@ -14,8 +15,6 @@ from dashboard.grid.outline import request_outline
 from dashboard.groups import group_label
 from dashboard.live import live
 from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
-
-GROUPS = ("attention", "mamba")
 
 st.title("Block tables")
 

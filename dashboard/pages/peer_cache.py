@@ -6,6 +6,7 @@ with no Mamba state at or near below, and what would keep one there."""
 
 import streamlit as st
 
+from client.schema import ATTENTION
 from client.types import EngineOut, PeerSummary, PeerTreeOut
 from dashboard.connection import api_client, api_errors, connection_state, pick_engine
 from dashboard.figures.peer.churn import churn_figure, churn_frame, resync_text
@@ -36,7 +37,7 @@ window = st.sidebar.selectbox("Window", list(WINDOWS), index=1, key="peer_window
 
 def group_order(groups: list[str]) -> list[str]:
     """Attention first (the tree the Mamba states and junctions are drawn on), then the rest."""
-    return sorted(groups, key=lambda g: (g != "attention", g))
+    return sorted(groups, key=lambda g: (g != ATTENTION, g))
 
 
 def summary_section(engine: EngineOut, summary: PeerSummary) -> None:
@@ -93,7 +94,7 @@ def tree_section(engine: EngineOut, rank: int | None, groups: list[str]) -> None
     if not tree.nodes:
         st.info(f"No {group} block of {engine_id} has a known position (none cached now).")
     else:
-        drawn = junctions if group == "attention" else []
+        drawn = junctions if group == ATTENTION else []
         st.plotly_chart(prefix_tree_figure(tree_frame(tree), drawn), key="peer_tree")
         st.caption(tree_caption(tree))
     st.subheader("Suggested junctions")
@@ -118,7 +119,7 @@ def tree_caption(tree: PeerTreeOut) -> str:
         + f" in {tree.num_nodes:,} runs without a branch; {tree.num_leaves:,} cached "
         "prefixes. Hover a bar for its tokens, blocks and tiers."
     )
-    if tree.group == "attention":
+    if tree.group == ATTENTION:
         text += " Green diamonds: where the Mamba group holds a state on that prefix."
     if tree.num_hidden_nodes:
         text += (
@@ -160,7 +161,7 @@ with api_errors():
                     f"{engine.card.name or 'unknown'}"
                 )
                 summary_section(engine, summary)
-                groups = group_order(list(summary.groups) or ["attention"])
+                groups = group_order(list(summary.groups) or [ATTENTION])
                 tree_section(engine, rank, groups)
 
         live(body)

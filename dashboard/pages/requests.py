@@ -5,6 +5,7 @@ remedies, and its prefill chunks and why each stopped where it did."""
 import pandas as pd
 import streamlit as st
 
+from client.schema import ATTENTION, MAMBA
 from client.types import EngineOut, JunctionOut, RequestOut, RequestPage
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
 from dashboard.figures.attribution_bars import requests_attribution_figure
@@ -50,8 +51,8 @@ def requests_frame(page: RequestPage, engine: EngineOut | None = None) -> pd.Dat
             "prompt tokens": r.num_prompt_tokens,
             "hit": r.num_cached_tokens,
             **request_columns(r),
-            "hit attention": r.hit_tokens_by_group.get("attention", 0),
-            f"hit {group_label(engine, 'mamba')}": r.hit_tokens_by_group.get("mamba", 0),
+            "hit attention": r.hit_tokens_by_group.get(ATTENTION, 0),
+            f"hit {group_label(engine, MAMBA)}": r.hit_tokens_by_group.get(MAMBA, 0),
             "computed": r.num_computed_tokens,
             "chunks": len(r.chunks),
             "TTFT (ms)": None if r.ttft_s is None else round(r.ttft_s * 1000, 2),
@@ -82,7 +83,7 @@ def one_request_remedies(request: RequestOut) -> None:
         request.attribution.missed_tokens,
         request.num_prompt_tokens,
         engine.geometry,
-        boundary=request.hit_tokens_by_group.get("attention") or None,
+        boundary=request.hit_tokens_by_group.get(ATTENTION) or None,
         junction=suggested_junction(request),
     )
     if found:
