@@ -11,10 +11,10 @@ from engine.cache.eviction import EVICTION_POLICIES
 from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
-from engine.model_card import STATE_LAYERS
 from engine.modes import MODES, RUNNER_NAMES
-from engine.whatif.settings import WHATIF_MODES
+from engine.setup.model_card import STATE_LAYERS
 from engine.workloads import build_workload
+from whatif.settings import WHATIF_MODES
 
 #: The eviction policies a what-if setting may name (`engine.cache.eviction`'s registry).
 EVICTION_NAMES: tuple[str, ...] = tuple(EVICTION_POLICIES)

@@ -1,7 +1,7 @@
 """The model an engine runs, as its hello's free-form `model` reports it (`GET /engines/{id}`):
 `junction serve` and `junction replay` send their model card (the name, the architecture, where
-the weights come from: `engine/model_card.py`); a bridged vLLM or SGLang engine sends a name and
-its kind; an engine that sent nothing has nothing to show."""
+the weights come from: `engine/setup/model_card.py`); a bridged vLLM or SGLang engine sends a
+name and its kind; an engine that sent nothing has nothing to show."""
 
 from __future__ import annotations
 

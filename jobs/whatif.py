@@ -1,6 +1,6 @@
 """What a what-if task does, as plain functions that run without a worker: run one what-if
 run (the engine's recording read from the store, replayed under each setting by
-`engine.whatif.run.run_whatif`, its progress written at most once a second), and sweep the
+`whatif.run.run_whatif`, its progress written at most once a second), and sweep the
 runs whose worker was lost. The store is `api.whatif.runs` over `JUNCTION_DATABASE_URL` (or
 the `sessions` given)."""
 
@@ -18,7 +18,6 @@ from api.runs.benchmarks import Busy, Skipped, Started
 from api.settings import get_settings
 from api.whatif import runs as store
 from api.whatif.recording import load_recording
-from engine.whatif.recording import Recording
 from jobs.runs import (
     HEARTBEAT_S,
     STALE_AFTER_S,
@@ -29,12 +28,13 @@ from jobs.runs import (
     run_attempt,
     store_sessions,
 )
+from whatif.recording import Recording
 
 log = logging.getLogger(__name__)
 
 #: Progress reaches the store at most this often; the last word always does.
 PROGRESS_EVERY_S = 1.0
-#: `run_whatif(recording, settings, progress)`, as `engine.whatif.run` has it.
+#: `run_whatif(recording, settings, progress)`, as `whatif.run` has it.
 Runner = Callable[..., Any]
 
 
@@ -61,7 +61,7 @@ def run_whatif_run(
     heartbeat_s: float = HEARTBEAT_S,
 ) -> Done | Busy | Skipped:
     """Run what-if run `run_id`: take it (`store.start_run`), load the engine's recording of
-    its epoch, replay it with `runner` (default `engine.whatif.run.run_whatif`) writing
+    its epoch, replay it with `runner` (default `whatif.run.run_whatif`) writing
     progress, then store the report (`WhatIfReport.as_dict()`) and mark it done.
 
     A recording, setting or replay that raises marks the run failed with `describe(exc)` and
@@ -83,7 +83,7 @@ def replay(
     runner: Runner | None = None,
 ) -> dict[str, Any]:
     """The report (as JSON) of `spec`'s settings replayed over its engine's recording."""
-    from engine.whatif.settings import parse_settings
+    from whatif.settings import parse_settings
 
     settings = parse_settings(spec["settings"])
     with sessions() as session:
@@ -95,7 +95,7 @@ def replay(
 
 def _run(runner: Runner | None, recording: Recording, settings: Sequence, progress) -> Any:
     if runner is None:
-        from engine.whatif.run import run_whatif as runner  # the engine loads when a run starts
+        from whatif.run import run_whatif as runner  # the engine loads when a run starts
     return runner(recording, settings, progress)
 
 

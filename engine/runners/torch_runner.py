@@ -18,9 +18,9 @@ from engine.cache.coordinator import ATTENTION
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig, ModelConfig
 from engine.model.build import build_model
-from engine.outputs import RunnerOutput, ScheduledChunk
 from engine.runners.base import Runner
-from engine.sampling import sample
+from engine.runners.sampling import sample
+from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 
 
 class TorchRunner(Runner):
