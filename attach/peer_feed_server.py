@@ -1,8 +1,8 @@
 """`junction attach --feed-port`: a bridged peer's cache feed (`attach.bridge.peer_feed`)
-served as `WS /v1/cache/feed`, as an engine serves its own (`routes/feed.py`): the same frames,
-the same bearer token (the attach's `--token`) and close codes, so `junction route --engine
-http://HOST:FEED_PORT` follows the peer like an engine and sends its requests to the hello's
-`serve_url`.
+served as `WS /v1/cache/feed`, as an engine serves its own (`serve/routes/feed.py`): the same
+frames, the same bearer token (the attach's `--token`) and close codes, so `junction route
+--engine http://HOST:FEED_PORT` follows the peer like an engine and sends its requests to the
+hello's `serve_url`.
 
 A small websockets server on a thread of its own (the bridge's loop keeps the main thread).
 Close codes: 4401 a missing or wrong token; 1013 the subscriber fell behind, the feed's
