@@ -28,11 +28,15 @@ import json
 import subprocess
 import sys
 import textwrap
+import tomllib
 from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Bottom to top: a package may import the tiers below its own, none above, no peer.
@@ -290,6 +294,48 @@ def core_imports_beyond_itself(root: Path) -> list[Import]:
     ]
 
 
+def installed_with(requirements: list[str]) -> set[str]:
+    """The top-level modules the distributions `requirements` name install, with those of the
+    distributions they require in turn (their extras left out)."""
+    seen: set[str] = set()
+    todo = [Requirement(requirement).name for requirement in requirements]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for requirement in map(Requirement, requires):
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return {
+        module
+        for module, distributions in metadata.packages_distributions().items()
+        if any(canonicalize_name(distribution) in seen for distribution in distributions)
+    }
+
+
+def core_libraries_beyond(root: Path, libraries: set[str]) -> list[Import]:
+    """Rule 2: the libraries the statements name. Each import of the engine's core names the
+    standard library, the engine, or one of `libraries` (the project's own packages are the
+    other check's)."""
+    modules = project_modules(root)
+    found = []
+    for module, path in modules.items():
+        if not is_in(module, "engine"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for name, line, type_only in imported_names(module, path.name == "__init__.py", tree.body):
+            top = name.split(".")[0]
+            if top in (*sys.stdlib_module_names, *PACKAGES, "__future__") or top in libraries:
+                continue
+            found.append(Import(module, top, line, type_only))
+    return list(dict.fromkeys(found))
+
+
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan's, iterative)."""
     index: dict[str, int] = {}
@@ -402,6 +448,15 @@ def test_the_engine_core_imports_nothing_of_the_project_but_itself() -> None:
     assert not wrong, f"the engine's core imports no other package of the project:\n{listed(wrong)}"
 
 
+def test_the_engine_core_imports_only_the_libraries_it_depends_on() -> None:
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    wrong = core_libraries_beyond(ROOT, installed_with(dependencies))
+    assert not wrong, (
+        "the engine's core imports only the standard library and the project's dependencies "
+        f"(pyproject.toml's, and what they install):\n{listed(wrong)}"
+    )
+
+
 def test_no_files_import_each_other_in_a_circle() -> None:
     found = import_circles(ROOT)
     assert not found, "files that import each other (even for type hints):\n" + "\n".join(found)
@@ -493,6 +548,21 @@ def test_rule_2_sees_the_core_import_another_package_of_the_project(tmp_path: Pa
         ("engine.events", "client.ok"),
     }
     assert upward_loads(root, "engine") == []  # none of them runs on import
+
+
+def test_rule_2_sees_the_core_import_a_library_it_does_not_depend_on(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path,
+        {
+            "engine/hf.py": "import json\nfrom jinja2 import Template\n\n"
+            "def read():\n    import yaml\n",  # a test extra, not the engine's
+            "api/ok.py": "import yaml\n",
+        },
+    )
+    assert [(e.source, e.target) for e in core_libraries_beyond(root, {"jinja2"})] == [
+        ("engine.hf", "yaml")
+    ]
+    assert "jinja2" in installed_with(["torch"]) and "torch" not in installed_with(["numpy"])
 
 
 def test_rule_3_sees_a_circle_closed_by_a_type_only_import(tmp_path: Path) -> None:
