@@ -15,6 +15,13 @@ RUN pip install --upgrade pip==25.3
 COPY pyproject.toml README.md alembic.ini ./
 COPY migrations migrations
 COPY engine engine
+COPY protocol protocol
+COPY bench bench
+COPY whatif whatif
+COPY client client
+COPY publish publish
+COPY serve serve
+COPY attach attach
 COPY router router
 COPY api api
 COPY dashboard dashboard

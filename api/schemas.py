@@ -19,7 +19,7 @@ from pydantic import (
 from api.attribution.misses import MissReason
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer, render_messages
-from engine.trace import MAX_TOKEN_ID, Segment, segment_tokens
+from engine.traces.trace import MAX_TOKEN_ID, Segment, segment_tokens
 from engine.wire import ENGINE_ID_PATTERN
 
 EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=ENGINE_ID_PATTERN)]
@@ -595,7 +595,7 @@ WhatIfStatus = Literal["queued", "running", "done", "failed"]
 
 class WhatIfBody(BaseModel):
     """`POST /engines/{engine_id}/whatif`: the settings to try (each an
-    `engine.whatif.settings.WhatIfSetting`: the fields it changes from what the engine ran
+    `whatif.settings.WhatIfSetting`: the fields it changes from what the engine ran
     with, `{}` replays what ran) over one epoch's recorded requests (default: the newest)."""
 
     model_config = ConfigDict(extra="forbid")

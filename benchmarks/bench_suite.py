@@ -11,8 +11,8 @@ import time
 
 from rich.console import Console
 
-from engine.bench import STANDARD_SUITE, run_benchmark
-from engine.bench.table import results_table
+from bench import STANDARD_SUITE, run_benchmark
+from bench.table import results_table
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 vLLM 0.33's own `ZmqEventPublisher` (benchmarks/peer/vllm_kv_events.py, in `.venv-peer`)
 publishes `--num-batches` batches of `--events-per-batch` events (BlockStored / BlockRemoved
-pairs) as fast as it can; the bridge (`engine.bridge.Bridge`, in this process, on its own
+pairs) as fast as it can; the bridge (`attach.bridge.Bridge`, in this process, on its own
 thread) consumes them: msgspec decode, translation to Junction's `Peer*` events, the table.
 The sink only counts, so what is measured is the bridge, not the control plane. Printed:
 events/s over the bridge's busy time, and how many batches were lost (never applied),
@@ -110,7 +110,7 @@ class KvEventsPeer:
 
 
 def measure(num_batches: int, events_per_batch: int, use_replay: bool, hwm: int) -> dict:
-    from engine.bridge.bridge import Bridge, BridgeConfig
+    from attach.bridge.bridge import Bridge, BridgeConfig
 
     counted = {"events": 0, "first": None, "last": None}
 

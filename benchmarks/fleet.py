@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:  # run as a script: `benchmarks.ports` is beside i
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.ports import free_port  # noqa: E402
-from engine.trace import TraceRequest, segment_tokens  # noqa: E402
+from engine.traces.trace import TraceRequest, segment_tokens  # noqa: E402
 from engine.workloads.oracle import oracle  # noqa: E402
 
 JUNCTION = [sys.executable, "-m", "cli.main"]

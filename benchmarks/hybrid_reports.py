@@ -60,9 +60,9 @@ from benchmarks.peer.client import (  # noqa: E402
 )
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from engine.options import add_model_options, model_config_from_args  # noqa: E402
-from engine.replay import replay  # noqa: E402
-from engine.trace import TraceRequest  # noqa: E402
+from engine.setup.options import add_model_options, model_config_from_args  # noqa: E402
+from engine.traces.replay import replay  # noqa: E402
+from engine.traces.trace import TraceRequest  # noqa: E402
 from engine.workloads import OracleResult, build_workload, oracle  # noqa: E402
 
 #: the reports' numbers, before `--scale`

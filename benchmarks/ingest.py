@@ -67,8 +67,8 @@ from benchmarks.ports import free_port  # noqa: E402
 from engine.config import CacheConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
-from engine.server.publisher import EventPublisher  # noqa: E402
 from engine.wire import decode, encode  # noqa: E402
+from publish.publisher import EventPublisher  # noqa: E402
 from stack.balancer import Balancer  # noqa: E402
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

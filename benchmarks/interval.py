@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from engine.bench import STANDARD_SUITE
-from engine.bench.run import StepMeter, build_engine
-from engine.bench.spec import BenchmarkSpec
-from engine.replay import replay
+from bench import STANDARD_SUITE
+from bench.run import StepMeter, build_engine
+from bench.spec import BenchmarkSpec
+from engine.traces.replay import replay
 from engine.workloads import oracle
 
 

@@ -25,8 +25,8 @@ from typing import NamedTuple
 from benchmarks.peer.client import PeerProcess, expanded_request
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
-from engine.replay import replay
-from engine.trace import TraceRequest
+from engine.traces.replay import replay
+from engine.traces.trace import TraceRequest
 from engine.workloads import build_workload, oracle
 from engine.workloads.bound import Budget, bound, in_flight_need, working_set
 

@@ -43,7 +43,7 @@ from api import retention  # noqa: E402
 from api.settings import Settings  # noqa: E402
 from api.store.db import make_engine, make_sessionmaker  # noqa: E402
 from benchmarks.ingest import TOKEN, Workload, start_server, stop  # noqa: E402
-from engine.server.publisher import EventPublisher  # noqa: E402
+from publish.publisher import EventPublisher  # noqa: E402
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 LEVEL_SHARE = 0.25  # levelled off: the last third grew at most this share of the first's

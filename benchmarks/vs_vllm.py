@@ -44,9 +44,9 @@ from engine.config import CacheConfig, SchedulerConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.events import ListSink, NullSink  # noqa: E402
 from engine.hashing import hash_prefix  # noqa: E402
-from engine.replay import replay  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
-from engine.trace import TraceRequest, read_trace  # noqa: E402
+from engine.traces.replay import replay  # noqa: E402
+from engine.traces.trace import TraceRequest, read_trace  # noqa: E402
 from engine.workloads import build_workload, oracle  # noqa: E402
 
 HIT_WORKLOAD = {

@@ -6,11 +6,11 @@ curve beside SHARDS, and the default policy's sampled-replay curve beside full r
    other settings (requests whose hit equals a real replay of the trace with that setting).
 1. A 100k-request recording of a realistic mix (`benchmarks/whatif_traffic.py`: families
    sharing system prompts, multi-turn conversations; synthetic chains made directly). Its
-   exact LRU curve in one pass, the sampled curve at 1% (`engine.whatif.shards`: SHARDS with
+   exact LRU curve in one pass, the sampled curve at 1% (`whatif.shards`: SHARDS with
    the shared family prefixes counted exactly) and, for scale, plain SHARDS at 1%, 5% and 10%,
    each timed in this run from the same block stream: the speedup, and the largest and the
    mean difference in hit-rate points over the sizes (targets: >= 20x, <= 2 points at 1%).
-2. A smaller recording replayed by the engine itself (`engine.whatif.run.replay_setting`,
+2. A smaller recording replayed by the engine itself (`whatif.run.replay_setting`,
    the default policy, hybrid hits with Mamba states) at a few memory sizes, in full and on a
    sample of its prefix families with the memory scaled by the rate (`policy_curve`): the
    difference in points at each size.
@@ -37,19 +37,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.whatif_traffic import conversations  # noqa: E402
 from engine.config import CacheConfig, SchedulerConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from engine.replay import replay  # noqa: E402
-from engine.whatif.curves import (  # noqa: E402
+from engine.traces.replay import replay  # noqa: E402
+from engine.workloads import build_workload  # noqa: E402
+from whatif.curves import (  # noqa: E402
     block_stream,
     default_sizes,
     lru_curve,
     policy_curve,
     shards_curve,
 )
-from engine.whatif.recording import ChainSink, from_events  # noqa: E402
-from engine.whatif.run import run_whatif  # noqa: E402
-from engine.whatif.settings import WhatIfSetting, apply  # noqa: E402
-from engine.whatif.shards import family_shards_curve  # noqa: E402
-from engine.workloads import build_workload  # noqa: E402
+from whatif.recording import ChainSink, from_events  # noqa: E402
+from whatif.run import run_whatif  # noqa: E402
+from whatif.settings import WhatIfSetting, apply  # noqa: E402
+from whatif.shards import family_shards_curve  # noqa: E402
 
 SPEEDUP_TARGET = 20.0
 ERROR_TARGET = 2.0  # hit-rate points
@@ -102,7 +102,7 @@ def lru_part(console: Console, num_requests: int, rate: float) -> dict:
             "sampled_curves": {k: c.hit_rates.tolist() for k, c in curves.items()}}  # fmt: skip
 
 
-#: the sampled LRU curves, by name: the one judged (`engine.whatif.shards`) and plain SHARDS
+#: the sampled LRU curves, by name: the one judged (`whatif.shards`) and plain SHARDS
 SAMPLED_METHODS = ("SHARDS + family prefixes", "SHARDS")
 ESTIMATORS = {SAMPLED_METHODS[0]: family_shards_curve, SAMPLED_METHODS[1]: shards_curve}
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.geometry import CacheGeometry
-from engine.whatif.recording import RecordedRequest, Recording
+from whatif.recording import RecordedRequest, Recording
 
 _NODE = np.uint64(0x9E37_79B9_7F4A_7C15)
 _SEGMENT = np.uint64(0xC2B2_AE3D_27D4_EB4F)

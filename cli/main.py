@@ -14,16 +14,16 @@ import argparse
 import sys
 
 from api.cli import add_api_parser
+from attach.cli import add_attach_parser
+from bench.cli import add_bench_parser
 from client.pins_cli import add_pin_parsers
 from client.whatif_cli import add_whatif_parser
 from dashboard.cli import add_dashboard_parser
-from engine.argv import unknown_options
-from engine.bench.cli import add_bench_parser
-from engine.server.attach import add_attach_parser
-from engine.server.cli import add_serve_parser
-from engine.server.replay_cli import add_replay_parser
+from engine.setup.argv import unknown_options
 from jobs.cli import add_jobs_parsers
 from router.cli import add_route_parser
+from serve.cli import add_serve_parser
+from serve.replay_cli import add_replay_parser
 from stack.cli import add_up_parser
 
 

@@ -12,10 +12,10 @@ from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 from engine.events import ATTENTION, GROUPS, MAMBA
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
-from engine.model_card import STATE_LAYERS
 from engine.modes import MODES, RUNNER_NAMES
-from engine.whatif.settings import WHATIF_MODES
+from engine.setup.model_card import STATE_LAYERS
 from engine.workloads import build_workload
+from whatif.settings import WHATIF_MODES
 
 __all__ = [
     "ATTENTION",

@@ -4,7 +4,7 @@
     junction whatif --recording FILE [--try ...] [--curve]
     junction whatif --engine ID [--epoch N] [--try ...]   # the control plane's recording
 
-A trace or a recording replays here (`engine.whatif.cli`); an engine's recorded traffic stays
+A trace or a recording replays here (`whatif.cli`); an engine's recorded traffic stays
 in the control plane's store, which replays it on its worker (`POST /api/v1/engines/{id}/
 whatif`): this command queues the run, follows its progress and prints its report. The URL and
 token are `junction pin`'s (`--control-plane`, `--token`, `client.settings`).
@@ -19,8 +19,8 @@ import time
 from client.pins_cli import CliError, client
 from client.rest import ApiError
 from client.schema import ATTENTION, DEFAULT_EVICTION, MAMBA
-from engine.options import EXIT_BAD_INPUT, add_cache_options, add_model_options
-from engine.whatif.cli import cmd_whatif, parse_try, setting_keys
+from engine.setup.options import EXIT_BAD_INPUT, add_cache_options, add_model_options
+from whatif.cli import cmd_whatif, parse_try, setting_keys
 
 EXIT_FAILED = 1
 POLL_S = 0.5
@@ -108,8 +108,8 @@ def _remote(args: argparse.Namespace, settings: list[dict]) -> int:
     from rich.console import Console
     from tqdm import tqdm
 
-    from engine.whatif.report import report_from_dict
-    from engine.whatif.table import report_table
+    from whatif.report import report_from_dict
+    from whatif.table import report_table
 
     api = client(args)
     if not settings:
@@ -130,15 +130,15 @@ def _remote(args: argparse.Namespace, settings: list[dict]) -> int:
         report_table(report_from_dict(run.result))
     )
     if args.json:
-        from engine.replay import write_atomically
+        from engine.traces.replay import write_atomically
 
         write_atomically(args.json, [json.dumps(run.result) + "\n"])
     return 0
 
 
 def _remote_defaults(api, engine_id: str) -> list[dict]:
-    """The standard settings (`engine.whatif.cli.default_settings`) for the engine's pools."""
-    from engine.whatif.cli import default_settings
+    """The standard settings (`whatif.cli.default_settings`) for the engine's pools."""
+    from whatif.cli import default_settings
 
     geometry = api.engine(engine_id).geometry
     num_blocks = geometry.group_num_blocks(ATTENTION) or 4096

@@ -1,6 +1,6 @@
 """The model an engine runs, as its hello's free-form `model` reports it (`GET /engines/{id}`,
 read as `client.types.ModelCard`): `junction serve` and `junction replay` send their model card
-(the name, the architecture, where the weights come from: `engine/model_card.py`); a bridged
+(the name, the architecture, where the weights come from: `engine/setup/model_card.py`); a bridged
 vLLM or SGLang engine sends a name and its kind; an engine that sent nothing has nothing to
 show."""
 

@@ -16,7 +16,7 @@ CheckpointMode = Literal["stops", "inline"]
 CHECKPOINT_MODES: tuple[str, ...] = ("stops", "inline")
 
 # The cache and step defaults (docs/rules.md section 2), declared once: the configs below, the
-# command-line flags (engine.options) and the benchmark geometries read these.
+# command-line flags (engine.setup.options) and the benchmark geometries read these.
 DEFAULT_BLOCK_SIZE = 16  # Ba
 DEFAULT_MAMBA_BLOCK_SIZE = 512  # Bm
 DEFAULT_NUM_BLOCKS = 4096  # blocks per group

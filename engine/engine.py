@@ -9,12 +9,12 @@ from collections.abc import Callable, Sequence
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.events import EventSink, ListSink
 from engine.geometry import CacheGeometry
-from engine.outputs import RunnerOutput, SchedulerOutput
 from engine.pins import Pin
 from engine.request import Request, SamplingParams
 from engine.runners import make_runner
 from engine.runners.base import Runner
-from engine.scheduler import Scheduler
+from engine.scheduling.outputs import RunnerOutput, SchedulerOutput
+from engine.scheduling.scheduler import Scheduler
 from engine.snapshot import block_table_snapshot, cache_geometry
 from engine.stats import CacheUsage, EngineStats, cache_usage
 

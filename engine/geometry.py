@@ -1,7 +1,7 @@
 """`CacheGeometry`: what an engine's hello says of its cache, declared once.
 
 The engine builds it (`engine.snapshot.cache_geometry`), a `junction attach` bridge builds the
-peer's (`engine.server.attach_forward`), the hello carries it (`engine.wire.Hello.geometry`,
+peer's (`attach.attach_forward`), the hello carries it (`engine.wire.Hello.geometry`,
 checked as the frame is decoded), the control plane's store keeps it as JSON (`engines.geometry`,
 `msgspec.to_builtins`) and reads it back with `CacheGeometry.from_json`, the REST API serves
 it (`GET /api/v1/engines/{id}`) and the dashboard reads that answer back into it

@@ -37,7 +37,7 @@ TRANSIENT_ERRORS = (OperationalError, InterfaceError)
 MAX_ERROR_CHARS = 4000
 
 Sessions = sessionmaker[Session]
-#: `run_benchmark(spec, progress)`, as `engine.bench` has it.
+#: `run_benchmark(spec, progress)`, as `bench` has it.
 Runner = Callable[..., dict[str, Any]]
 
 
@@ -152,14 +152,14 @@ def run_benchmark_run(
     heartbeat_s: float = HEARTBEAT_S,
 ) -> Done | Busy | Skipped:
     """Run benchmark run `run_id`: take it (`RunLife.start`), replay its spec with
-    `runner` (default `engine.bench.run_benchmark`) writing progress, then store the results.
+    `runner` (default `bench.run_benchmark`) writing progress, then store the results.
 
     A spec or benchmark that raises marks the run failed with `describe(exc)` and re-raises;
     store errors (`TRANSIENT_ERRORS`) propagate for the task to retry. `Busy`: another
     worker's attempt is alive; `Skipped`: nothing to do (gone, finished or failed)."""
 
     def work(taken: Started, reporter: Reporter) -> dict:
-        from engine.bench import BenchmarkSpec, run_benchmark
+        from bench import BenchmarkSpec, run_benchmark
 
         spec = BenchmarkSpec.model_validate(taken.spec)
         return (runner or run_benchmark)(spec, progress=reporter)

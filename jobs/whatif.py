@@ -1,6 +1,6 @@
 """What a what-if task does, as plain functions that run without a worker: run one what-if
 run (the engine's recording read from the store, replayed under each setting by
-`engine.whatif.run.run_whatif`, its progress written at most once a second). A task that gave
+`whatif.run.run_whatif`, its progress written at most once a second). A task that gave
 up and the sweep of the runs whose worker was lost are every kind's (`jobs.runs`,
 `record_failure` and `sweep_stale_runs` with `api.whatif.runs.LIFE`). The store is
 `api.whatif.runs` over `JUNCTION_DATABASE_URL` (or the `sessions` given)."""
@@ -17,7 +17,6 @@ from api.runs.lifecycle import Busy, Skipped, Started
 from api.settings import get_settings
 from api.whatif import runs as store
 from api.whatif.recording import load_recording
-from engine.whatif.recording import Recording
 from jobs.runs import (
     HEARTBEAT_S,
     Done,
@@ -26,10 +25,11 @@ from jobs.runs import (
     run_attempt,
     store_sessions,
 )
+from whatif.recording import Recording
 
 #: Progress reaches the store at most this often; the last word always does.
 PROGRESS_EVERY_S = 1.0
-#: `run_whatif(recording, settings, progress)`, as `engine.whatif.run` has it.
+#: `run_whatif(recording, settings, progress)`, as `whatif.run` has it.
 Runner = Callable[..., Any]
 
 
@@ -56,7 +56,7 @@ def run_whatif_run(
     heartbeat_s: float = HEARTBEAT_S,
 ) -> Done | Busy | Skipped:
     """Run what-if run `run_id`: take it (`RunLife.start`), load the engine's recording of
-    its epoch, replay it with `runner` (default `engine.whatif.run.run_whatif`) writing
+    its epoch, replay it with `runner` (default `whatif.run.run_whatif`) writing
     progress, then store the report (`WhatIfReport.as_dict()`) and mark it done.
 
     A recording, setting or replay that raises marks the run failed with `describe(exc)` and
@@ -78,7 +78,7 @@ def replay(
     runner: Runner | None = None,
 ) -> dict[str, Any]:
     """The report (as JSON) of `spec`'s settings replayed over its engine's recording."""
-    from engine.whatif.settings import parse_settings
+    from whatif.settings import parse_settings
 
     settings = parse_settings(spec["settings"])
     with sessions() as session:
@@ -90,5 +90,5 @@ def replay(
 
 def _run(runner: Runner | None, recording: Recording, settings: Sequence, progress) -> Any:
     if runner is None:
-        from engine.whatif.run import run_whatif as runner  # the engine loads when a run starts
+        from whatif.run import run_whatif as runner  # the engine loads when a run starts
     return runner(recording, settings, progress)

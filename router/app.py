@@ -14,7 +14,7 @@ import httpx
 from fastapi import FastAPI
 
 from engine.model.tokenizer import Tokenizer
-from engine.server.errors import install_error_handlers
+from protocol.errors import install_error_handlers
 from router.deps import RouterState
 from router.fleet import Fleet
 from router.proxy import Proxy

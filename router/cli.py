@@ -14,7 +14,7 @@ import sys
 from urllib.parse import urlsplit
 
 from client.settings import ControlPlaneSettings
-from engine.options import EXIT_BAD_INPUT
+from engine.setup.options import EXIT_BAD_INPUT
 from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy

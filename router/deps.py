@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from engine.model.tokenizer import Tokenizer
-from engine.server.errors import OpenAIError
+from protocol.errors import OpenAIError
 from router.fleet import Fleet
 from router.metrics import RouterMetrics
 from router.proxy import Proxy

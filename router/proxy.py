@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator
 import httpx
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.server.errors import OpenAIError
-from engine.server.sse import DONE, event
+from protocol.errors import OpenAIError
+from protocol.sse import DONE, event
 from router.engines import FleetEngine
 from router.fleet import Decision, Fleet, NoEngineError
 from router.metrics import RouterMetrics

@@ -41,7 +41,7 @@ def check_serve_args(serve_args: list[str], model: str | None = None) -> tuple[s
     """The pass-through options, with `--model` first when given, checked by `junction
     serve`'s own parser (and the configs they make: the model directory, the cache geometry)
     before anything starts; raises `ValueError` with the reason."""
-    from engine.options import configs_from_args
+    from engine.setup.options import configs_from_args
 
     args = serve_args[1:] if serve_args[:1] == ["--"] else serve_args
     args = ["--model", model, *args] if model is not None else args
@@ -69,8 +69,8 @@ def serve_model(serve_args: tuple[str, ...]) -> str | None:
 def _parse_serve(args: list[str]) -> argparse.Namespace:
     """`args` as `junction serve` parses them (argparse's `SystemExit` when it refuses, an
     unknown option said with the options it may have meant)."""
-    from engine.argv import unknown_options
-    from engine.server.cli import add_serve_parser
+    from engine.setup.argv import unknown_options
+    from serve.cli import add_serve_parser
 
     parser = argparse.ArgumentParser(prog="junction")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -3,11 +3,12 @@ with a test that breaks it on purpose in a made-up project and sees the check fa
 
 The packages depend one way, bottom to top:
 
-    engine (the core) < client < engine.server, engine.bench (the engine's faces)
+    engine (the core) < protocol, bench, whatif < client < publish < serve, attach
     < api, router, dashboard < jobs < stack < cli < benchmarks
 
 1. No package imports one above it, nor a peer of its own tier.
-2. The engine's core loads no web, database, broker or dashboard library.
+2. The engine's core loads no web, database, broker or dashboard library, and imports no
+   other package of the project: only itself, the standard library and its dependencies.
 3. No project files import each other in a circle, not even for type hints.
 4. The dashboard imports nothing of the project but `client/`.
 5. `api/` imports of the engine only the modules `API_MAY_IMPORT` names: the event schema and
@@ -27,18 +28,24 @@ import json
 import subprocess
 import sys
 import textwrap
+import tomllib
 from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Bottom to top: a package may import the tiers below its own, none above, no peer.
 TIERS = (
     ("engine",),
+    ("protocol", "bench", "whatif"),
     ("client",),
-    ("engine.server", "engine.bench"),
+    ("publish",),
+    ("serve", "attach"),
     ("api", "router", "dashboard"),
     ("jobs",),
     ("stack",),
@@ -46,9 +53,8 @@ TIERS = (
     ("benchmarks",),
 )
 PACKAGES = tuple(package for tier in TIERS for package in tier)
-FACES = ("engine.server", "engine.bench")
 #: Folders read for import statements: the packages, the benchmark scripts and the tests.
-FOLDERS = ("engine", "client", "api", "router", "jobs", "dashboard", "stack", "cli")
+FOLDERS = tuple(package for package in PACKAGES if package != "benchmarks")
 SCRIPTS = ("benchmarks", "tests")
 #: Modules the walk does not import: `dashboard/app.py` is the Streamlit script `junction
 #: dashboard` runs, and importing it runs the navigation outside Streamlit (the pages under
@@ -79,12 +85,9 @@ API_MAY_IMPORT = {
     "engine.wire": "the frames of the ingest socket",
     "engine.geometry": "the hello's cache geometry",
     "engine.modes": "the cache modes a benchmark run replays",
-    "engine.bench": "a benchmark spec, checked as `junction bench` checks it",
     "engine.workloads.oracle": "the hit a request could have had: miss attribution's oracle",
     "engine.model.tokenizer": "a pin's text to token ids, rendered as the engine renders it",
-    "engine.trace": "a pin's segments to token ids, as a trace's lines are read",
-    "engine.whatif.recording": "the recording a what-if replays, read from the kept chains",
-    "engine.whatif.settings": "a what-if's settings, checked before it is queued",
+    "engine.traces.trace": "a pin's segments to token ids, as a trace's lines are read",
 }
 #: What the dashboard may import of the project: the client, and itself.
 DASHBOARD_MAY_IMPORT = ("client", "dashboard")
@@ -95,8 +98,8 @@ def is_in(module: str, package: str) -> bool:
 
 
 def package_of(module: str) -> str:
-    """The layer a project module belongs to: a face of the engine, else its top package."""
-    return next((face for face in FACES if is_in(module, face)), module.split(".")[0])
+    """The layer a project module belongs to: its top package."""
+    return module.split(".")[0]
 
 
 def above(package: str) -> tuple[str, ...]:
@@ -156,12 +159,11 @@ class Loaded(NamedTuple):
 
 
 def import_walk(root: Path, package: str) -> tuple[Loaded, ...]:
-    """Each module of `package` under `root` (its faces left out for the core), imported in
-    turn in a fresh interpreter, and what each import loaded. (`pkgutil.iter_modules` package by
-    package, as `pkgutil.walk_packages` does, but without importing the packages it skips.)"""
-    skip = [*NOT_IMPORTED, *(FACES if package == "engine" else ())]
+    """Each module of `package` under `root`, imported in turn in a fresh interpreter, and what
+    each import loaded. (`pkgutil.iter_modules` package by package, as `pkgutil.walk_packages`
+    does, but without importing the packages it skips.)"""
     done = subprocess.run(
-        [sys.executable, "-c", WALK, package, json.dumps(skip)],
+        [sys.executable, "-c", WALK, package, json.dumps(NOT_IMPORTED)],
         capture_output=True,
         text=True,
         cwd=root,
@@ -277,8 +279,61 @@ def upward_loads(root: Path, package: str) -> list[Loaded]:
 
 
 def core_libraries(root: Path) -> list[Loaded]:
-    """Rule 2."""
+    """Rule 2: the libraries."""
     return [item for item in import_walk(root, "engine") if item.name in CORE_FORBIDDEN_LIBRARIES]
+
+
+def core_imports_beyond_itself(root: Path) -> list[Import]:
+    """Rule 2: the project. What the engine imports of the project is the engine (statements
+    of every kind, those in functions and `importlib` calls too; the walk sees only what an
+    import really loads)."""
+    return [
+        edge
+        for edge in project_imports(root)
+        if is_in(edge.source, "engine") and not is_in(edge.target, "engine")
+    ]
+
+
+def installed_with(requirements: list[str]) -> set[str]:
+    """The top-level modules the distributions `requirements` name install, with those of the
+    distributions they require in turn (their extras left out)."""
+    seen: set[str] = set()
+    todo = [Requirement(requirement).name for requirement in requirements]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for requirement in map(Requirement, requires):
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return {
+        module
+        for module, distributions in metadata.packages_distributions().items()
+        if any(canonicalize_name(distribution) in seen for distribution in distributions)
+    }
+
+
+def core_libraries_beyond(root: Path, libraries: set[str]) -> list[Import]:
+    """Rule 2: the libraries the statements name. Each import of the engine's core names the
+    standard library, the engine, or one of `libraries` (the project's own packages are the
+    other check's)."""
+    modules = project_modules(root)
+    found = []
+    for module, path in modules.items():
+        if not is_in(module, "engine"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for name, line, type_only in imported_names(module, path.name == "__init__.py", tree.body):
+            top = name.split(".")[0]
+            if top in (*sys.stdlib_module_names, *PACKAGES, "__future__") or top in libraries:
+                continue
+            found.append(Import(module, top, line, type_only))
+    return list(dict.fromkeys(found))
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -388,6 +443,20 @@ def test_the_engine_core_loads_no_web_database_or_dashboard_library() -> None:
     assert not wrong, f"the engine's core must stay free of these libraries:\n{listed(wrong)}"
 
 
+def test_the_engine_core_imports_nothing_of_the_project_but_itself() -> None:
+    wrong = core_imports_beyond_itself(ROOT)
+    assert not wrong, f"the engine's core imports no other package of the project:\n{listed(wrong)}"
+
+
+def test_the_engine_core_imports_only_the_libraries_it_depends_on() -> None:
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    wrong = core_libraries_beyond(ROOT, installed_with(dependencies))
+    assert not wrong, (
+        "the engine's core imports only the standard library and the project's dependencies "
+        f"(pyproject.toml's, and what they install):\n{listed(wrong)}"
+    )
+
+
 def test_no_files_import_each_other_in_a_circle() -> None:
     found = import_circles(ROOT)
     assert not found, "files that import each other (even for type hints):\n" + "\n".join(found)
@@ -421,7 +490,7 @@ def test_every_module_api_may_import_exists() -> None:
 def made_up_project(root: Path, files: dict[str, str]) -> Path:
     """A project of the same packages under `root`, each with an empty `__init__.py` and a
     module `ok`, plus `files` (path: source)."""
-    for folder in (*FOLDERS, "engine/server", "engine/bench", "tests"):
+    for folder in (*FOLDERS, "tests"):
         (root / folder).mkdir(parents=True, exist_ok=True)
         (root / folder / "__init__.py").write_text("")
         (root / folder / "ok.py").write_text("")
@@ -438,13 +507,13 @@ def test_rule_1_sees_an_upward_import_in_a_statement_and_in_the_walk(tmp_path: P
         {
             "engine/core.py": "def run():\n    import api.ok\n",  # only when it runs
             "client/rest.py": "import importlib\nimportlib.import_module('router.ok')\n",
-            "engine/server/app.py": "from engine.bench import ok\n",  # a peer face
+            "serve/app.py": "from attach import ok\n",  # a peer
         },
     )
     assert {(e.source, e.target) for e in upward_imports(root)} == {
         ("engine.core", "api.ok"),
         ("client.rest", "router.ok"),
-        ("engine.server.app", "engine.bench.ok"),
+        ("serve.app", "attach.ok"),
     }
     loaded = upward_loads(root, "client")
     assert {(item.importer, item.name) for item in loaded} == {
@@ -459,6 +528,41 @@ def test_rule_2_sees_a_web_library_in_the_core(tmp_path: Path) -> None:
     assert [(item.importer, item.name) for item in core_libraries(root)] == [
         ("engine.cache", "httpx")
     ]
+
+
+def test_rule_2_sees_the_core_import_another_package_of_the_project(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path,
+        {
+            "engine/server.py": "from engine import ok\nimport json\n\n"
+            "def serve():\n    from serve import ok\n",  # only when it runs
+            "engine/bench.py": "import importlib\n\ndef run():\n"
+            "    importlib.import_module('bench.ok')\n",
+            "engine/events.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from client.ok import Settings\n",
+        },
+    )
+    assert {(e.source, e.target) for e in core_imports_beyond_itself(root)} == {
+        ("engine.server", "serve.ok"),
+        ("engine.bench", "bench.ok"),
+        ("engine.events", "client.ok"),
+    }
+    assert upward_loads(root, "engine") == []  # none of them runs on import
+
+
+def test_rule_2_sees_the_core_import_a_library_it_does_not_depend_on(tmp_path: Path) -> None:
+    root = made_up_project(
+        tmp_path,
+        {
+            "engine/hf.py": "import json\nfrom jinja2 import Template\n\n"
+            "def read():\n    import yaml\n",  # a test extra, not the engine's
+            "api/ok.py": "import yaml\n",
+        },
+    )
+    assert [(e.source, e.target) for e in core_libraries_beyond(root, {"jinja2"})] == [
+        ("engine.hf", "yaml")
+    ]
+    assert "jinja2" in installed_with(["torch"]) and "torch" not in installed_with(["numpy"])
 
 
 def test_rule_3_sees_a_circle_closed_by_a_type_only_import(tmp_path: Path) -> None:
@@ -515,8 +619,10 @@ def test_rule_6_sees_a_benchmark_import_a_test_helper(tmp_path: Path) -> None:
 
 
 def test_the_tiers_say_who_is_above_whom() -> None:
-    assert "api" in above("engine.server") and "engine.bench" in above("engine.server")
-    assert "engine.server" in above("client") and "dashboard" in above("api")
+    assert "api" in above("serve") and "attach" in above("serve") and "serve" in above("attach")
+    assert "serve" in above("client") and "client" in above("whatif")
+    assert "dashboard" in above("api") and "engine" not in above("protocol")
+    assert "publish" in above("client") and "publish" not in above("serve")
     assert "engine" not in above("api") and above("benchmarks") == ()
 
 

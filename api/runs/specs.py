@@ -1,4 +1,4 @@
-"""Benchmark specs as the store keeps them: `engine.bench.BenchmarkSpec` validated, then as JSON
+"""Benchmark specs as the store keeps them: `bench.BenchmarkSpec` validated, then as JSON
 (defaults filled in, so a stored run replays the same way whatever the defaults become)."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ def validate_spec(obj: Any) -> dict[str, Any]:
     """`obj` as a `BenchmarkSpec`'s JSON; raises pydantic's `ValidationError` on bad input.
     Strict: each value of the JSON type `spec_schema` gives it (`false` or `"8"` is no
     integer), so a body the schema refuses is refused."""
-    from engine.bench import BenchmarkSpec  # the engine loads when a spec is first checked
+    from bench import BenchmarkSpec  # the engine loads when a spec is first checked
 
     return BenchmarkSpec.model_validate(obj, strict=True).model_dump(mode="json")
 
 
 def standard_suite() -> list[dict[str, Any]]:
     """The standard suite's specs, as JSON."""
-    from engine.bench import STANDARD_SUITE
+    from bench import STANDARD_SUITE
 
     return [spec.model_dump(mode="json") for spec in STANDARD_SUITE]
 
@@ -27,7 +27,7 @@ def spec_schema() -> dict[str, Any]:
     and `workload` required, a workload one of its kinds. Written out whole, its `$defs` in
     place (OpenAPI keeps none of a body's own), and so without the `discriminator`s, whose
     mappings point into `$defs` (`kind`'s constant tells the workloads apart all the same)."""
-    from engine.bench import BenchmarkSpec
+    from bench import BenchmarkSpec
 
     schema = BenchmarkSpec.model_json_schema()
     defs = schema.pop("$defs", {})

@@ -431,7 +431,7 @@ class PinTarget(Base):
 
 
 class BenchmarkRun(Base):
-    """A benchmark run (`engine.bench.BenchmarkSpec` in `spec`), queued by `POST /benchmarks`
+    """A benchmark run (`bench.BenchmarkSpec` in `spec`), queued by `POST /benchmarks`
     or the nightly suite and run by a Celery worker (`jobs.runs`).
 
     `status` goes queued -> running -> finished | failed; a failed run says why in `error`.
@@ -533,7 +533,7 @@ class PeerResyncRecord(Base):
 
 class WhatIfRun(Base):
     """A what-if replay of an engine's recorded chains (`request_chains` of `epoch`) under
-    `settings` (`engine.whatif.settings.WhatIfSetting`s as JSON), queued by `POST
+    `settings` (`whatif.settings.WhatIfSetting`s as JSON), queued by `POST
     /engines/{id}/whatif` and run by a Celery worker (`jobs.whatif`).
 
     `status` goes queued -> running -> done | failed; `progress_done` of `progress_total`

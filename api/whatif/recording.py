@@ -1,6 +1,6 @@
 """An engine's recorded traffic read back for a what-if: its geometry (its hello's, as
 `engines.geometry` keeps it), its match unit, and the salted chains of one epoch's requests
-and pins in arrival order (`engine.whatif.recording.Recording`). Reads only."""
+and pins in arrival order (`whatif.recording.Recording`). Reads only."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from api.attribution.unit_salt import unpack
 from api.store.models import Engine, RequestChain
-from engine.whatif.recording import RecordedRequest, Recording
+from whatif.recording import RecordedRequest, Recording
 
 #: The requests a what-if replays at most (the epoch's newest): `JUNCTION_WHATIF_MAX_REQUESTS`
 DEFAULT_LIMIT = 100_000
@@ -69,7 +69,7 @@ def resolve_epoch(session: Session, engine_id: str, epoch: int | None = None) ->
 
 def request_sizes(session: Session, engine_id: str, epoch: int) -> tuple[int, list[int]]:
     """The epoch's longest request (prompt + output tokens, at least one output) and its pins'
-    lengths: what a setting's memory must hold (`engine.whatif.settings.check_memory`)."""
+    lengths: what a setting's memory must hold (`whatif.settings.check_memory`)."""
     # max(P + max(1, O)) is max(max(P + O), max(P) + 1): a request of no output adds one
     total, prompt = session.execute(
         select(

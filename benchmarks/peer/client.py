@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.trace import TracePin, TraceRequest, read_trace
+from engine.traces.trace import TracePin, TraceRequest, read_trace
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).resolve().with_name("vllm_replay.py")

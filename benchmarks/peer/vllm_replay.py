@@ -424,7 +424,7 @@ class _Track:
 
 class Replay:
     """Requests through one scheduler, at most `concurrency` in flight, added in trace order
-    as others finish (the arrival rule of Junction's `engine/replay.py`)."""
+    as others finish (the arrival rule of Junction's `engine/traces/replay.py`)."""
 
     def __init__(self, peer: Peer) -> None:
         self.peer = peer

@@ -11,7 +11,7 @@ from client.types.base import Body
 
 
 class ModelCard(Body):
-    """What an engine's hello says of its model (its free-form `model`, `engine/model_card.py`
+    """What an engine's hello says of its model (its free-form `model`, `engine/setup/model_card.py`
     for Junction's own engines; a bridged engine sends a name and its kind): every field None
     when it did not say."""
 

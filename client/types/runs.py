@@ -15,7 +15,7 @@ WhatIfStatus = Literal["queued", "running", "done", "failed"]
 
 
 class ModeResult(Body):
-    """One mode's row of a finished benchmark run's `results` (`engine.bench.run.run_mode`):
+    """One mode's row of a finished benchmark run's `results` (`bench.run.run_mode`):
     None where the run did not measure it (`bound_hit_rate` before runs measured the bound)."""
 
     mode: str | None = None
@@ -77,7 +77,7 @@ class BenchmarkRunPage(Body):
 
 
 class SettingOutcome(Body):
-    """One setting's line of a what-if report (`engine.whatif.report.SettingResult`'s JSON):
+    """One setting's line of a what-if report (`whatif.report.SettingResult`'s JSON):
     the fields it `changes`, the cache `config` it ran with, its hits and its gain over what
     ran."""
 
@@ -97,7 +97,7 @@ class SettingOutcome(Body):
 
 
 class WhatIfReport(Body):
-    """A done what-if run's `result` (`engine.whatif.report.WhatIfReport`'s JSON): the
+    """A done what-if run's `result` (`whatif.report.WhatIfReport`'s JSON): the
     requests replayed, the hits the engine recorded, how many the replay of what ran
     reproduced (`agreement`, `exact` when all), that replay (`as_ran`) and each setting's."""
 
@@ -111,7 +111,7 @@ class WhatIfReport(Body):
 
 class WhatIfRunOut(Body):
     """A what-if run: `progress_done` of `progress_total` replays; `result` (once done) the
-    report (`engine.whatif.report`'s JSON); `error` why a failed run failed."""
+    report (`whatif.report`'s JSON); `error` why a failed run failed."""
 
     id: int
     engine_id: str

@@ -5,7 +5,7 @@ rule (`engine.cache.lookup`) over the keys that engine holds. The feed tells it 
 
 1. `FeedHello` once: the engine, its epoch and the lookup geometry (for a bridged vLLM or
    SGLang engine, whose feed `junction attach --feed-port` serves, also where its requests go
-   and that no finished requests are reported: `engine.bridge.peer_feed`).
+   and that no finished requests are reported: `attach.bridge.peer_feed`).
 2. `FeedSnapshot` once: every key each group holds now, at seq `seq`.
 3. `FeedDelta` after each step that changed something, seq rising by one: the keys stored and
    removed in the order the cache did it, the requests that finished, and the engine's load.

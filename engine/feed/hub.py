@@ -7,7 +7,6 @@ import threading
 from typing import TYPE_CHECKING
 
 from engine.cache.lookup import HitGeometry
-from engine.capacity import max_request_tokens
 from engine.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -29,6 +28,7 @@ from engine.feed.frames import (
     encode,
 )
 from engine.feed.subscriber import FeedSubscriber
+from engine.scheduling.capacity import max_request_tokens
 
 if TYPE_CHECKING:
     from engine.engine import Engine

@@ -3,8 +3,9 @@ within the cap on the share of each group's blocks, and unpinned on release."""
 
 from __future__ import annotations
 
-from engine.cache.coordinator import ATTENTION, MAMBA, HybridCoordinator
+from engine.cache.coordinator import HybridCoordinator
 from engine.cache.entry import CheckpointReason
+from engine.events import ATTENTION, MAMBA
 from engine.hashing import BlockHash
 from engine.pins.pin import Pin, PinState
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from engine.cache.coordinator import ATTENTION, MAMBA
-from engine.events import PinUpdated
+from engine.events import ATTENTION, MAMBA, PinUpdated
 from engine.hashing import BlockHash
 
 

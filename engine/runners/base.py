@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from engine.cache.manager import BlockCopy
-from engine.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
+from engine.scheduling.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
 
 
 class Runner(ABC):

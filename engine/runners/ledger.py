@@ -16,11 +16,11 @@ from array import array
 
 import numpy as np
 
-from engine.cache.coordinator import ATTENTION
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig, ModelConfig
-from engine.outputs import RunnerOutput, ScheduledChunk
+from engine.events import ATTENTION
 from engine.runners.base import Runner
+from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 
 # The digest is the prefix read as digits of base 2**64 (one token a digit, first token most
 # significant), modulo the Mersenne prime 2**89 - 1: Horner's rule, so absorbing `a` then `b`

@@ -11,8 +11,8 @@ from array import array
 
 from engine.cache.manager import BlockCopy
 from engine.config import ModelConfig
-from engine.outputs import RunnerOutput, ScheduledChunk
 from engine.runners.base import Runner
+from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 
 _CONTEXT = 64
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from engine.cache.coordinator import ATTENTION
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig, ModelConfig
+from engine.events import ATTENTION
 from engine.model.build import build_model
-from engine.outputs import RunnerOutput, ScheduledChunk
 from engine.runners.base import Runner
-from engine.sampling import sample
+from engine.runners.sampling import sample
+from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 
 
 class TorchRunner(Runner):

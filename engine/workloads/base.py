@@ -15,7 +15,7 @@ from typing import Annotated, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.trace import TraceItem, parse_line
+from engine.traces.trace import TraceItem, parse_line
 
 #: Upper bounds that catch a typo (a length of 10**9) before anything is generated.
 MAX_LEN = 1 << 20

@@ -57,7 +57,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from engine.hashing import BlockHash
-from engine.trace import TraceItem
+from engine.traces.trace import TraceItem
 from engine.workloads.belady import NEVER, BeladyPool
 from engine.workloads.bound_plan import Plan, plan_requests
 from engine.workloads.oracle import capped_hit

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from engine.hashing import BlockHash, hash_prefix
-from engine.trace import TraceItem, TraceRequest
+from engine.traces.trace import TraceItem, TraceRequest
 from engine.workloads.oracle import oracle
 
 

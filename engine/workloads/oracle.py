@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from engine.hashing import BlockHash, hash_prefix, num_known_units
-from engine.trace import TraceItem, TracePin, TraceRequest
+from engine.traces.trace import TraceItem, TracePin, TraceRequest
 
 
 class OracleHit(NamedTuple):

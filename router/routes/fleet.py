@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from engine.events import ATTENTION, GROUPS, MAMBA
-from engine.server.errors import OpenAIError
+from protocol.errors import OpenAIError
 from router.deps import Authorized, StateDep
 from router.fleet import Fleet
 

@@ -13,11 +13,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from engine.server.errors import OpenAIError
-from engine.server.generation import DEFAULT_MAX_TOKENS
-from engine.server.routes.chat import chat_prompt
-from engine.server.routes.completions import prompt_token_ids
-from engine.server.schemas import ChatCompletionRequest, CompletionRequest
+from protocol.errors import OpenAIError
+from protocol.prompts import chat_prompt, prompt_token_ids
+from protocol.schemas import DEFAULT_MAX_TOKENS, ChatCompletionRequest, CompletionRequest
 from router.deps import RouterState, StateDep
 
 MAX_BODY_BYTES = 32 * 1024 * 1024

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import httpx
 import openai
 
-from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
+from tests.serve.conftest import text_prompt
 
 TOKEN = "e2e-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -19,14 +19,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from engine.bench.run import build_engine
-from engine.bench.suite import STANDARD_SUITE
+from bench.run import build_engine
+from bench.suite import STANDARD_SUITE
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
-from engine.replay import replay
 from engine.request import SamplingParams
-from engine.server.publisher import EventPublisher
+from engine.traces.replay import replay
 from engine.workloads import oracle
+from publish.publisher import EventPublisher
 from tests.api.conftest import api_on_postgres
 from tests.api.processes import AUTH, TOKEN, ApiProcess
 from tests.polling import wait_for

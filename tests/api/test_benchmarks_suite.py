@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from api.runs.specs import validate_spec
 from api.settings import Settings
-from engine.bench import STANDARD_SUITE
+from bench import STANDARD_SUITE
 
 URL = "/api/v1/benchmarks/suite"
 READ_TOKEN = "read-token-0123456789"

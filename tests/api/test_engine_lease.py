@@ -15,13 +15,13 @@ from websockets.exceptions import ConnectionClosed
 from api.ingest.frames import apply_hello
 from api.ingest.lease import LeaseConfig
 from api.store.models import Engine, Replica, Request, utcnow
-from engine.server.publisher import EventPublisher
 from engine.wire import CLOSE_ID_TAKEN, CLOSE_WRONG_ENGINE, INT64_MAX, Hello, WireError, encode
+from publish.publisher import EventPublisher
 from tests.api.conftest import TOKEN
 from tests.api.test_ingest_server import ingest
 from tests.engine.ledger_harness import Harness
-from tests.engine.server.test_publisher import FAST, more_requests, small_engine
 from tests.polling import wait_until
+from tests.publish.test_publisher import FAST, more_requests, small_engine
 
 LEASE = LeaseConfig(lease_s=15.0, replica_timeout_s=5.0, max_epoch_ahead_s=300.0)
 

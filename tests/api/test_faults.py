@@ -23,8 +23,8 @@ import pytest
 
 from tests.api.processes import TOKEN, ApiProcess, Serve, api_engine, free_port, pin_state
 from tests.api.tcp_proxy import TcpProxy
-from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
+from tests.serve.conftest import text_prompt
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 LEDGER = (

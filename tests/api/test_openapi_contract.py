@@ -57,7 +57,7 @@ REFUSED_BY_RULE = {
     "POST /api/v1/pins": ["422"],
     # a workload whose longest request does not fit the spec's geometry
     "POST /api/v1/benchmarks": ["422"],
-    # a setting `engine.whatif.settings` refuses, or one the engine's memory cannot hold
+    # a setting `whatif.settings` refuses, or one the engine's memory cannot hold
     "POST /api/v1/engines/{engine_id}/whatif": ["422"],
 }
 

@@ -11,14 +11,14 @@ from sqlalchemy import create_engine, text
 
 from api.main import create_app
 from api.settings import Settings
-from engine.server.publisher import EventPublisher
-from engine.server.publisher_link import Backoff
+from publish.publisher import EventPublisher
+from publish.publisher_link import Backoff
 from tests.api.conftest import TOKEN, Postgres
 from tests.api.tcp_proxy import TcpProxy
 from tests.engine.conftest import tokens
 from tests.engine.ledger_harness import Harness, Submission
-from tests.engine.server.test_publisher import small_engine
 from tests.polling import wait_until
+from tests.publish.test_publisher import small_engine
 from tests.uvicorn_thread import uvicorn_thread
 
 FAST = Backoff(initial_s=0.01, max_s=0.1, unauthorized_s=0.2)

@@ -16,9 +16,9 @@ from api.store.models import Request
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.model.tokenizer import ByteTokenizer
-from engine.server.commands import apply_command
-from engine.trace import segment_tokens
+from engine.traces.trace import segment_tokens
 from engine.wire import Command, encode
+from publish.commands import apply_command
 from tests.api import factories
 from tests.api.conftest import TOKEN
 from tests.polling import wait_until

@@ -17,8 +17,8 @@ from websockets.sync.client import ClientConnection, connect
 from client.pins_cli import add_pin_parsers, call
 from engine.config import CacheConfig
 from engine.engine import Engine
-from engine.server.commands import apply_command
 from engine.wire import Command, encode
+from publish.commands import apply_command
 from tests.api import factories
 from tests.api.conftest import TOKEN
 

@@ -30,7 +30,7 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.events import UNIT_HASH_BYTES
 from engine.request import SamplingParams
-from engine.server.publisher import EventPublisher
+from publish.publisher import EventPublisher
 from tests.api.conftest import api_on_postgres
 from tests.api.processes import AUTH, TOKEN, ApiProcess
 from tests.polling import wait_for

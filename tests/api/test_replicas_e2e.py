@@ -31,8 +31,8 @@ from engine.wire import CLOSE_SUPERSEDED, Hello, Welcome, decode, encode
 from stack.balancer import Balancer
 from tests.api.conftest import Postgres
 from tests.api.processes import AUTH, TOKEN, ApiProcess, Serve, free_port, pin_state
-from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
+from tests.serve.conftest import text_prompt
 
 NUM_REPLICAS, NUM_ENGINES = 3, 6
 # beats twice as often as by default; the timeout is the default's (a loaded machine may hold

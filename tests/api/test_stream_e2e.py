@@ -16,9 +16,9 @@ import pytest
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
-from engine.server.publisher import EventPublisher
+from publish.publisher import EventPublisher
 from tests.api.processes import AUTH, TOKEN, ApiProcess
-from tests.engine.server.conftest import finished_event
+from tests.serve.conftest import finished_event
 
 
 def small_engine(engine_id: str) -> Engine:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from bench import run_benchmark
 from dashboard.forms.benchmark import QUICK, QUICK_SIZE, estimate
-from engine.bench import run_benchmark
 from engine.workloads import build_workload
 
 

@@ -27,8 +27,8 @@ from tests.dashboard.peer_engine import PEER_ENGINE, ensure_peer_engine
 from tests.dashboard.test_attribution_pages import ATTRIBUTION_ENGINE, ensure_attribution_engine
 from tests.dashboard.test_pages import BIG_ENGINE, ensure_big_engine
 from tests.dashboard.whatif_run import ensure_whatif
-from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
+from tests.serve.conftest import text_prompt
 
 ROOT = Path(__file__).parents[2]
 # Where the screenshots go: a temporary folder, so a run leaves the tracked README images

@@ -9,7 +9,7 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.events import RequestFinished
 from engine.request import SamplingParams
-from engine.trace import segment_tokens
+from engine.traces.trace import segment_tokens
 from tests.api.processes import AUTH
 from tests.dashboard.conftest import REPLAY_ENGINE, Stack
 

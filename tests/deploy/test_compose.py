@@ -128,7 +128,10 @@ def test_the_image_runs_the_junction_entry_point() -> None:
     cmd = re.search(r"^CMD (.+)$", dockerfile, re.M).group(1)
     assert json.loads(entrypoint) == ["junction"]
     assert parses(json.loads(cmd)) == "up"
-    for folder in ("engine", "router", "api", "dashboard", "jobs", "stack", "cli", "migrations"):
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    included = {name.rstrip("*").removesuffix(".") for name in find["find"]["include"]}
+    assert {"engine", "client", "serve", "cli"} <= included
+    for folder in (*sorted(included), "migrations"):
         assert f"COPY {folder} {folder}" in dockerfile, folder
 
 
@@ -173,8 +176,8 @@ def test_every_long_running_service_has_a_healthcheck() -> None:
         assert test and test[0] in ("CMD", "CMD-SHELL"), name
     # the HTTP ones ask the port the service's command listens on, at a path it serves
     from api.routes import health
-    from engine.server.routes import ops
     from router.routes import ops as router_ops
+    from serve.routes import ops
 
     assert "/healthz" in {route.path for route in health.router.routes}
     assert "/health" in {route.path for route in ops.router.routes}
@@ -247,7 +250,7 @@ def test_the_engines_are_replicas_behind_the_router(tmp_path: Path) -> None:
     """ENGINES replicas (2 by default), none published, each with its own engine id and the URL
     its hostname gives (bound to 0.0.0.0, no --serve-url: serve's default); the router, the
     one way in for OpenAI clients, finds them through the control plane's discovery."""
-    from engine.server.cli import default_serve_url
+    from serve.cli import default_serve_url
 
     services = compose("docker-compose.yml")["services"]
     engine = services["engine"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cache.coordinator import ATTENTION, MAMBA
-from engine.capacity import ATTENTION_EXTRA_BLOCKS, MAMBA_EXTRA_BLOCKS, blocks_needed
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
+from engine.events import ATTENTION, MAMBA
 from engine.request import SamplingParams
+from engine.scheduling.capacity import ATTENTION_EXTRA_BLOCKS, MAMBA_EXTRA_BLOCKS, blocks_needed
 from tests.engine.conftest import tokens
 
 

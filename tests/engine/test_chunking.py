@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import pytest
 
 from engine.cache.entry import CheckpointReason
-from engine.chunking import (
+from engine.scheduling.chunking import (
     Chunk,
     StopReason,
     checkpoint_targets,

@@ -610,7 +610,7 @@ def test_reuse_keeps_a_state_requests_resumed_from_over_tail_states_nobody_read(
 def test_a_replay_under_pressure_keeps_every_invariant_with_each_policy(policy: str) -> None:
     from engine.config import CacheConfig, SchedulerConfig
     from engine.engine import Engine
-    from engine.replay import replay
+    from engine.traces.replay import replay
     from engine.workloads import build_workload
 
     workload = build_workload(
@@ -654,8 +654,8 @@ def test_the_flag_and_the_bench_geometry_choose_a_policy_and_name_the_known_ones
 
     from pydantic import ValidationError
 
-    from engine.bench.spec import EngineSettings
-    from engine.options import add_cache_options
+    from bench.spec import EngineSettings
+    from engine.setup.options import add_cache_options
 
     parser = argparse.ArgumentParser()
     add_cache_options(parser)
@@ -807,7 +807,7 @@ def shared_prompt_checkpoints(policy: str, num_mamba_blocks: int) -> list[tuple[
     checks every read."""
     from engine.config import CacheConfig, SchedulerConfig
     from engine.engine import Engine
-    from engine.replay import replay
+    from engine.traces.replay import replay
     from engine.workloads import build_workload
 
     workload = build_workload(
@@ -1018,8 +1018,8 @@ def branch_run(policy: str) -> dict[str, dict]:
     every read checked."""
     from engine.config import CacheConfig, SchedulerConfig
     from engine.engine import Engine
-    from engine.replay import replay
-    from engine.trace import TraceRequest, segment_tokens
+    from engine.traces.replay import replay
+    from engine.traces.trace import TraceRequest, segment_tokens
 
     prefix = segment_tokens(1, 40)
     prompts = {"a": prefix + segment_tokens(2, 8)}

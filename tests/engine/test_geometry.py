@@ -9,10 +9,10 @@ import argparse
 import msgspec
 import pytest
 
+from attach.attach_forward import peer_geometry
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.geometry import CacheGeometry, GroupShape
-from engine.server.attach_forward import peer_geometry
 from engine.wire import CLOSE_BAD_FRAME, Hello, WireError, decode, encode
 
 

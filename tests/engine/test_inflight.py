@@ -11,8 +11,8 @@ import pytest
 
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
-from engine.replay import replay
 from engine.request import SamplingParams
+from engine.traces.replay import replay
 from engine.workloads import build_workload, oracle
 from tests.engine.conftest import tokens
 

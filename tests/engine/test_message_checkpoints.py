@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from engine.bench import BenchmarkSpec, run_benchmark
+from bench import BenchmarkSpec, run_benchmark
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.model.tokenizer import ByteTokenizer, message_ends, render_chat
 from engine.request import SamplingParams
-from engine.trace import TraceError, parse_line
+from engine.traces.trace import TraceError, parse_line
 from engine.workloads import build_workload, oracle
 
 SYSTEM = "You are a careful assistant. Answer briefly. " * 22  # 990 characters

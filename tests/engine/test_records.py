@@ -7,9 +7,9 @@ import json
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.events import ListSink
-from engine.records import MatchRecord, match_record
-from engine.replay import request_record
 from engine.request import CowCopy, SamplingParams
+from engine.scheduling.records import MatchRecord, match_record
+from engine.traces.replay import request_record
 from tests.engine.conftest import tokens
 
 

@@ -303,8 +303,8 @@ def test_without_a_listener_the_engine_builds_no_events():
     from engine.config import CacheConfig
     from engine.engine import Engine
     from engine.events import NullSink
-    from engine.replay import replay
-    from engine.trace import parse_line
+    from engine.traces.replay import replay
+    from engine.traces.trace import parse_line
 
     items = [parse_line(json.dumps(line), n) for n, line in enumerate(FAMILY, start=1)]
     engine = Engine(CacheConfig(num_blocks=200), runner="ledger", sink=NullSink())

@@ -13,8 +13,8 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.events import BlockStored, ListSink
 from engine.hashing import hash_prefix
-from engine.replay import replay
-from engine.trace import TraceRequest
+from engine.traces.replay import replay
+from engine.traces.trace import TraceRequest
 
 UNIT, BLOCK, MAMBA = 16, 64, 128
 

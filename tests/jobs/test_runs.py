@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.runs import benchmarks as store
 from api.store.db import make_engine, make_sessionmaker
 from api.store.models import BenchmarkRun, utcnow
-from engine.bench import STANDARD_SUITE
+from bench import STANDARD_SUITE
 from jobs import runs
 from tests.jobs.specs import MISSING_WEIGHTS, missing_weights_spec, tiny_spec
 
@@ -41,7 +41,7 @@ def test_a_run_writes_progress_then_its_results(sessions: sessionmaker[Session])
     seen: list[tuple[str, float]] = []
 
     def runner(spec, progress):  # the real benchmark, watched from the store as it goes
-        from engine.bench import run_benchmark
+        from bench import run_benchmark
 
         def watched(fraction: float, message: str) -> None:
             progress(fraction, message)

@@ -15,11 +15,11 @@ from api.store.db import make_engine, make_sessionmaker
 from api.store.models import WhatIfRun, utcnow
 from api.whatif import runs as store
 from engine.engine import Engine
-from engine.whatif.recording import Recording
-from engine.whatif.report import SettingResult, WhatIfReport
 from jobs import runs, whatif
 from jobs.runs import Done
 from tests.api import factories
+from whatif.recording import Recording
+from whatif.report import SettingResult, WhatIfReport
 
 
 @pytest.fixture(scope="module")

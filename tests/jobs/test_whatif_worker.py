@@ -20,13 +20,13 @@ from api.settings import Settings
 from api.store.db import make_engine, make_sessionmaker
 from cli.main import main
 from engine.engine import Engine
-from engine.whatif.recording import from_events
-from engine.whatif.run import run_whatif
-from engine.whatif.settings import parse_settings
 from tests.api import factories
 from tests.api.conftest import AUTH, TOKEN, Postgres
 from tests.jobs.processes import WorkerProcess
 from tests.uvicorn_thread import uvicorn_thread
+from whatif.recording import from_events
+from whatif.run import run_whatif
+from whatif.settings import parse_settings
 
 ENGINE = "whatif-redis"
 SETTINGS = [

@@ -11,8 +11,8 @@ import pytest
 from benchmarks.peer.client import PeerProcess, peer_python
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
-from engine.replay import replay
-from engine.trace import TraceRequest
+from engine.traces.replay import replay
+from engine.traces.trace import TraceRequest
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from attach.bridge.translate import group_name
 from benchmarks.bridge import KvEventsPeer
-from engine.bridge.translate import group_name
 from tests.api.conftest import POSTGRES_ADMIN_URL, Postgres, api_on_postgres
 from tests.api.processes import AUTH, TOKEN, ApiProcess, api_engine, free_port
 from tests.peer.conftest import family_trace

@@ -14,7 +14,7 @@ from benchmarks.bridge import KvEventsPeer
 from engine.feed import FeedSnapshot
 from engine.hashing import hash_prefix
 from router.engines import FleetEngine
-from tests.engine.bridge.test_attach_feed import AttachProcess
+from tests.attach.test_attach_feed import AttachProcess
 from tests.peer.conftest import family_trace
 from tests.peer.test_kv_events_bridge import pool_table
 from tests.polling import wait_until

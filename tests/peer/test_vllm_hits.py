@@ -107,7 +107,7 @@ def test_the_pressure_benchmark_runs_vllm_by_bytes_in_pages_of_the_mamba_block(v
     two pools hold in bytes. Its hits land on `Bm` multiples (one page size: `Ba == Bm`), and
     with fewer pages (the same bytes) it keeps no more than with a state costing one block."""
     from benchmarks.pressure_cells import MAMBA_BLOCK_SIZE, same_bytes_pages, vllm_tokens
-    from engine.trace import TraceRequest
+    from engine.traces.trace import TraceRequest
     from engine.workloads.bound import Budget
 
     requests = [

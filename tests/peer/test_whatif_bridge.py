@@ -19,12 +19,12 @@ import pytest
 from benchmarks.bridge import KvEventsPeer
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
-from engine.replay import replay
-from engine.trace import TraceRequest
-from engine.whatif.recording import load_lines
-from engine.whatif.run import run_whatif
-from engine.whatif.settings import WhatIfSetting
+from engine.traces.replay import replay
+from engine.traces.trace import TraceRequest
 from tests.polling import wait_until
+from whatif.recording import load_lines
+from whatif.run import run_whatif
+from whatif.settings import WhatIfSetting
 
 BLOCK = 16  # the peer's attention block (vllm_kv_events.py's default)
 
@@ -34,7 +34,7 @@ def block_prompts(seed: int, num_requests: int) -> list[list[int]]:
     Junction's and vLLM's larger blocks, each ending in a block of its own (so vLLM stores at
     least one block for it, and its stored prefix is its whole prompt). A later turn extends
     an earlier prompt but not the one just before it: vLLM's events name no request, and that
-    one would read as the same request continued (engine/bridge/prefixes.py)."""
+    one would read as the same request continued (attach/bridge/prefixes.py)."""
     rng = np.random.default_rng(seed)
     prefixes = [rng.integers(0, 256, BLOCK * int(rng.integers(5, 40))).tolist() for _ in range(3)]
     prompts: list[list[int]] = []

@@ -14,10 +14,10 @@ from websockets.sync.client import ClientConnection, connect
 from engine.feed import FeedDelta, FeedFinished, FeedHeartbeat, FeedHello, FeedSnapshot, decode
 from engine.hashing import hash_prefix
 from engine.model.hf.tokenizer import load_tokenizer
-from engine.server.routes.chat import chat_prompt
-from engine.server.schemas import ChatCompletionRequest
-from tests.engine.server.conftest import text_prompt
+from protocol.prompts import chat_prompt
+from protocol.schemas import ChatCompletionRequest
 from tests.router.processes import AUTH, MODEL, TOKEN, Process, start_engine
+from tests.serve.conftest import text_prompt
 
 RECV_TIMEOUT_S = 10  # a frame comes at least every heartbeat (0.5 s)
 ATTENTION = 0

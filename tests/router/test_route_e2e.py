@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import openai
 import pytest
 
-from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
 from tests.router.processes import (
     MODEL,
@@ -26,6 +25,7 @@ from tests.router.processes import (
     start_engine,
     start_router,
 )
+from tests.serve.conftest import text_prompt
 
 NUM_FAMILIES = 6
 NUM_TURNS = 4

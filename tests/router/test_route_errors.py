@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from tests.api.processes import free_port
-from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
 from tests.router.processes import (
     AUTH,
@@ -26,6 +25,7 @@ from tests.router.processes import (
     start_engine,
     start_router,
 )
+from tests.serve.conftest import text_prompt
 
 # 64 attention blocks of 16 tokens: no request over (64 - 1) * 16 = 1008 tokens fits
 SMALL = ("--num-blocks", "64")

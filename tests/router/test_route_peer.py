@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from tests.engine.bridge.conftest import FakePeer, stored
-from tests.engine.bridge.test_attach_feed import AttachProcess, first_frames
+from tests.attach.conftest import FakePeer, stored
+from tests.attach.test_attach_feed import AttachProcess, first_frames
 from tests.polling import wait_for
 from tests.router.processes import AUTH, MODEL, TOKEN, Process, fleet, start_engine, start_router
 

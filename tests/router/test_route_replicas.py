@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.engine.server.conftest import text_prompt
 from tests.polling import wait_for
 from tests.router.processes import AUTH, MODEL, running, start_engine, start_router
+from tests.serve.conftest import text_prompt
 
 
 def chat(router_url: str, system: str, question: str) -> httpx.Response:

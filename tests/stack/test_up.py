@@ -22,9 +22,9 @@ import httpx
 import openai
 
 from tests.api.processes import free_port
-from tests.engine.server.conftest import text_prompt
 from tests.jobs.specs import tiny_spec
 from tests.polling import wait_for
+from tests.serve.conftest import text_prompt
 
 SYSTEM = text_prompt(11, 300)
 

@@ -58,7 +58,7 @@ def create_benchmark(
     session: SessionDep,
     state: StateDep,
 ) -> BenchmarkRunOut:
-    """Queue a run of `spec` (an `engine.bench.BenchmarkSpec`: workload, geometry, runner,
+    """Queue a run of `spec` (an `bench.BenchmarkSpec`: workload, geometry, runner,
     modes); a worker picks it up (`junction worker`). The stored spec has its defaults filled."""
     try:
         valid = validate_spec(spec)
@@ -101,7 +101,7 @@ def list_benchmarks(
 
 @router.get("/suite", response_model=list[dict[str, Any]])
 def get_suite() -> list[dict[str, Any]]:
-    """The standard suite's specs (`engine.bench.STANDARD_SUITE`, defaults filled in, as a run
+    """The standard suite's specs (`bench.STANDARD_SUITE`, defaults filled in, as a run
     stores its spec): what the beat queues on its schedule, and the presets of a client's form.
     """
     return standard_suite()

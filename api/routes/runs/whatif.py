@@ -25,7 +25,7 @@ from api.schemas import WhatIfBody, WhatIfRunOut, WhatIfRunPage, WhatIfStatus
 from api.store.models import WhatIfRun
 from api.whatif import runs
 from api.whatif.recording import NoRecording, request_sizes, resolve_epoch
-from engine.whatif.settings import apply, check_memory, parse_settings, ran_configs
+from whatif.settings import apply, check_memory, parse_settings, ran_configs
 
 router = APIRouter(tags=["whatif"], dependencies=[READ])
 MAX_LIMIT = 1000

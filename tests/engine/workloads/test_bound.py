@@ -9,7 +9,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.trace import parse_line
+from engine.traces.trace import parse_line
 from engine.workloads import oracle
 from engine.workloads.bound import Budget, bound, in_flight_need, working_set
 

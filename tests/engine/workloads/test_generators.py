@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from engine.trace import TracePin, TraceRequest, parse_line
+from engine.traces.trace import TracePin, TraceRequest, parse_line
 from engine.workloads import WORKLOAD_KINDS, build_workload, parse_workload
 
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from engine.trace import parse_line
+from engine.traces.trace import parse_line
 from engine.workloads import capped_hit, oracle
 
 

@@ -1,0 +1,67 @@
+"""Request bodies of the OpenAI-compatible routes.
+
+Types are checked here (a wrong type is a 422); values the engine must judge (an empty
+prompt, `max_tokens` < 1, a token id outside the vocabulary) are checked by the routes, which
+answer 400 with the parameter's name. Fields OpenAI defines but this engine ignores (`user`,
+`logit_bias`, ...) are accepted and dropped.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's, for a request that names none
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    """What completions and chat share: the model, sampling, stop strings and streaming."""
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+
+    @property
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(SamplingFields):
+    """`prompt` is a string (bytes as tokens) or a list of token ids; a batch of one is
+    accepted as that one prompt."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool | None = False
+    logprobs: int | None = None
+    checkpoint_offsets: list[int] | None = None  # extension: where the prompt's messages end
+
+
+class ContentPart(BaseModel):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    role: str
+    content: str | list[ContentPart] | None = None
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = False

@@ -1,0 +1,37 @@
+"""Server-sent events as OpenAI streams them: `data: {json}` per chunk, then `data: [DONE]`.
+
+An error after the stream has begun can no longer change the status code, so it goes down
+the stream as one `data: {"error": ...}` event before `[DONE]`, which OpenAI clients raise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from fastapi.responses import StreamingResponse
+
+from protocol.errors import OpenAIError
+
+DONE = "data: [DONE]\n\n"
+
+
+def event(data: dict) -> str:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+async def _encode(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
+    try:
+        async for chunk in chunks:
+            yield event(chunk)
+    except OpenAIError as exc:
+        yield event(exc.body())
+    yield DONE
+
+
+def sse_response(chunks: AsyncIterator[dict]) -> StreamingResponse:
+    return StreamingResponse(
+        _encode(chunks),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

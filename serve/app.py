@@ -1,0 +1,78 @@
+"""`create_app`: the engine's OpenAI-compatible server around an `AsyncEngine`.
+
+The app owns the engine loop's lifetime: it starts the loop when the server starts and shuts
+it down when the server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from engine.feed import FeedHub
+from engine.model.tokenizer import Tokenizer
+from engine.setup.model_card import model_card
+from publish.publisher import EventPublisher
+from serve.async_engine import AsyncEngine
+from serve.deps import ServerState
+from serve.errors import install_error_handlers
+from serve.metrics import ServerMetrics
+from serve.routes import chat, completions, models, ops
+from serve.routes import feed as feed_routes
+
+
+def create_app(
+    async_engine: AsyncEngine,
+    model_name: str | None = None,
+    publisher: EventPublisher | None = None,
+    tokenizer: Tokenizer | None = None,
+    card: dict | None = None,
+    feed: FeedHub | None = None,
+    feed_token: str | None = None,
+) -> FastAPI:
+    """`model_name` is the name clients must send (default: the engine's model config);
+    `publisher`, the engine's stream to a control plane, if any, shows in `/metrics`;
+    `tokenizer` and `card` (`/v1/models`' details) default to the engine's model's; `feed`, the
+    engine's cache feed (`engine.feed`), is served to routers holding `feed_token`."""
+    engine = async_engine.engine
+    model_name = model_name or engine.model_config.name
+    if tokenizer is None:
+        from engine.model.hf.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(engine.model_config.model_dir)
+    card = card or model_card(engine.model_config, engine.cache_config)
+    metrics = ServerMetrics(
+        num_in_flight=lambda: async_engine.num_in_flight,
+        publisher_stats=publisher.stats if publisher is not None else None,
+    )
+    async_engine.add_finish_listener(metrics.observe_finished)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async_engine.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(async_engine.shutdown)
+
+    app = FastAPI(
+        title="Junction engine",
+        summary="OpenAI-compatible server of a hybrid attention + Mamba prefix-cache engine",
+        lifespan=lifespan,
+    )
+    app.state.server = ServerState(
+        async_engine,
+        model_name,
+        metrics,
+        tokenizer,
+        {**card, "name": model_name},
+        feed=feed,
+        feed_token=feed_token,
+    )
+    install_error_handlers(app)
+    for module in (completions, chat, models, ops, feed_routes):
+        app.include_router(module.router)
+    return app

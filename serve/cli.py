@@ -1,0 +1,154 @@
+"""`junction serve`: the engine behind its OpenAI-compatible server.
+
+`cli/main.py` registers it with `add_serve_parser(commands)`. Web libraries are imported
+only when the command runs, so the rest of the command line stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from urllib.parse import urlsplit
+
+from engine.config import DEFAULT_SERVE_NUM_MAMBA_BLOCKS
+from engine.setup.options import (
+    EXIT_BAD_INPUT,
+    add_cache_options,
+    add_model_options,
+    configs_from_args,
+)
+from publish.streaming import (
+    add_control_plane_options,
+    connect,
+    finish_publishing,
+    make_publisher,
+)
+
+
+def add_serve_parser(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser("serve", help="run the engine behind an OpenAI-compatible server")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--serve-url",
+        type=http_url,
+        default=None,
+        metavar="URL",
+        help="where routers and the control plane's discovery reach this engine (default "
+        "http://HOST:PORT; with --host 0.0.0.0 or ::, http://<this machine's hostname>:PORT)",
+    )
+    serve.add_argument(
+        "--model-name",
+        default=None,
+        help="the model name clients must send (default: the --model directory's name, or "
+        "junction-hybrid-tiny)",
+    )
+    add_control_plane_options(serve)
+    serve.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
+    # a server runs the model: fewer Mamba slots keep the built-in's state pool small
+    add_cache_options(serve, num_mamba_blocks=DEFAULT_SERVE_NUM_MAMBA_BLOCKS)
+    add_model_options(serve)
+    serve.set_defaults(func=cmd_serve, runner="torch")
+
+
+def http_url(value: str) -> str:
+    """`--serve-url`'s check: an http(s)://host[:port] URL, without a trailing slash."""
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or parts.port > 0  # a port that is not a number raises
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.query:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s)://host:port URL")
+    return value.rstrip("/")
+
+
+def default_serve_url(host: str, port: int) -> str:
+    """http://HOST:PORT, naming this machine instead of an address that means "every one"."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def check_port(host: str, port: int) -> None:
+    """Raises `OSError` naming HOST:PORT when the server could not listen there (taken, not
+    this machine's address), so that `serve` says so before it loads the model, not after."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OSError(
+            f"cannot listen on {host}:{port}: {reason}; stop what holds it, or pick another "
+            "--port (or --host)"
+        ) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from engine.model.hf.tokenizer import load_tokenizer
+    from engine.setup.model_card import describe, model_card
+
+    try:
+        cache, scheduler, model = configs_from_args(args)
+        check_port(args.host, args.port)  # before the model loads, which can take a while
+        tokenizer = load_tokenizer(model.model_dir)
+        serve_url = args.serve_url or default_serve_url(args.host, args.port)
+        card = {**model_card(model, cache), "serve_url": serve_url}
+    except (ValueError, OSError) as exc:
+        print(f"junction serve: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    publisher = None
+    if args.control_plane:
+        publisher = make_publisher(args, card)
+        if publisher is None:
+            return EXIT_BAD_INPUT
+    print(f"junction serve: {describe(card)}", file=sys.stderr, flush=True)
+
+    import uvicorn
+
+    from engine.engine import Engine
+    from engine.feed import FeedHub, FeedSink
+    from serve.app import create_app
+    from serve.async_engine import AsyncEngine
+
+    try:
+        # the sink keeps events for the publisher only when there is one to drain them
+        feed = FeedHub()
+        sink = FeedSink(feed, keep_events=publisher is not None)
+        engine = Engine(
+            cache, scheduler, model, runner=args.runner, sink=sink, engine_id=args.engine_id
+        )
+    except (ValueError, OSError) as exc:
+        print(f"junction serve: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    feed.attach(engine, model.name)
+    async_engine = AsyncEngine(engine)
+    if publisher is not None:
+        # the listener runs on the engine loop's thread; `call` reaches it while it is idle
+        connect(
+            publisher,
+            engine,
+            tokenizer,
+            wake=async_engine.submit,
+            call_on_engine=async_engine.call,
+        )
+        print(f"junction serve: streaming cache events to {publisher.url}", file=sys.stderr)
+    app = create_app(
+        async_engine, model.name, publisher, tokenizer, card, feed=feed, feed_token=args.token
+    )
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if publisher is not None:
+            # after the engine loop stopped: a last flush of its events
+            finish_publishing(publisher, "serve", timeout_s=5.0, quiet=True)
+    return 0

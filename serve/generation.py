@@ -1,0 +1,154 @@
+"""One OpenAI request's run through the engine, shared by completions and chat.
+
+`start_generation` checks what the engine would only refuse later (the model name, sampling
+values), submits the prompt and waits until the engine has taken it, so a refusal is still a
+plain 400 before any streamed byte. A `Generation` then yields text deltas as tokens arrive, or
+collects the whole text while watching for the client to hang up; either way leaving early
+aborts the request in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+from starlette.requests import Request as HttpRequest
+
+from engine.model.tokenizer import Detokenizer
+from engine.request import SamplingParams
+from protocol.errors import OpenAIError
+from protocol.schemas import DEFAULT_MAX_TOKENS, SamplingFields
+from serve.deps import ServerState
+from serve.errors import from_engine_error
+from serve.request_stream import EngineDeadError, RequestRejected, RequestStream
+from serve.text_stream import TextStream
+
+DEFAULT_TEMPERATURE = 1.0  # OpenAI's default; pass 0 for greedy
+
+
+def check_model(requested: str, served: str) -> None:
+    """404 `model_not_found` for a model this server does not serve, as OpenAI answers it."""
+    if requested != served:
+        raise OpenAIError(
+            f"model {requested!r} is not served here; this server serves {served!r}",
+            status_code=404,
+            param="model",
+            code="model_not_found",
+        )
+
+
+def sampling_params(
+    fields: SamplingFields, max_tokens: int | None, stop_token_ids: tuple[int, ...]
+) -> SamplingParams:
+    """The engine's sampling parameters, each bad value reported under its own name; generation
+    ends at any of the tokenizer's `stop_token_ids`."""
+    if fields.n not in (None, 1):
+        raise OpenAIError(f"n must be 1 (one choice a request), got {fields.n}", param="n")
+    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    if max_tokens < 1:
+        raise OpenAIError(f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
+    temperature = DEFAULT_TEMPERATURE if fields.temperature is None else fields.temperature
+    if temperature < 0:
+        raise OpenAIError(f"temperature must be >= 0, got {temperature}", param="temperature")
+    top_p = 1.0 if fields.top_p is None else fields.top_p
+    if not 0 < top_p <= 1:
+        raise OpenAIError(f"top_p must lie in (0, 1], got {top_p}", param="top_p")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=fields.seed,
+        stop_token_ids=stop_token_ids,
+    )
+
+
+class Generation:
+    def __init__(
+        self,
+        stream: RequestStream,
+        num_prompt_tokens: int,
+        stop: Sequence[str],
+        detokenizer: Detokenizer,
+    ) -> None:
+        self.stream = stream
+        self.text_stream = TextStream(stop, detokenizer)
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_completion_tokens = 0
+        self.num_cached_tokens = 0
+        self.finish_reason: str | None = None
+
+    @property
+    def usage(self) -> dict:
+        return {
+            "prompt_tokens": self.num_prompt_tokens,
+            "completion_tokens": self.num_completion_tokens,
+            "total_tokens": self.num_prompt_tokens + self.num_completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.num_cached_tokens},
+        }
+
+    async def deltas(self) -> AsyncIterator[str]:
+        """Text deltas as they settle; `finish_reason` and `usage` are set once it ends.
+        Raises `OpenAIError` if the engine dies under the request."""
+        async with self.stream:
+            try:
+                async for output in self.stream:
+                    self.num_completion_tokens += len(output.new_token_ids)
+                    self.num_cached_tokens = output.num_cached_tokens or 0
+                    delta = self.text_stream.push(output.new_token_ids)
+                    if self.text_stream.is_stopped:
+                        self.stream.abort(reason="stop")
+                        self.finish_reason = "stop"
+                    elif output.finished is not None:
+                        self.finish_reason = output.finished.finish_reason
+                        delta += self.text_stream.finish()
+                    if delta:
+                        yield delta
+                    if self.finish_reason is not None:
+                        return
+            except (EngineDeadError, RequestRejected) as exc:
+                raise from_engine_error(exc) from exc
+
+    async def text(self, http_request: HttpRequest) -> str:
+        """The whole text; a client that hangs up first aborts the request."""
+        collect = asyncio.ensure_future(self._collect())
+        hang_up = asyncio.ensure_future(_wait_for_disconnect(http_request))
+        try:
+            await asyncio.wait({collect, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hang_up.cancel()
+            if not collect.done():
+                collect.cancel()  # its `async with` aborts the request
+                await asyncio.gather(collect, return_exceptions=True)
+        if collect.cancelled():
+            raise OpenAIError("the client disconnected", 499, type="client_closed_request")
+        return collect.result()
+
+    async def _collect(self) -> str:
+        parts = [delta async for delta in self.deltas()]
+        return "".join(parts)
+
+
+async def _wait_for_disconnect(http_request: HttpRequest) -> None:
+    # the body has been read, so the next message the server hands over is the disconnect
+    while (await http_request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def start_generation(
+    state: ServerState,
+    prompt_token_ids: list[int],
+    sampling: SamplingParams,
+    stop: Sequence[str],
+    request_id: str,
+    checkpoint_offsets: Sequence[int] = (),
+) -> Generation:
+    if not prompt_token_ids:
+        raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
+    try:
+        stream = await state.async_engine.add_request(
+            prompt_token_ids, sampling, request_id, checkpoint_offsets
+        )
+    except (RequestRejected, EngineDeadError) as exc:
+        raise from_engine_error(exc) from exc
+    state.metrics.requests.inc()
+    return Generation(stream, len(prompt_token_ids), stop, state.tokenizer.detokenizer())

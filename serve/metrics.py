@@ -1,0 +1,167 @@
+"""The engine server's Prometheus metrics, in a registry of its own per app.
+
+Request counters and histograms are fed by the `AsyncEngine`'s finish records (so requests a
+client abandoned count too); the cache gauges are read from `Engine.cache_usage()` at each
+scrape, and so are the event publisher's counts (`PublisherCollector`), when the engine streams
+to a control plane. A prompt counts as queried in a group once the engine has looked it up,
+and its hits are the tokens that group served from the cache (`attention`: its match;
+`mamba`: the hit length).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from engine.events import GROUPS
+from engine.stats import CacheUsage
+from engine.wire import BLOCK_STATES
+from publish.publisher import PublisherStats
+from serve.request_stream import FinishedRequest
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class ServerMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(
+        self,
+        num_in_flight: Callable[[], int] | None = None,
+        publisher_stats: Callable[[], PublisherStats] | None = None,
+    ) -> None:
+        self.registry = r = CollectorRegistry()
+        if publisher_stats is not None:
+            r.register(PublisherCollector(publisher_stats))
+        self.queries = Counter(
+            "junction_prefix_cache_queries_tokens",
+            "Prompt tokens looked up in the prefix cache",
+            ["group"],
+            registry=r,
+        )
+        self.hits = Counter(
+            "junction_prefix_cache_hits_tokens",
+            "Prompt tokens served from the prefix cache",
+            ["group"],
+            registry=r,
+        )
+        self.usage = Gauge(
+            "junction_cache_usage_ratio",
+            "Share of a group's blocks a new request could not take without evicting",
+            ["group"],
+            registry=r,
+        )
+        self.blocks = Gauge(
+            "junction_cache_blocks",
+            "Blocks of a group by state (cached: free but still holding entries)",
+            ["group", "state"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "junction_request_ttft_seconds",
+            "Time from submission to the first generated token",
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "junction_request_e2e_seconds",
+            "Time from submission to the end of the request",
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter("junction_requests", "Requests the engine accepted", registry=r)
+        self.finished = Counter(
+            "junction_requests_finished", "Requests finished, by reason", ["reason"], registry=r
+        )
+        self.prompt_tokens = Counter(
+            "junction_prompt_tokens", "Prompt tokens of finished requests", registry=r
+        )
+        self.generation_tokens = Counter(
+            "junction_generation_tokens", "Tokens generated", registry=r
+        )
+        self.in_flight = Gauge(
+            "junction_requests_in_flight", "Requests in the engine now", registry=r
+        )
+        if num_in_flight is not None:
+            self.in_flight.set_function(num_in_flight)
+        for group in GROUPS:  # every series exists from the start, at zero
+            self.queries.labels(group)
+            self.hits.labels(group)
+
+    def observe_finished(self, record: FinishedRequest) -> None:
+        """Thread-safe: the `AsyncEngine` calls it on the engine thread."""
+        self.finished.labels(record.finish_reason).inc()
+        self.prompt_tokens.inc(record.num_prompt_tokens)
+        self.generation_tokens.inc(record.num_output_tokens)
+        if record.num_cached_tokens is not None:
+            for group, hit in record.hit_tokens_by_group.items():
+                self.queries.labels(group).inc(record.num_prompt_tokens)
+                self.hits.labels(group).inc(hit)
+        if record.ttft_s is not None:
+            self.ttft.observe(record.ttft_s)
+        if record.e2e_s is not None:
+            self.e2e.observe(record.e2e_s)
+
+    def observe_cache_usage(self, usage: dict[str, CacheUsage]) -> None:
+        for group, u in usage.items():
+            self.usage.labels(group).set(u.usage)
+            counts = (u.num_free, u.num_cached, u.num_in_use, u.num_pinned)
+            for state, count in zip(BLOCK_STATES, counts, strict=True):
+                self.blocks.labels(group, state).set(count)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class PublisherCollector:
+    """The event publisher's counts at each scrape: what it holds for the control plane while
+    it is away, and what it had to give up (batches for a snapshot; finished requests only past
+    the outbox's stated limits, which `junction_publisher_requests_dropped` counts)."""
+
+    def __init__(self, stats: Callable[[], PublisherStats]) -> None:
+        self.stats = stats
+
+    def collect(self):
+        s = self.stats()
+        counters = (
+            ("junction_publisher_frames_sent", "Event frames sent, resends included", s.num_sent),
+            (
+                "junction_publisher_batches_dropped",
+                "Batches given up for a snapshot",
+                s.num_dropped,
+            ),
+            ("junction_publisher_snapshots", "Snapshot frames sent", s.num_snapshots),
+            (
+                "junction_publisher_requests_dropped",
+                "Finished requests given up before the control plane stored them",
+                s.num_requests_dropped,
+            ),
+        )
+        for name, help_text, value in counters:
+            yield CounterMetricFamily(name, help_text, value=value)
+        gauges = (
+            ("junction_publisher_buffered_frames", "Frames not yet acknowledged", s.num_buffered),
+            (
+                "junction_publisher_buffered_bytes",
+                "Encoded bytes held for the control plane",
+                s.num_buffered_bytes,
+            ),
+            (
+                "junction_publisher_requests_waiting",
+                "Finished requests not yet acknowledged by the control plane",
+                s.num_requests_waiting,
+            ),
+            ("junction_publisher_connected", "1 while connected", int(s.is_connected)),
+        )
+        for name, help_text, value in gauges:
+            yield GaugeMetricFamily(name, help_text, value=value)

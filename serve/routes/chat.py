@@ -1,0 +1,69 @@
+"""`POST /v1/chat/completions`: messages rendered by the model's chat template (the plain one
+of the byte tokenizer, or the checkpoint's own), then generated like a completion; where each
+rendered message ends goes with it as a message checkpoint."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from protocol.errors import OpenAIError
+from protocol.prompts import chat_prompt
+from protocol.schemas import ChatCompletionRequest
+from protocol.sse import sse_response
+from serve.deps import StateDep
+from serve.generation import Generation, check_model, sampling_params, start_generation
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+@router.post("/chat/completions")
+async def create_chat_completion(
+    body: ChatCompletionRequest, http_request: Request, state: StateDep
+):
+    check_model(body.model, state.model_name)
+    if body.logprobs:
+        raise OpenAIError("logprobs are not supported", param="logprobs")
+    max_tokens = body.max_completion_tokens
+    if max_tokens is None:
+        max_tokens = body.max_tokens
+    sampling = sampling_params(body, max_tokens, state.tokenizer.stop_token_ids)
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    prompt = chat_prompt(state.tokenizer, body.messages)
+    generation = await start_generation(
+        state,
+        prompt.token_ids,
+        sampling,
+        body.stop_strings,
+        completion_id,
+        prompt.message_ends,
+    )
+    head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}
+    if body.stream:
+        return sse_response(_chunks(generation, head, body.include_usage))
+    text = await generation.text(http_request)
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "logprobs": None,
+        "finish_reason": generation.finish_reason,
+    }
+    return {**head, "object": "chat.completion", "choices": [choice], "usage": generation.usage}
+
+
+async def _chunks(generation: Generation, head: dict, include_usage: bool) -> AsyncIterator[dict]:
+    head = {**head, "object": "chat.completion.chunk"}
+
+    def chunk(delta: dict, finish_reason: str | None) -> dict:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**head, "choices": [choice]}
+
+    yield chunk({"role": "assistant", "content": ""}, None)
+    async for text in generation.deltas():
+        yield chunk({"content": text}, None)
+    yield chunk({}, generation.finish_reason)
+    if include_usage:
+        yield {**head, "choices": [], "usage": generation.usage}

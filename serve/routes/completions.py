@@ -1,0 +1,72 @@
+"""`POST /v1/completions`: a prompt (text, or token ids) in, generated text out.
+
+The extension field `checkpoint_offsets` (token offsets where the prompt's chat messages end)
+asks the engine to keep the states there, as a chat request's rendered messages do."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from protocol.errors import OpenAIError
+from protocol.prompts import prompt_token_ids
+from protocol.schemas import CompletionRequest
+from protocol.sse import sse_response
+from serve.deps import StateDep
+from serve.generation import Generation, check_model, sampling_params, start_generation
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+def checkpoint_offsets(offsets: list[int] | None, num_prompt_tokens: int) -> list[int]:
+    """The extension field `checkpoint_offsets`: message ends in `(0, prompt length]`."""
+    bad = [p for p in offsets or [] if not 0 < p <= num_prompt_tokens]
+    if bad:
+        raise OpenAIError(
+            f"checkpoint_offsets must lie in (0, {num_prompt_tokens}] (the prompt's length), "
+            f"got {bad[:5]}",
+            param="checkpoint_offsets",
+        )
+    return list(offsets or [])
+
+
+@router.post("/completions")
+async def create_completion(body: CompletionRequest, http_request: Request, state: StateDep):
+    check_model(body.model, state.model_name)
+    if body.echo:
+        raise OpenAIError("echo is not supported", param="echo")
+    if body.logprobs is not None:
+        raise OpenAIError("logprobs are not supported", param="logprobs")
+    sampling = sampling_params(body, body.max_tokens, state.tokenizer.stop_token_ids)
+    completion_id = f"cmpl-{uuid.uuid4().hex}"
+    token_ids = prompt_token_ids(state.tokenizer, body.prompt)
+    offsets = checkpoint_offsets(body.checkpoint_offsets, len(token_ids))
+    generation = await start_generation(
+        state, token_ids, sampling, body.stop_strings, completion_id, offsets
+    )
+    head = {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": state.model_name,
+    }
+    if body.stream:
+        return sse_response(_chunks(generation, head, body.include_usage))
+    text = await generation.text(http_request)
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": generation.finish_reason}
+    return {**head, "choices": [choice], "usage": generation.usage}
+
+
+async def _chunks(generation: Generation, head: dict, include_usage: bool) -> AsyncIterator[dict]:
+    def chunk(text: str, finish_reason: str | None) -> dict:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        return {**head, "choices": [choice]}
+
+    async for delta in generation.deltas():
+        yield chunk(delta, None)
+    yield chunk("", generation.finish_reason)
+    if include_usage:
+        yield {**head, "choices": [], "usage": generation.usage}
