@@ -10,7 +10,16 @@ scheduler or the runners: they hand units in and take them back out.
 """
 
 from engine.tiers.counters import TierStats
+from engine.tiers.disk import DiskPut, DiskTier
 from engine.tiers.host import HostPut, HostTier
 from engine.tiers.unit import Payload, TierUnit
 
-__all__ = ["HostPut", "HostTier", "Payload", "TierStats", "TierUnit"]
+__all__ = [
+    "DiskPut",
+    "DiskTier",
+    "HostPut",
+    "HostTier",
+    "Payload",
+    "TierStats",
+    "TierUnit",
+]
