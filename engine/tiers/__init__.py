@@ -12,6 +12,7 @@ scheduler or the runners: they hand units in and take them back out.
 from engine.tiers.counters import TierStats
 from engine.tiers.disk import DiskPut, DiskTier
 from engine.tiers.host import HostPut, HostTier
+from engine.tiers.stack import StackStats, TierHit, TierStack
 from engine.tiers.unit import Payload, TierUnit
 
 __all__ = [
@@ -20,6 +21,9 @@ __all__ = [
     "HostPut",
     "HostTier",
     "Payload",
+    "StackStats",
+    "TierHit",
+    "TierStack",
     "TierStats",
     "TierUnit",
 ]
