@@ -186,3 +186,18 @@ def test_the_invariants_see_a_file_gone_behind_the_tiers_back(
     path.unlink()
     with pytest.raises(InvariantError, match=f"unit {unit.key.hex()} indexed, no file"):
         tier.check_invariants()
+
+
+def test_a_restart_keeps_the_order_of_use(tmp_path: Path, fingerprint: dict) -> None:
+    """The scan orders units by their files' last read or write, so the least recently used
+    before the restart is the first given up after it."""
+    tier = DiskTier(tmp_path, 1 << 20, fingerprint)
+    a, b, c = (make_chain(seed, 1)[0] for seed in (1, 2, 3))
+    for unit in (a, b, c):
+        tier.put(unit)
+    for age, unit in enumerate((a, b, c)):
+        os.utime(tier.path(unit.key), ns=(10**9 * (age + 1),) * 2)
+    tier.get(a.key)  # now the most recently used
+    reopened = DiskTier(tmp_path, 2 * FILE_BYTES, fingerprint)
+    assert sorted(reopened.keys()) == sorted([a.key, c.key])
+    assert reopened.stats().num_evictions == 1
