@@ -13,6 +13,9 @@ parent that a unit above still needs; and when the stack lets go of a unit entir
 by the last tier, refused, or found corrupt) it lets go of every unit below it too. A unit put
 while its parent is in no tier is *detached* (the caller's device pool holds the parent) until
 its parent arrives.
+
+One caller at a time (the scheduler's thread): the copies between a tier and the device that a
+later step runs on a side thread or stream move tensors, never this bookkeeping.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class TierHit(NamedTuple):
 class StackStats:
     host: TierStats
     disk: TierStats | None  # None without a disk tier
-    num_demoted: int  # units moved from host memory to disk
+    num_demoted: int  # units host memory gave to disk (written, or refreshed if there)
     num_promoted: int  # units read from disk into host memory
     num_dropped: int  # units the stack let go of entirely
     num_cascaded: int  # of those, units dropped because a unit they chain from was
@@ -88,9 +91,7 @@ class TierStack:
             return HOST
         if had_parent and not self.holds(unit.parent):
             return None  # host memory gave its prefix up for it, and the disk refused that
-        if self.disk is not None and self._into_disk(unit):
-            return DISK
-        return None
+        return DISK if self._into_disk(unit) else None
 
     def load(self, key: BlockHash) -> TierUnit | None:
         """The unit from the nearest tier that holds it, refreshed there; from disk, promoted
@@ -145,7 +146,8 @@ class TierStack:
         return True
 
     def _into_disk(self, unit: TierUnit) -> bool:
-        assert self.disk is not None
+        if self.disk is None:
+            return False
         result = self.disk.put(unit)
         for key in result.evicted:
             if key not in self.host:
@@ -157,7 +159,7 @@ class TierStack:
 
     def _demoted(self, unit: TierUnit) -> bool:
         """Host memory gave `unit` up: to disk if it takes it, else the stack lets go."""
-        if self.disk is not None and self._into_disk(unit):
+        if self._into_disk(unit):
             self.num_demoted += 1
             return True
         self._let_go(unit.key)
