@@ -19,7 +19,7 @@ from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
 
-START_TIMEOUT_S = 15.0
+DEFAULT_START_TIMEOUT_S = 15.0
 
 
 def add_route_parser(commands: argparse._SubParsersAction) -> None:
@@ -89,6 +89,14 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         help="the most keys the router indexes for one engine (default "
         f"{DEFAULT_MAX_KEYS:,}, about 200 MB); an engine that announces more is left out",
     )
+    route.add_argument(
+        "--start-timeout",
+        type=float,
+        default=DEFAULT_START_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long to wait at start for an --engine to answer before giving up "
+        f"(default {DEFAULT_START_TIMEOUT_S:g})",
+    )
     route.add_argument("--seed", type=int, default=None, help="the random policy's seed")
     route.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
@@ -126,6 +134,8 @@ def cmd_route(args: argparse.Namespace) -> int:
             raise ValueError(f"--max-index-keys must be positive, got {args.max_index_keys}")
         if args.running_cost < 0:
             raise ValueError(f"--running-cost must be >= 0, got {args.running_cost}")
+        if not args.start_timeout > 0:
+            raise ValueError(f"--start-timeout must be positive, got {args.start_timeout:g}")
         policy = make_policy(args.policy, args.seed, args.min_hit_share)
         from engine.model.hf.tokenizer import load_tokenizer
 
@@ -160,7 +170,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
 
     for url in urls:
         add(url)
-    deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
+    deadline = asyncio.get_running_loop().time() + args.start_timeout
     while not fleet.up() and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.1)
     if not fleet.up():
@@ -169,7 +179,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         )
         if not args.control_plane:
             print(
-                f"junction route: none of the engines answered within {START_TIMEOUT_S:g} s "
+                f"junction route: none of the engines answered within {args.start_timeout:g} s "
                 f"({reasons or 'none listed'}): start them, check the URLs and the token",
                 file=sys.stderr,
             )

@@ -118,13 +118,25 @@ def error(response: httpx.Response, status: int) -> dict:
 
 def test_engines_that_never_answer_at_start(engines: list[Process]) -> None:
     """Nothing listens at two URLs; a live engine refuses the token: after its start timeout
-    (15 s) each command gives up naming its engines, rather than serving a fleet of none. The
-    two run side by side: each waits out the whole timeout."""
+    each command gives up naming its engines and why, rather than serving a fleet of none.
+    `--start-timeout` shortens the wait (default 15 s): the refusal of the token reaches the
+    router within milliseconds of its start, so 3 s leaves a loaded machine ample margin."""
     urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
-    unreachable = start_route("--engine", urls[0], "--engine", urls[1], JUNCTION_API_TOKEN=TOKEN)
-    wrong_token = start_route("--engine", engines[0].url, JUNCTION_API_TOKEN="not-" + TOKEN)
-    assert_refused(ended(unreachable), *urls)
-    assert_refused(ended(wrong_token), engines[0].url, "token")
+    timeout = ("--start-timeout", "3")
+    unreachable = start_route(
+        "--engine", urls[0], "--engine", urls[1], *timeout, JUNCTION_API_TOKEN=TOKEN
+    )
+    wrong_token = start_route(
+        "--engine", engines[0].url, *timeout, JUNCTION_API_TOKEN="not-" + TOKEN
+    )
+    assert_refused(ended(unreachable), *urls, "within 3 s", "cannot reach")
+    assert_refused(ended(wrong_token), engines[0].url, "within 3 s", "wrong bearer token")
+
+
+def test_a_start_timeout_that_is_not_positive() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = route("--engine", url, "--start-timeout", "0", JUNCTION_API_TOKEN=TOKEN)
+    assert_refused(done, "--start-timeout")
 
 
 def test_an_unknown_model(router: Process) -> None:

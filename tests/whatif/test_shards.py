@@ -5,11 +5,13 @@ sampled, and within a few points at 1% where plain SHARDS is far off."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from benchmarks.whatif_traffic import conversations
 from tests.whatif.test_curves import traces
-from whatif.curves import block_stream, default_sizes, lru_curve, shards_curve
+from whatif import shards
+from whatif.curves import BlockStream, block_stream, default_sizes, lru_curve, shards_curve
 from whatif.shards import family_shards_curve, hot_families
 
 
@@ -65,3 +67,43 @@ def test_at_one_percent_it_stays_near_the_exact_curve_where_shards_does_not() ->
                 for s in range(4))  # fmt: skip
     assert ours < 0.03, ours
     assert ours < plain / 2, (ours, plain)
+
+
+def test_a_hot_familys_prefix_hits_the_blocks_its_docstring_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One hot family `H` (prefix keys 1, 2, 3 of 4-token blocks, then a question block of
+    its own) among one-off requests, everything sampled (rate 1); the hot threshold is lowered
+    to 2 requests so that seven make a stream. Request `r` of `H` hits the first
+    `ceil(C - D_r)` prefix blocks at size `C`, at most its prompt's cap, `D_r` the distinct
+    blocks of the requests between it and the previous `H` (none of them is used twice):
+
+    - r1: after r0, nothing between, `D` 0: min(C, 3) blocks;
+    - r4: r2 and r3 between, one block each, `D` 2: min(C - 2, 3) from `C` 3 on;
+    - r6: r5 between, four blocks, `D` 4; its prompt is the prefix alone, 11 tokens hit at
+      most (4 + 4 + 3): min(C - 4, 2.75) blocks from `C` 5 on.
+
+    No other block is read twice, so the prefixes are the whole curve, in blocks per size
+    1 .. 8: (1, 2, 3 + 1, 3 + 2, 3 + 3 + 1, 3 + 3 + 2, 3 + 3 + 2.75, the same), times 4."""
+    monkeypatch.setattr(shards, "HOT_MIN_REQUESTS", 2)
+    requests = [
+        ([1, 2, 3, 100], [4, 4, 4, 4]),  # r0: H
+        ([1, 2, 3, 101], [4, 4, 4, 4]),  # r1: H
+        ([200], [4]),  # r2
+        ([300], [4]),  # r3
+        ([1, 2, 3, 102], [4, 4, 4, 4]),  # r4: H
+        ([500, 501, 502, 503], [4, 4, 4, 4]),  # r5
+        ([1, 2, 3], [4, 4, 3]),  # r6: H, a 12-token prompt (a hit leaves its last token)
+    ]
+    starts = np.cumsum([0] + [len(keys) for keys, _ in requests])
+    stream = BlockStream(
+        keys=np.array([k for keys, _ in requests for k in keys], np.uint64),
+        starts=starts.astype(np.int64),
+        weights=np.array([w for _, weights in requests for w in weights], np.int64),
+        num_prompt_tokens=100,
+        block_size=4,
+    )
+    assert hot_families(stream, 2).prefix.tolist() == [3, 3, 0, 0, 3, 0, 3]
+    curve = family_shards_curve(stream, range(1, 9), 1.0)
+    expected_blocks = [1, 2, 4, 5, 7, 8, 8.75, 8.75]
+    assert curve.hit_tokens.tolist() == [4 * b for b in expected_blocks]

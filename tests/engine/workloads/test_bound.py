@@ -135,3 +135,23 @@ def test_in_flight_requests_past_their_first_chunk_hold_one_state_slot():
     # the window still holds `a` at its first chunk's three slots while it is admitted
     alone = bound(trace([a, e]), UNIT, BA, Budget(100, 3), 2, mamba_block_size=8)
     assert [h.num_bound_tokens for h in alone.hits] == [0, 0]
+
+
+def test_the_window_keeps_every_request_whose_live_slots_exactly_fit():
+    """A worked case of the window (`window_start`), each request one live slot (no `Bm`),
+    three in flight, `a` (10 tokens) resumed by the last request at its state at 8:
+
+    - 3 slots: at `d` the window `a, b, d` holds 1 + 2 = 3 live slots, exactly the pool, so
+      all three stay in flight and the room for cached states is 3 - 3 = 0: `a`'s state is
+      evicted. At the second `a` the window `b, d, a` again holds 3, and finds no state: 0.
+    - 4 slots: the same windows hold 3, leaving 1 slot in which Belady keeps `a`'s state
+      (read next; `b` and `d` write none): the second `a` hits 8.
+
+    A window that let a request go when its live slots only equal the pool would, at 3 slots,
+    run `b, d` at `d` and `d, a` at the second `a`, keep `a`'s state in the spare slot and
+    hit 8."""
+    a = list(range(10))
+    b, d = list(range(100, 110)), list(range(200, 210))
+    items = trace([a, b, d, a])
+    assert bound_hits(items, Budget(100, 3), concurrency=3) == [0, 0, 0, 0]
+    assert bound_hits(items, Budget(100, 4), concurrency=3) == [0, 0, 0, 8]
