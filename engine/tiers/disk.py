@@ -122,20 +122,12 @@ class DiskTier:
     def evict(self, num_bytes: int, keep: BlockHash | None = None) -> list[BlockHash]:
         """Delete least recently used leaves until `num_bytes` more would fit, or no leaf is
         left; never `keep` (a unit about to gain a child here)."""
-        if keep is not None:
-            self.index.hold(keep)
-        evicted = []
-        try:
-            while not self.index.can_fit(num_bytes):
-                key = self.index.victim()
-                if key is None:
-                    break
-                self.remove(key)
-                evicted.append(key)
-                self.counters.num_evictions += 1
-        finally:
-            if keep is not None:
-                self.index.release(keep)
+        def remove(key: BlockHash) -> BlockHash:
+            self.remove(key)
+            return key
+
+        evicted = self.index.evict(num_bytes, keep, remove)
+        self.counters.num_evictions += len(evicted)
         return evicted
 
     # ------------------------------------------------------------------ the directory

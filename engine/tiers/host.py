@@ -89,19 +89,8 @@ class HostTier:
     def evict(self, num_bytes: int, keep: BlockHash | None = None) -> list[TierUnit]:
         """Give up least recently used leaves until `num_bytes` more would fit, or no leaf is
         left; never `keep` (a unit about to gain a child here)."""
-        if keep is not None:
-            self.index.hold(keep)
-        evicted = []
-        try:
-            while not self.index.can_fit(num_bytes):
-                key = self.index.victim()
-                if key is None:
-                    break
-                evicted.append(self.remove(key))
-                self.counters.num_evictions += 1
-        finally:
-            if keep is not None:
-                self.index.release(keep)
+        evicted = self.index.evict(num_bytes, keep, self.remove)
+        self.counters.num_evictions += len(evicted)
         return evicted
 
     def stats(self) -> TierStats:

@@ -12,10 +12,14 @@ after its children is no leaf from its first moment.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 from engine.cache.block import InvariantError
 from engine.hashing import BlockHash
+
+#: what a tier's own removal returns (the unit, or its key)
+Removed = TypeVar("Removed")
 
 
 class Record(NamedTuple):
@@ -86,6 +90,26 @@ class UnitIndex:
 
     def can_fit(self, num_bytes: int) -> bool:
         return self.num_bytes + num_bytes <= self.capacity_bytes
+
+    def evict(
+        self, num_bytes: int, keep: BlockHash | None, remove: Callable[[BlockHash], Removed]
+    ) -> list[Removed]:
+        """`remove` each least recently used leaf in turn (the tier's own removal, which
+        discards it here) until `num_bytes` more would fit or no leaf is left; never `keep` (a
+        unit about to gain a child); what each `remove` returned, in order."""
+        if keep is not None:
+            self.hold(keep)
+        evicted = []
+        try:
+            while not self.can_fit(num_bytes):
+                key = self.victim()
+                if key is None:
+                    break
+                evicted.append(remove(key))
+        finally:
+            if keep is not None:
+                self.release(keep)
+        return evicted
 
     def descendants(self, key: BlockHash) -> list[BlockHash]:
         """The units here that chain from `key` (not `key` itself), children before theirs."""
