@@ -31,6 +31,8 @@ from engine.request import SamplingParams
 from engine.runners import make_runner
 from engine.runners.base import Runner
 from engine.scheduling.outputs import RunnerOutput, ScheduledChunk, SchedulerOutput
+from engine.tiers.moves import UnitLoad, UnitSave
+from engine.tiers.unit import TierUnit
 from engine.traces.replay import replay
 from engine.traces.trace import TraceItem
 from engine.workloads import Workload, oracle
@@ -190,6 +192,12 @@ class MeteredRunner(Runner):
 
     def forward(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
         return self.inner.forward(chunks)
+
+    def save_unit(self, save: UnitSave) -> TierUnit:
+        return self.inner.save_unit(save)
+
+    def load_unit(self, load: UnitLoad) -> None:
+        self.inner.load_unit(load)
 
 
 def run_mode(

@@ -183,6 +183,40 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class TierConfig:
+    """The tiers under the device pools (`engine.tiers`, docs/rules.md section 12): host memory
+    of `host_cache_bytes` (0: none) over an optional disk directory of `disk_cache_bytes`.
+    The rates, when given, price a load against the prefill it saves; without them every
+    load is taken."""
+
+    host_cache_bytes: int = 0
+    disk_cache_dir: str | None = None
+    disk_cache_bytes: int = 0
+    host_bytes_per_s: float | None = None
+    disk_bytes_per_s: float | None = None
+    prefill_tokens_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("host_cache_bytes", "disk_cache_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.disk_cache_dir is not None and self.disk_cache_bytes <= 0:
+            raise ValueError(
+                f"disk_cache_dir {self.disk_cache_dir!r} needs disk_cache_bytes > 0 "
+                "(--disk-cache-bytes, JUNCTION_DISK_CACHE_BYTES)"
+            )
+        for name in ("host_bytes_per_s", "disk_bytes_per_s", "prefill_tokens_per_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 when given, got {value!r}")
+
+    @property
+    def is_enabled(self) -> bool:
+        return self.host_cache_bytes > 0 or self.disk_cache_dir is not None
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """The hybrid model's shape. The `null` and `ledger` runners read only `vocab_size`.
 

@@ -6,7 +6,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 
-from engine.config import CacheConfig, ModelConfig, SchedulerConfig
+from engine.config import CacheConfig, ModelConfig, SchedulerConfig, TierConfig
 from engine.events import EventSink, ListSink
 from engine.geometry import CacheGeometry
 from engine.pins import Pin
@@ -17,6 +17,7 @@ from engine.scheduling.outputs import RunnerOutput, SchedulerOutput
 from engine.scheduling.scheduler import Scheduler
 from engine.snapshot import block_table_snapshot, cache_geometry
 from engine.stats import CacheUsage, EngineStats, cache_usage
+from engine.tiers.setup import build_stack, fingerprint, tier_costs
 
 
 class Engine:
@@ -28,17 +29,28 @@ class Engine:
         runner: str | Runner = "null",
         sink: EventSink | None = None,
         engine_id: str = "engine-0",
+        tiers: TierConfig | None = None,
     ) -> None:
         self.cache_config = cache_config or CacheConfig()
         self.scheduler_config = scheduler_config or SchedulerConfig()
         self.model_config = model_config or ModelConfig()
         self.engine_id = engine_id
         self.sink: EventSink = sink if sink is not None else ListSink()
+        runner_name = runner if isinstance(runner, str) else type(runner).__name__
         if isinstance(runner, str):
             runner = make_runner(runner, self.cache_config, self.model_config)
         self.runner = runner
+        self.tier_config = tiers or TierConfig()
+        stack = build_stack(
+            self.tier_config, fingerprint(self.cache_config, self.model_config, runner_name)
+        )
         self.scheduler = Scheduler(
-            self.cache_config, self.scheduler_config, self.sink, medium=runner.medium
+            self.cache_config,
+            self.scheduler_config,
+            self.sink,
+            medium=runner.medium,
+            tiers=stack,
+            costs=tier_costs(self.tier_config),
         )
         self._ids = itertools.count()
         self.num_steps = 0

@@ -141,6 +141,11 @@ class BlockStored(CacheEvent):
     lora_id: Int | None = None
 
 
+#: the media of the tiers below the device (`engine.tiers`): a `BlockStored` or `BlockRemoved`
+#: carrying one of these is about a tier, never a device block, and names no block id
+TIER_MEDIA = frozenset({"host", "disk"})
+
+
 class BlockRemoved(CacheEvent):
     type: ClassVar[str] = "BlockRemoved"
     block_hashes: list[Hex]
@@ -148,6 +153,20 @@ class BlockRemoved(CacheEvent):
     group: Group
     block_ids: list[Int]
     medium: Text = "GPU"
+
+
+class UnitLoaded(CacheEvent):
+    """A request's hit was read from the tiers below the device (docs/rules.md section 12):
+    the units `unit_hashes` (root first, each from the tier in `media`: "host" or "disk") were
+    written into its device blocks over `token_range`, `num_bytes` in all. The device's
+    `BlockStored` events for those blocks follow when the step registers them."""
+
+    type: ClassVar[str] = "UnitLoaded"
+    request_id: Text
+    unit_hashes: list[Hex]
+    media: list[Text]
+    token_range: tuple[Int, Int]
+    num_bytes: Int
 
 
 class AllBlocksCleared(CacheEvent):
@@ -339,6 +358,7 @@ PEER_EVENTS = (PeerBlockStored, PeerBlockRemoved, PeerCacheCleared, PeerResync, 
 Event = (
     BlockStored
     | BlockRemoved
+    | UnitLoaded
     | AllBlocksCleared
     | BlockCopied
     | BlockHashesMoved

@@ -87,6 +87,8 @@ class Request:
     # the record replay and RequestFinished report
     num_cached_tokens: int | None = None
     hit_tokens_by_group: dict[str, int] = field(default_factory=dict)
+    # tokens of its hits that the tiers below the device served (loaded, not computed)
+    num_loaded_tokens: int = 0
     num_prefill_computed: int = 0
     chunks: list[tuple[int, int]] = field(default_factory=list)
     chunk_stop_reasons: list[str] = field(default_factory=list)

@@ -18,12 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import NamedTuple
 
-from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.events import NullSink
 from engine.request import SamplingParams
-from engine.runners.base import Runner
+from engine.runners.null import NullRunner
 from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 from engine.traces.trace import TracePin, TraceRequest
 from engine.workloads.bound import Budget, bound
@@ -58,17 +57,14 @@ def synthesize(request: RecordedRequest, unit: int) -> list[int]:
     return tokens
 
 
-class ScriptedRunner(Runner):
+class ScriptedRunner(NullRunner):
     """The null runner's work (none) with each request's output read from its script."""
 
-    def __init__(self, scripts: dict[str, list[int]]) -> None:
+    def __init__(
+        self, scripts: dict[str, list[int]], model_config: ModelConfig | None = None
+    ) -> None:
+        super().__init__(model_config or ModelConfig())
         self.scripts = scripts
-
-    def zero_blocks(self, group: str, block_ids: list[int]) -> None:
-        return None
-
-    def copy_block(self, copy: BlockCopy) -> None:
-        return None
 
     def forward(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
         sampled = {}

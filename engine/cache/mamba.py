@@ -81,6 +81,19 @@ class MambaManager(GroupManager):
         slot = hit.block_id if hit.length % self.block_size == 0 else -1
         return [None] * self.slot_index(hit.length) + [slot]
 
+    def allocate_state(self, request_id: str, position: int) -> int:
+        """A block for the state at `position` in the request's slot for it, the request
+        holding no state yet (admitted without one: a tier load writes it); its id."""
+        table = self.table(request_id)
+        index = self.slot_index(position)
+        if any(block_id is not None for block_id in table):
+            raise InvariantError(f"mamba: request {request_id} already holds states")
+        (block,) = self.pool.allocate(1)
+        block.token_start = index * self.block_size
+        table.extend([None] * (index + 1 - len(table)))
+        table[index] = block.block_id
+        return block.block_id
+
     # ------------------------------------------------------------------ chunk writes
     def plan_writes(
         self, table: Sequence[int | None], end: int, positions: Sequence[int]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from engine.cache.lookup import HitGeometry
 from engine.events import (
+    TIER_MEDIA,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -91,7 +92,7 @@ class FeedHub:
             elif type(event) is AllBlocksCleared:
                 groups = GROUP_NAMES if event.group is None else (event.group,)
                 changes.extend(KeyChange("clear", GROUP_INDEX[g], []) for g in groups)
-            else:
+            elif event.medium not in TIER_MEDIA:  # the feed announces the device's keys only
                 op = "store" if type(event) is BlockStored else "remove"
                 keys = [bytes.fromhex(k) for k in event.block_hashes]
                 changes.append(KeyChange(op, GROUP_INDEX[event.group], keys))

@@ -1,4 +1,5 @@
-"""Runners execute a scheduled step: zero new blocks, run the copies in order, then forward."""
+"""Runners execute a scheduled step: save units to the tiers, zero new blocks, run the copies in
+order, load units from the tiers, then forward."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def make_runner(name: str, cache_config: CacheConfig, model_config: ModelConfig)
     if name == "null":
         from engine.runners.null import NullRunner
 
-        return NullRunner(model_config)
+        return NullRunner(model_config, cache_config.attention_block_size)
     if name == "ledger":
         from engine.runners.ledger import LedgerRunner
 

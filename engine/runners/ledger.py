@@ -15,12 +15,15 @@ import sys
 from array import array
 
 import numpy as np
+import torch
 
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig, ModelConfig
 from engine.events import ATTENTION
-from engine.runners.base import Runner
+from engine.runners.base import Runner, block_rows
 from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
+from engine.tiers.moves import UnitLoad, UnitSave
+from engine.tiers.unit import TierUnit
 
 # The digest is the prefix read as digits of base 2**64 (one token a digit, first token most
 # significant), modulo the Mersenne prime 2**89 - 1: Horner's rule, so absorbing `a` then `b`
@@ -31,6 +34,8 @@ _MOD = (1 << _MOD_BITS) - 1
 _DIGIT_BITS = 64
 _SHIFT_ONE = 1 << _DIGIT_BITS % _MOD_BITS  # the shift of one digit (a decode step's token)
 EMPTY = -1
+_HALF_BITS = 62  # a digest (< 2**89) saved to a tier as two int64 halves
+_HALF_MASK = (1 << _HALF_BITS) - 1
 
 MambaState = tuple[int, int]  # (tokens absorbed, rolling digest)
 
@@ -166,6 +171,37 @@ class LedgerRunner(Runner):
             )
         self.num_checked_states += 1
         return found
+
+    # ------------------------------------------------------------------ tiers
+    def save_unit(self, save: UnitSave) -> TierUnit:
+        """The token ids the blocks hold over `[start, end)` and the state `(length, digest)`
+        (the digest in two int64 halves); a state that is not after `end` tokens raises."""
+        blocks = tuple(
+            {"tokens": torch.from_numpy(self.attention[block_id, low:high].copy())}
+            for block_id, low, high in block_rows(
+                save.attention_block_ids, self.block_size, save.start, save.end
+            )
+        )
+        state = self.mamba[save.state_block]
+        if state is None or state[0] != save.end:
+            raise LedgerMismatch(
+                f"save of unit {save.key.hex()}: mamba block {save.state_block} holds a state "
+                f"of {None if state is None else state[0]} tokens, not {save.end}"
+            )
+        length, digest = state
+        halves = torch.tensor([length, digest & _HALF_MASK, digest >> _HALF_BITS])
+        return TierUnit(save.key, save.parent, save.start, save.end, blocks, {"state": halves})
+
+    def load_unit(self, load: UnitLoad) -> None:
+        table = np.asarray(load.attention_block_ids, dtype=np.int64)
+        for unit in load.units:
+            tokens = np.concatenate([block["tokens"].numpy() for block in unit.blocks])
+            low = max(load.start, unit.start)
+            if low < unit.end:
+                rows, cols = self._slots(table, low, unit.end)
+                self.attention[rows, cols] = tokens[low - unit.start :]
+        length, low_half, high_half = (int(x) for x in load.units[-1].state["state"])
+        self.mamba[load.state_block] = (length, (high_half << _HALF_BITS) | low_half)
 
     # ------------------------------------------------------------------ audits
     def attention_holds(self, block_id: int, block_start: int, token_ids: list[int]) -> bool:

@@ -1,7 +1,9 @@
 """The `null` runner: no tensors, for geometry and hit-rate replays of prompts of any length.
 
 Its "model" maps the last tokens of a request to the next one, so outputs depend only on the
-tokens, never on the cache.
+tokens, never on the cache. A unit it saves to the tiers carries no values but the model's bytes:
+each payload is one byte seen as many (an expanded tensor), so a tier counts what the unit
+would take for the model's footprint (`engine.setup.footprint`) without holding it.
 """
 
 from __future__ import annotations
@@ -9,10 +11,14 @@ from __future__ import annotations
 import zlib
 from array import array
 
+import torch
+
 from engine.cache.manager import BlockCopy
 from engine.config import ModelConfig
-from engine.runners.base import Runner
+from engine.runners.base import Runner, block_rows
 from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
+from engine.tiers.moves import UnitLoad, UnitSave
+from engine.tiers.unit import TierUnit
 
 _CONTEXT = 64
 
@@ -22,14 +28,42 @@ def next_token(token_ids: list[int], end: int, vocab: int) -> int:
     return zlib.crc32(window, end) % vocab
 
 
+def sized(num_bytes: int) -> torch.Tensor:
+    """A tensor of `num_bytes` bytes by its shape that holds one."""
+    return torch.zeros(1, dtype=torch.uint8).expand(max(num_bytes, 1))
+
+
 class NullRunner(Runner):
-    def __init__(self, model_config: ModelConfig) -> None:
+    def __init__(self, model_config: ModelConfig, block_size: int = 16) -> None:
         self.vocab = min(model_config.vocab_size, 256)
+        self.model_config = model_config
+        self.block_size = block_size
+        self._bytes: tuple[int, int] | None = None  # per token of attention, per state
+
+    def unit_bytes(self) -> tuple[int, int]:
+        """The model's bytes per token of attention and per state, read once."""
+        if self._bytes is None:
+            from engine.setup.footprint import footprint
+
+            found = footprint(self.model_config)
+            self._bytes = found.attention_bytes_per_token, found.mamba_bytes_per_slot
+        return self._bytes
 
     def zero_blocks(self, group: str, block_ids: list[int]) -> None:
         return None
 
     def copy_block(self, copy: BlockCopy) -> None:
+        return None
+
+    def save_unit(self, save: UnitSave) -> TierUnit:
+        per_token, per_state = self.unit_bytes()
+        rows = block_rows(save.attention_block_ids, self.block_size, save.start, save.end)
+        blocks = tuple({"kv": sized((high - low) * per_token)} for _, low, high in rows)
+        return TierUnit(
+            save.key, save.parent, save.start, save.end, blocks, {"state": sized(per_state)}
+        )
+
+    def load_unit(self, load: UnitLoad) -> None:
         return None
 
     def forward(self, chunks: list[ScheduledChunk]) -> RunnerOutput:

@@ -12,15 +12,19 @@ layer's conv and SSM state of a Mamba block), then prefills each chunk over
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
+
 import torch
 
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig, ModelConfig
 from engine.events import ATTENTION
 from engine.model.build import build_model
-from engine.runners.base import Runner
+from engine.runners.base import Runner, block_rows
 from engine.runners.sampling import sample
 from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
+from engine.tiers.moves import UnitLoad, UnitSave
+from engine.tiers.unit import TierUnit
 
 
 class TorchRunner(Runner):
@@ -33,6 +37,7 @@ class TorchRunner(Runner):
         self.medium = "GPU" if self.device.type == "cuda" else "CPU"
         self.block_size = cache_config.attention_block_size
         self.record_logits = record_logits
+        self._copier: ThreadPoolExecutor | None = None  # the CPU's copy thread for loads
         kv_shape = (
             cache_config.num_blocks,
             self.block_size,
@@ -64,6 +69,64 @@ class TorchRunner(Runner):
     def copy_block(self, copy: BlockCopy) -> None:
         for tensor in self._group_tensors(copy.group):
             tensor[copy.dst].copy_(tensor[copy.src])
+
+    # ------------------------------------------------------------------ tiers
+    @torch.inference_mode()
+    def save_unit(self, save: UnitSave) -> TierUnit:
+        """Every attention layer's K and V rows over `[start, end)` and every state layer's
+        conv and SSM state, copied to CPU tensors the unit owns."""
+        blocks = []
+        for block_id, low, high in block_rows(
+            save.attention_block_ids, self.block_size, save.start, save.end
+        ):
+            payload = {}
+            for layer, (k, v) in enumerate(self.kv):
+                payload[f"k.{layer}"] = k[block_id, low:high].to("cpu", copy=True)
+                payload[f"v.{layer}"] = v[block_id, low:high].to("cpu", copy=True)
+            blocks.append(payload)
+        state = {}
+        for layer, (conv, ssm) in enumerate(zip(self.conv, self.ssm, strict=True)):
+            state[f"conv.{layer}"] = conv[save.state_block].to("cpu", copy=True)
+            state[f"ssm.{layer}"] = ssm[save.state_block].to("cpu", copy=True)
+        return TierUnit(save.key, save.parent, save.start, save.end, tuple(blocks), state)
+
+    @torch.inference_mode()
+    def load_unit(self, load: UnitLoad) -> None:
+        for unit in load.units:
+            low = max(load.start, unit.start)
+            if low >= unit.end:
+                continue
+            slots = self._slots(list(load.attention_block_ids), low, unit.end)
+            for layer, (k, v) in enumerate(self.kv):
+                for name, cache in ((f"k.{layer}", k), (f"v.{layer}", v)):
+                    rows = torch.cat([block[name] for block in unit.blocks])[low - unit.start :]
+                    flat = cache.view(-1, *cache.shape[2:])
+                    flat[slots] = rows.to(self.device, non_blocking=True)
+        state = load.units[-1].state
+        for layer, (conv, ssm) in enumerate(zip(self.conv, self.ssm, strict=True)):
+            conv[load.state_block].copy_(state[f"conv.{layer}"], non_blocking=True)
+            ssm[load.state_block].copy_(state[f"ssm.{layer}"], non_blocking=True)
+
+    def start_loads(self, loads: list[UnitLoad]) -> object:
+        """On CUDA the loads go on a side stream, which the forward's stream waits for only
+        at the step's end; on the CPU a copy thread runs them beside the forward."""
+        if not loads:
+            return None
+        if self.device.type == "cuda":
+            stream = torch.cuda.Stream(self.device)
+            with torch.cuda.stream(stream):
+                for load in loads:
+                    self.load_unit(load)
+            return stream
+        if self._copier is None:
+            self._copier = ThreadPoolExecutor(1, thread_name_prefix="junction-tier-loads")
+        return self._copier.submit(lambda: [self.load_unit(load) for load in loads])
+
+    def finish_loads(self, loading: object) -> None:
+        if isinstance(loading, Future):
+            loading.result()  # a load's error is raised here, in the step
+        elif loading is not None:
+            torch.cuda.current_stream(self.device).wait_stream(loading)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ forward
     def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from engine.cache.manager import BlockCopy
 from engine.request import SamplingParams
+from engine.tiers.moves import UnitLoad, UnitSave
+from engine.tiers.unit import TierUnit
 
 
 @dataclass
@@ -36,6 +38,8 @@ class SchedulerOutput:
     new_block_ids: dict[str, list[int]] = field(default_factory=dict)
     copies: list[BlockCopy] = field(default_factory=list)
     preempted_ids: list[str] = field(default_factory=list)
+    saves: list[UnitSave] = field(default_factory=list)  # copied out first (`engine.tiers`)
+    loads: list[UnitLoad] = field(default_factory=list)  # written in after the copies
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -43,7 +47,7 @@ class SchedulerOutput:
 
     @property
     def is_empty(self) -> bool:
-        return not self.chunks and not self.copies
+        return not self.chunks and not self.copies and not self.saves and not self.loads
 
 
 @dataclass
@@ -52,3 +56,4 @@ class RunnerOutput:
 
     sampled: dict[str, int] = field(default_factory=dict)
     logits: dict[str, object] = field(default_factory=dict)
+    saved: list[TierUnit] = field(default_factory=list)  # the step's saves, in their order

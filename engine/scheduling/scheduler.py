@@ -12,6 +12,7 @@ from collections import deque
 
 from engine.cache.coordinator import CacheHit, HybridCoordinator
 from engine.cache.entry import CheckpointReason
+from engine.cache.mamba import MambaHit
 from engine.config import CacheConfig, SchedulerConfig
 from engine.events import ATTENTION, MAMBA, EventSink
 from engine.pins import Pin, PinManager
@@ -24,6 +25,9 @@ from engine.scheduling.outputs import RunnerOutput, ScheduledChunk, SchedulerOut
 from engine.scheduling.planner import DECODE, ChunkPlanner
 from engine.scheduling.records import request_finished
 from engine.scheduling.step_events import StepEvents
+from engine.tiers.moves import UnitLoad
+from engine.tiers.stack import TierStack
+from engine.tiers.tiering import TierCosts, Tiering, TierPlan
 
 
 class Scheduler:
@@ -33,12 +37,16 @@ class Scheduler:
         scheduler_config: SchedulerConfig,
         sink: EventSink,
         medium: str = "GPU",
+        tiers: TierStack | None = None,
+        costs: TierCosts | None = None,
     ) -> None:
         self.cache_config = cache_config
         self.config = scheduler_config
         self.sink = sink
         self.is_recording = sink.is_recording
         self.coordinator = HybridCoordinator(cache_config, sink, medium)
+        # the tiers under the device pools, None without them (`engine.tiers.tiering`)
+        self.tiering = None if tiers is None else Tiering(tiers, self.coordinator, sink, costs)
         self.unit = cache_config.match_unit
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -148,6 +156,8 @@ class Scheduler:
         if not out.preempted_ids:
             self._admit_waiting(out, budget)
         self._add_interval_states(out)
+        if self.tiering is not None:
+            out.saves = self.tiering.take_saves()
         return out
 
     def _add_interval_states(self, out: SchedulerOutput) -> None:
@@ -190,6 +200,15 @@ class Scheduler:
                 del self.waiting[index]
                 self._finish_pin(request)
                 continue
+            if self.tiering is not None and not request.is_pin:
+                plan = self.tiering.find(request.block_hashes, request.num_tokens, hit.length)
+                if plan is not None:
+                    loaded = self._admit_loading(out, request, hit, plan)
+                    if loaded is None:
+                        break  # no room for its blocks yet
+                    if loaded:
+                        del self.waiting[index]
+                        continue
             if self.sharing.waits_for_producer(request, hit, self.running):
                 index += 1  # the requests behind it may go ahead
                 continue
@@ -229,6 +248,91 @@ class Scheduler:
                 coordinator.tell_refused(request.block_hashes, refused, targets)
             self.running.append(request)
             budget -= self._schedule_chunk(out, request, chunk, positions)
+
+    def _admit_loading(
+        self, out: SchedulerOutput, request: Request, device: CacheHit, plan: TierPlan
+    ) -> bool | None:
+        """Admit a request whose hit the tiers extend: over the device's attention to
+        `plan.start`, with blocks for the rest of the hit that the runner loads this step, in
+        which it computes nothing (it is loading). True when admitted, None when its blocks do
+        not fit yet, False when a unit turned out corrupt (it is admitted as usual instead)."""
+        coordinator, tiering = self.coordinator, self.tiering
+        assert tiering is not None
+        request_id = request.request_id
+        hit = CacheHit(plan.start, plan.start, plan.attention_block_ids, MambaHit(0, None, False))
+        need = coordinator.count_admission(request_id, hit, plan.length, [])
+        need[MAMBA] += 1
+        if not coordinator.can_allocate(need):
+            return None
+        read = tiering.read(plan, request_id)
+        if read is None:
+            return False
+        units, places = read
+        if not request.is_observed:
+            request.branch_point = coordinator.observe(request.block_hashes)
+            request.is_observed = True
+        branch = request.branch_point if self.cache_config.junction_checkpoints else None
+        targets = self.planner.targets(request, None, branch)
+        refused = coordinator.refused_states(
+            request.block_hashes, request.num_prompt_tokens, plan.length, targets
+        )
+        request.refused_states = refused
+        request.targets = {p: r for p, r in targets.items() if p not in refused}
+        request.prefill_target = request.num_tokens
+        self.events.queue_copies(out, request, coordinator.admit(request_id, hit))
+        out.new_block_ids[ATTENTION].extend(
+            coordinator.attention.allocate_chunk(request_id, plan.length)
+        )
+        state_block = coordinator.mamba.allocate_state(request_id, plan.length)
+        out.new_block_ids[MAMBA].append(state_block)
+        if refused:
+            coordinator.tell_refused(request.block_hashes, refused, targets)
+        table = coordinator.attention.tables[request_id]
+        out.loads.append(
+            UnitLoad(
+                request_id,
+                plan.start,
+                plan.length,
+                tuple(table),
+                state_block,
+                tuple(units),
+                tuple(places),
+            )
+        )
+        tiering.num_loaded_tokens += plan.length - device.length
+        if request.num_cached_tokens is None:
+            request.num_cached_tokens = plan.length
+            request.hit_tokens_by_group = {ATTENTION: plan.length, MAMBA: plan.length}
+            request.pin_hits = self.pin_manager.hits(request, plan.length)
+            request.match = AdmissionMatch(
+                max(device.proof_length, plan.length),
+                device.proof_limit,
+                self.sharing.in_flight_reach(request, self.running),
+            )
+        request.num_loaded_tokens += plan.length - device.length
+        request.num_computed_tokens = plan.start
+        request.num_registered_tokens = plan.start
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        return True
+
+    def _loaded(self, load: UnitLoad) -> None:
+        """The runner wrote a load: the request has computed to its end, whose keys and
+        state the device now holds (registered as any computed ones)."""
+        coordinator = self.coordinator
+        request = self.requests[load.request_id]
+        hashes = request.block_hashes
+        request.num_computed_tokens = load.end
+        request.num_registered_tokens = coordinator.register_attention(
+            request.request_id, hashes, load.start, load.end, request.targets
+        )
+        reason = request.targets.get(load.end, CheckpointReason.BLOCK)
+        positions = coordinator.register_mamba(
+            [(load.end, load.state_block)], hashes, {load.end: reason}
+        )
+        request.checkpoints.extend(positions)
+        assert self.tiering is not None
+        self.tiering.registered(hashes, positions)
 
     def _admit(self, out: SchedulerOutput, request: Request, hit: CacheHit) -> None:
         copies = self.coordinator.admit(request.request_id, hit)
@@ -289,6 +393,11 @@ class Scheduler:
         finished, self._refused = self._refused, []
         now = time.time()
         state_size = self.cache_config.mamba_block_size
+        tiering = self.tiering
+        if tiering is not None:
+            tiering.stored(result.saved)
+            for load in out.loads:
+                self._loaded(load)
         for chunk in out.chunks:
             request = self.requests[chunk.request_id]
             request.num_computed_tokens = chunk.end
@@ -303,11 +412,12 @@ class Scheduler:
             interval = self._interval_positions.get(chunk.request_id)
             if interval:
                 reasons = {**interval, **reasons}
-            request.checkpoints.extend(
-                coordinator.register_mamba(
-                    chunk.mamba_writes, request.block_hashes, reasons, request.refused_states
-                )
+            registered = coordinator.register_mamba(
+                chunk.mamba_writes, request.block_hashes, reasons, request.refused_states
             )
+            request.checkpoints.extend(registered)
+            if tiering is not None and registered:
+                tiering.registered(request.block_hashes, registered)
             if (chunk.end - 1) // state_size > (max(chunk.start, 1) - 1) // state_size:
                 # it crossed a Mamba slot's end: the slot it passed may go back to the pool
                 coordinator.release_passed(request.request_id, chunk.start, chunk.end)
@@ -353,6 +463,8 @@ class Scheduler:
 
     def check_invariants(self) -> None:
         self.coordinator.check_invariants()
+        if self.tiering is not None:
+            self.tiering.check_invariants()
         self.pin_manager.check_invariants()
         for request in self.running:
             if request.num_computed_tokens > request.num_tokens:

@@ -88,7 +88,7 @@ class DiskTier:
             self.counters.num_refused += 1
             return DiskPut(False, evicted)
         write_atomically(self.path(unit.key), data)
-        self.index.add(unit.key, Record(unit.parent, len(data)))
+        self.index.add(unit.key, Record(unit.parent, len(data), unit.start, unit.end))
         self.counters.bytes_in += len(data)
         return DiskPut(True, evicted)
 
@@ -122,6 +122,7 @@ class DiskTier:
     def evict(self, num_bytes: int, keep: BlockHash | None = None) -> list[BlockHash]:
         """Delete least recently used leaves until `num_bytes` more would fit, or no leaf is
         left; never `keep` (a unit about to gain a child here)."""
+
         def remove(key: BlockHash) -> BlockHash:
             self.remove(key)
             return key
@@ -155,7 +156,7 @@ class DiskTier:
                 path.unlink(missing_ok=True)
                 self.counters.num_corrupt += 1
         for _, key, header in sorted(found, key=lambda item: item[0]):
-            self.index.add(key, Record(header.parent, header.file_bytes))
+            self.index.add(key, Record(header.parent, header.file_bytes, header.start, header.end))
 
     def _drop_corrupt(self, key: BlockHash) -> None:
         self.index.discard(key)

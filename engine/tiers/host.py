@@ -64,7 +64,7 @@ class HostTier:
             self.counters.num_refused += 1
             return HostPut(False, evicted)
         self.units[unit.key] = unit.pinned()
-        self.index.add(unit.key, Record(unit.parent, unit.size_bytes))
+        self.index.add(unit.key, Record(unit.parent, unit.size_bytes, unit.start, unit.end))
         self.counters.bytes_in += unit.size_bytes
         return HostPut(True, evicted)
 

@@ -25,6 +25,8 @@ Removed = TypeVar("Removed")
 class Record(NamedTuple):
     parent: BlockHash | None  # the unit before it, None for a chain's first
     num_bytes: int  # what it costs the tier (tensor bytes in memory, file bytes on disk)
+    start: int = 0  # the unit's token range `[start, end)`
+    end: int = 0
 
 
 class UnitIndex:

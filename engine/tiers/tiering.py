@@ -1,0 +1,351 @@
+"""The tiers under the device pools, wired to them: what the device gives up goes down as a
+usable-hit unit, and a lookup finds the longest usable hit over the device and the tiers.
+
+**Down.** When the Mamba pool gives up a block holding a state `H_p` (an allocation reuses it),
+the state is worth keeping only with its attention prefix. The unit saved is the attention of
+`[q, p)` and the state at `p`, where `q` is the deepest position below `p` whose unit a tier
+already holds (0 for none): the tiers never hold a run of attention twice, and a chain of units
+rebuilds `[0, p)`. The attention of `[q, p)` must still be on the device (else the state is
+unbacked and goes nowhere). The copy itself is the runner's, first in the step
+(`engine.tiers.moves.UnitSave`), and the unit enters the tiers in `Scheduler.update`.
+
+**Up.** `find` looks for the deepest position `p`, above the device's own hit and on its hit
+grid, whose unit some tier holds with every unit before it back to a position `c` that the
+device's attention reaches. Then the request is admitted at `c` over the device's attention
+blocks, its blocks for `[c, p)` and a state block at `p` are allocated, and the runner writes
+the units' rows and the leaf's state there in the step (`UnitLoad`), while the other requests of
+the step run; the request computes from `p` in the next step. The hit is `p`: the lookup rule
+(`engine.cache.lookup`) run over the union of the device and the tiers. A load whose bytes would
+take longer over the measured bandwidths than prefilling the tokens it saves is not taken
+(`TierCosts`), and counted.
+
+With EAGLE a hit needs the attention one unit past it, which a unit does not carry: no lookup
+reads the tiers then (the device's own hits are unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from engine.cache.coordinator import HybridCoordinator
+from engine.cache.lookup import attention_match
+from engine.events import ATTENTION, MAMBA, BlockRemoved, BlockStored, EventSink, UnitLoaded
+from engine.hashing import BlockHash
+from engine.tiers.index import Record
+from engine.tiers.moves import UnitSave
+from engine.tiers.stack import DISK, HOST, StackStats, TierStack
+from engine.tiers.unit import TierUnit
+
+
+@dataclass(frozen=True)
+class TierCosts:
+    """What a load costs against what it saves: the tiers' read bandwidths and the runner's
+    prefill rate. A load is refused when its bytes take longer than prefilling its tokens."""
+
+    host_bytes_per_s: float
+    disk_bytes_per_s: float
+    prefill_tokens_per_s: float
+
+    def load_seconds(self, bytes_by_place: dict[str, int]) -> float:
+        return (
+            bytes_by_place.get(HOST, 0) / self.host_bytes_per_s
+            + bytes_by_place.get(DISK, 0) / self.disk_bytes_per_s
+        )
+
+    def prefill_seconds(self, num_tokens: int) -> float:
+        return num_tokens / self.prefill_tokens_per_s
+
+
+class TierPlan(NamedTuple):
+    """A hit that needs loads: the device serves `[0, start)`, the tiers `[start, length)`."""
+
+    length: int
+    start: int
+    attention_block_ids: list[int]  # the device's blocks over `[0, start)`
+    keys: list[BlockHash]  # the units to load, root first
+    num_bytes: int
+
+
+@dataclass(frozen=True)
+class TieringStats:
+    num_saves: int  # states the device gave up that went down as units
+    num_unbacked: int  # states given up whose attention prefix the device no longer held
+    num_loads: int  # requests whose hit was read from the tiers
+    num_loaded_tokens: int  # tokens those hits served beyond the device's own
+    num_loaded_bytes: int
+    num_refused_slow: int  # tier hits not taken: loading would take longer than prefilling
+    stack: StackStats
+
+
+class Tiering:
+    def __init__(
+        self,
+        stack: TierStack,
+        coordinator: HybridCoordinator,
+        sink: EventSink,
+        costs: TierCosts | None = None,
+    ) -> None:
+        self.stack = stack
+        self.coordinator = coordinator
+        self.sink = sink
+        self.costs = costs
+        self.unit = coordinator.unit
+        self.geometry = coordinator.geometry
+        # each state key on the device -> the chain of hashes of the request that wrote it
+        # (a reference to that request's list; its first `p / U` entries are the state's)
+        self.chains: dict[BlockHash, Sequence[BlockHash]] = {}
+        self.saves: list[UnitSave] = []
+        self.num_saves = self.num_unbacked = self.num_loads = 0
+        self.num_loaded_tokens = self.num_loaded_bytes = self.num_refused_slow = 0
+        pool = coordinator.mamba.pool
+        before = pool.on_evict
+
+        def evicted(keys: list[BlockHash]) -> None:
+            self._evicted(keys)
+            if before is not None:
+                before(keys)
+
+        pool.on_evict = evicted
+
+    # ------------------------------------------------------------------ down
+    def registered(self, hashes: Sequence[BlockHash], positions: Sequence[int]) -> None:
+        """The device registered states at `positions` of the chain `hashes`."""
+        for position in positions:
+            self.chains[hashes[position // self.unit - 1]] = hashes
+
+    def _evicted(self, keys: list[BlockHash]) -> None:
+        entries = self.coordinator.mamba.pool.entries
+        pending = {save.key for save in self.saves}
+        for key in keys:
+            hashes = self.chains.pop(key, None)
+            if hashes is None or key in pending:
+                continue
+            if self.stack.holds(key):  # went down before and came back: keep it fresh there
+                self.stack.load(key) if key in self.stack.host else None
+                continue
+            save = self._save(key, entries[key].block_id, entries[key].position, hashes, pending)
+            if save is None:
+                self.num_unbacked += 1
+            else:
+                self.saves.append(save)
+                pending.add(key)
+
+    def _save(
+        self,
+        key: BlockHash,
+        state_block: int,
+        position: int,
+        hashes: Sequence[BlockHash],
+        pending: set[BlockHash],
+    ) -> UnitSave | None:
+        unit, size = self.unit, self.coordinator.attention.block_size
+        start, parent = 0, None
+        for index in range(position // unit - 1, 0, -1):  # deepest first
+            candidate = hashes[index - 1]
+            if candidate in pending or self.stack.holds(candidate):
+                start, parent = index * unit, candidate
+                break
+        pool = self.coordinator.attention.pool
+        match = attention_match(
+            pool.entries.get,
+            hashes,
+            position,
+            unit,
+            size,
+            self.geometry.is_fine_grained,
+        )
+        if match.length < position:
+            return None
+        blocks = [entry.block_id for entry in match.values]
+        first, last = start // size, (position - 1) // size
+        return UnitSave(key, parent, start, position, tuple(blocks[first : last + 1]), state_block)
+
+    def take_saves(self) -> list[UnitSave]:
+        saves, self.saves = self.saves, []
+        return saves
+
+    def stored(self, units: Sequence[TierUnit]) -> None:
+        """The runner copied these units out: they go into the tiers, root first."""
+        if not units:
+            return
+        before = self._keys()
+        for unit in units:
+            if self.stack.put(unit) is not None:
+                self.num_saves += 1
+        self._announce(before)
+
+    # ------------------------------------------------------------------ up
+    def find(self, hashes: Sequence[BlockHash], num_tokens: int, device_length: int):
+        """The deepest tier hit above `device_length` worth loading, as a `TierPlan`; None
+        when there is none. Reads the tiers' indexes only (`load` reads the units)."""
+        geometry, unit, stack = self.geometry, self.unit, self.stack
+        if (
+            geometry.eagle_drop
+            or not geometry.enable_prefix_caching
+            or not (stack.host.units or (stack.disk is not None and len(stack.disk.index)))
+        ):
+            return None
+        align = geometry.hit_alignment
+        top = min(num_tokens - 1, len(hashes) * unit) // align * align
+        if top <= device_length:
+            return None
+        pool = self.coordinator.attention.pool
+        device = attention_match(
+            pool.entries.get,
+            hashes,
+            top,
+            unit,
+            pool.block_size,
+            geometry.is_fine_grained,
+        )
+        for position in range(top, device_length, -align):
+            key = hashes[position // unit - 1]
+            if not stack.holds(key):
+                continue
+            start = min(device.length, position)
+            chain = self._chain(key, start)
+            if chain is None:
+                continue
+            places = {HOST: 0, DISK: 0}
+            for link, _ in chain:
+                places[HOST if link in stack.host else DISK] += self._bytes(link)
+            if self.costs is not None and self.costs.load_seconds(places) > (
+                self.costs.prefill_seconds(position - device_length)
+            ):
+                self.num_refused_slow += 1
+                continue
+            size = pool.block_size
+            blocks = [entry.block_id for entry in device.values][: -(-start // size)]
+            return TierPlan(position, start, blocks, [k for k, _ in chain], sum(places.values()))
+        return None
+
+    def _chain(self, key: BlockHash, start: int) -> list[tuple[BlockHash, int]] | None:
+        """The units from the one holding `start` up to `key`, root first, with each unit's
+        start; None when the chain breaks before reaching `start`."""
+        chain = []
+        link: BlockHash | None = key
+        while link is not None:
+            record = self._record(link)
+            if record is None:
+                return None
+            chain.append((link, record.start))
+            if record.start <= start:
+                return chain[::-1]
+            link = record.parent
+        return None
+
+    def _record(self, key: BlockHash) -> Record | None:
+        record = self.stack.host.index.records.get(key)
+        if record is None and self.stack.disk is not None:
+            record = self.stack.disk.index.records.get(key)
+        return record
+
+    def _bytes(self, key: BlockHash) -> int:
+        host = self.stack.host.index.records.get(key)
+        if host is not None:
+            return host.num_bytes
+        return self.stack.disk.index.records[key].num_bytes  # type: ignore[union-attr]
+
+    def read(self, plan: TierPlan, request_id: str) -> tuple[list[TierUnit], list[str]] | None:
+        """The plan's units, root first, each with the tier it was read from (a unit read from
+        disk is promoted into host memory on the way); None when one turned out corrupt (then
+        it and the units after it are gone from the tiers)."""
+        before = self._keys()
+        units, places = [], []
+        for key in plan.keys:
+            place = HOST if key in self.stack.host else DISK
+            unit = self.stack.load(key)
+            if unit is None:
+                self._announce(before)
+                return None
+            units.append(unit)
+            places.append(place)
+        self._announce(before)
+        self.num_loads += 1
+        self.num_loaded_bytes += plan.num_bytes
+        if self.sink.is_recording:
+            self.sink.emit(
+                UnitLoaded(
+                    request_id=request_id,
+                    unit_hashes=[u.key.hex() for u in units],
+                    media=places,
+                    token_range=(plan.start, plan.length),
+                    num_bytes=plan.num_bytes,
+                )
+            )
+        return units, places
+
+    # ------------------------------------------------------------------ events
+    def _keys(self) -> tuple[set[BlockHash], set[BlockHash]] | None:
+        if not self.sink.is_recording:
+            return None
+        disk = self.stack.disk
+        return set(self.stack.host.units), set() if disk is None else set(disk.index.records)
+
+    def _announce(self, before: tuple[set[BlockHash], set[BlockHash]] | None) -> None:
+        """Events for what changed in each tier since `before`: a unit stored in a tier, a unit
+        a tier gave up (a move down is both)."""
+        if before is None:
+            return
+        after = self._keys()
+        assert after is not None
+        for medium, old, new in ((HOST, before[0], after[0]), (DISK, before[1], after[1])):
+            for key in new - old:
+                record = self._record(key)
+                if record is None:
+                    continue
+                parent, start, end = record.parent, record.start, record.end
+                for group_idx, group, size in self._groups():
+                    self.sink.emit(
+                        BlockStored(
+                            block_hashes=[key.hex()],
+                            parent_block_hash=None if parent is None else parent.hex(),
+                            block_size=size,
+                            group_idx=group_idx,
+                            group=group,
+                            block_ids=[],
+                            token_range=(start, end),
+                            is_partial=end % size != 0,
+                            checkpoint_reason=None,
+                            medium=medium,
+                        )
+                    )
+            for key in old - new:
+                for group_idx, group, _ in self._groups():
+                    self.sink.emit(
+                        BlockRemoved(
+                            block_hashes=[key.hex()],
+                            group_idx=group_idx,
+                            group=group,
+                            block_ids=[],
+                            medium=medium,
+                        )
+                    )
+
+    def _groups(self) -> list[tuple[int, str, int]]:
+        coordinator = self.coordinator
+        return [
+            (0, ATTENTION, coordinator.attention.block_size),
+            (1, MAMBA, coordinator.mamba.block_size),
+        ]
+
+    # ------------------------------------------------------------------ reading
+    def stats(self) -> TieringStats:
+        return TieringStats(
+            self.num_saves,
+            self.num_unbacked,
+            self.num_loads,
+            self.num_loaded_tokens,
+            self.num_loaded_bytes,
+            self.num_refused_slow,
+            self.stack.stats(),
+        )
+
+    def check_invariants(self) -> None:
+        self.stack.check_invariants()
+        entries = self.coordinator.mamba.pool.entries
+        for key in self.chains:
+            if key not in entries:
+                raise AssertionError(f"tiering: chain kept for state {key.hex()} not on device")
