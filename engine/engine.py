@@ -17,7 +17,14 @@ from engine.scheduling.outputs import RunnerOutput, SchedulerOutput
 from engine.scheduling.scheduler import Scheduler
 from engine.snapshot import block_table_snapshot, cache_geometry
 from engine.stats import CacheUsage, EngineStats, cache_usage
-from engine.tiers.setup import build_stack, fingerprint, tier_costs
+from engine.tiers.setup import (
+    build_stack,
+    fingerprint,
+    measure_disk_bandwidth,
+    measure_host_bandwidth,
+    tier_costs,
+)
+from engine.tiers.tiering import TierCosts
 
 
 class Engine:
@@ -137,6 +144,27 @@ class Engine:
         requests = [self.add_request(p, sampling) for p in prompts]
         self.run_until_done()
         return requests
+
+    def price_tier_loads(self) -> TierCosts | None:
+        """Measure what a tier load costs against the prefill it saves (the tiers' read
+        bandwidths, the runner's prefill rate) and have the scheduler refuse loads slower than
+        prefilling; before any request. None (every load taken) without tiers or a runner that
+        computes. The tier config's rates, where given, are used as they are."""
+        tiering = self.scheduler.tiering
+        if tiering is None:
+            return None
+        config = self.tier_config
+        prefill = config.prefill_tokens_per_s or self.runner.measure_prefill_rate()
+        if prefill is None:
+            return None
+        device = "cuda" if self.runner.medium == "GPU" else "cpu"
+        host = config.host_bytes_per_s or measure_host_bandwidth(device)
+        disk = config.disk_bytes_per_s
+        if disk is None:
+            directory = config.disk_cache_dir
+            disk = measure_disk_bandwidth(directory) if directory is not None else host
+        tiering.costs = TierCosts(host, disk, prefill)
+        return tiering.costs
 
     def check_invariants(self) -> None:
         self.scheduler.check_invariants()

@@ -14,9 +14,13 @@ from urllib.parse import urlsplit
 from engine.config import DEFAULT_SERVE_NUM_MAMBA_BLOCKS
 from engine.setup.options import (
     EXIT_BAD_INPUT,
+    HOST_AUTO,
     add_cache_options,
     add_model_options,
+    add_tier_options,
     configs_from_args,
+    describe_tiers,
+    tier_config_from_args,
 )
 from publish.streaming import (
     add_control_plane_options,
@@ -50,6 +54,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     )
     # a server runs the model: fewer Mamba slots keep the built-in's state pool small
     add_cache_options(serve, num_mamba_blocks=DEFAULT_SERVE_NUM_MAMBA_BLOCKS)
+    add_tier_options(serve, host_default=HOST_AUTO)
     add_model_options(serve)
     serve.set_defaults(func=cmd_serve, runner="torch")
 
@@ -99,6 +104,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         cache, scheduler, model = configs_from_args(args)
+        tiers = tier_config_from_args(args, cache, model)
         check_port(args.host, args.port)  # before the model loads, which can take a while
         tokenizer = load_tokenizer(model.model_dir)
         serve_url = args.serve_url or default_serve_url(args.host, args.port)
@@ -112,6 +118,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if publisher is None:
             return EXIT_BAD_INPUT
     print(f"junction serve: {describe(card)}", file=sys.stderr, flush=True)
+    print(f"junction serve: {describe_tiers(tiers)}", file=sys.stderr, flush=True)
 
     import uvicorn
 
@@ -125,11 +132,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         feed = FeedHub()
         sink = FeedSink(feed, keep_events=publisher is not None)
         engine = Engine(
-            cache, scheduler, model, runner=args.runner, sink=sink, engine_id=args.engine_id
+            cache,
+            scheduler,
+            model,
+            runner=args.runner,
+            sink=sink,
+            engine_id=args.engine_id,
+            tiers=tiers,
         )
+        costs = engine.price_tier_loads()
     except (ValueError, OSError) as exc:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if costs is not None:
+        print(
+            f"junction serve: tier loads priced at {costs.host_bytes_per_s / 1e9:.1f} GB/s "
+            f"from host, {costs.disk_bytes_per_s / 1e9:.1f} GB/s from disk, against a prefill "
+            f"of {costs.prefill_tokens_per_s:,.0f} tokens/s (a slower load is not taken)",
+            file=sys.stderr,
+            flush=True,
+        )
     feed.attach(engine, model.name)
     async_engine = AsyncEngine(engine)
     if publisher is not None:

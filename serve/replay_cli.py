@@ -21,7 +21,9 @@ from engine.setup.options import (
     EXIT_FAILED,
     add_cache_options,
     add_model_options,
+    add_tier_options,
     configs_from_args,
+    tier_config_from_args,
 )
 from publish.streaming import (
     add_control_plane_options,
@@ -35,6 +37,7 @@ def add_replay_parser(commands: argparse._SubParsersAction) -> None:
     rep = commands.add_parser("replay", help="run a JSONL trace through the engine")
     rep.add_argument("trace", help="trace file, one JSON request or pin a line")
     add_cache_options(rep)
+    add_tier_options(rep, host_default="0")
     add_model_options(rep)
     rep.add_argument(
         "--concurrency",
@@ -71,19 +74,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         configs = configs_from_args(args)
+        tiers = tier_config_from_args(args, configs.cache, configs.model)
         num_items = scan_trace(args.trace)  # the whole trace is valid before anything runs
     except (ValueError, TraceError) as exc:
         print(f"junction replay: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     with contextlib.ExitStack() as outputs:
         try:
-            return _run_replay(args, configs, iter_trace(args.trace), num_items, outputs)
+            return _run_replay(args, configs, tiers, iter_trace(args.trace), num_items, outputs)
         except BrokenPipeError:  # `junction replay ... | head`: the reader has what it wanted
             sys.stderr.close()
             return 0
 
 
-def _run_replay(args, configs, items, num_items: int, outputs) -> int:
+def _run_replay(args, configs, tiers, items, num_items: int, outputs) -> int:
     """The replay itself: events go to `--events-out`, the control plane, or nowhere (then the
     engine builds none); records stream to `--out` or a spool for stdout, never into a list."""
     from tqdm import tqdm
@@ -106,6 +110,7 @@ def _run_replay(args, configs, items, num_items: int, outputs) -> int:
             runner=args.runner,
             sink=sink,
             engine_id=args.engine_id,
+            tiers=tiers,
         )
     except (ValueError, OSError) as exc:
         print(f"junction replay: {exc}", file=sys.stderr)

@@ -56,6 +56,11 @@ class Runner(ABC):
         """Wait for what `start_loads` began."""
         return None
 
+    def measure_prefill_rate(self) -> float | None:
+        """Prefill tokens per second, timed on scratch blocks of an engine that holds no cache
+        entries yet; None for a runner that computes nothing worth pricing a load against."""
+        return None
+
     @abstractmethod
     def zero_blocks(self, group: str, block_ids: list[int]) -> None: ...
 

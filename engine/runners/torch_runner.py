@@ -12,13 +12,14 @@ layer's conv and SSM state of a Mamba block), then prefills each chunk over
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
 from engine.cache.manager import BlockCopy
 from engine.config import CacheConfig, ModelConfig
-from engine.events import ATTENTION
+from engine.events import ATTENTION, MAMBA
 from engine.model.build import build_model
 from engine.runners.base import Runner, block_rows
 from engine.runners.sampling import sample
@@ -207,3 +208,36 @@ class TorchRunner(Runner):
             self.conv[layer][writes] = conv_state
             self.ssm[layer][writes] = ssm_state
         return result.logits
+
+    def _num_attention_blocks(self) -> int:
+        """The attention pool's blocks (what a probe may use)."""
+        return self.kv[0][0].shape[0] if self.kv else 1
+
+    def measure_prefill_rate(self, num_tokens: int = 256) -> float | None:
+        """One warm prefill of `num_tokens` then a timed one, over the first blocks and
+        state slot, zeroed after (call before any block holds a cache entry)."""
+        from engine.request import SamplingParams
+
+        num_blocks = min(-(-num_tokens // self.block_size), self._num_attention_blocks())
+        num_tokens = min(num_tokens, num_blocks * self.block_size)
+        chunk = ScheduledChunk(
+            "prefill-rate-probe",
+            [i % 200 + 1 for i in range(num_tokens)],
+            0,
+            num_tokens,
+            list(range(num_blocks)),
+            None,
+            [(num_tokens, 0)],
+            False,
+            SamplingParams(max_tokens=1),
+            0,
+        )
+        self.forward([chunk])  # warm
+        started = time.perf_counter()
+        self.forward([chunk])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = time.perf_counter() - started
+        self.zero_blocks(ATTENTION, chunk.attention_block_ids)
+        self.zero_blocks(MAMBA, [0])
+        return num_tokens / max(elapsed, 1e-9)

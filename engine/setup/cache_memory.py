@@ -72,6 +72,18 @@ def parse_budget(text: str) -> MemoryBudget:
     return MemoryBudget(int(number * UNITS[unit]), None)
 
 
+def parse_bytes(text: str, option: str) -> int:
+    """`8GiB` / `512MiB` / `1.5GB` / `1000000` / `0` as whole bytes; `ValueError` naming
+    `option` (its flag and `JUNCTION_*` variable) otherwise."""
+    match = _AMOUNT.fullmatch(str(text).strip().lower())
+    if match is None or match.group(2) not in UNITS:
+        raise ValueError(f"{option} {text!r}: give bytes (8GiB, 512MiB, 1.5GB, 1000000, 0)")
+    number = float(match.group(1)) * UNITS[match.group(2)]
+    if not match.group(2) and not number.is_integer():
+        raise ValueError(f"{option} {text!r}: a plain number is bytes, a whole number")
+    return int(number)
+
+
 def free_memory(device: str) -> int:
     """Bytes free on `device` now (`cuda`, `cuda:N` or `cpu`)."""
     if device.startswith("cuda"):

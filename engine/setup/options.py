@@ -11,6 +11,7 @@ parsers; `bench/cli.py` uses the exit codes. Where the commands stream cache eve
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -27,11 +28,19 @@ from engine.config import (
     CacheConfig,
     ModelConfig,
     SchedulerConfig,
+    TierConfig,
 )
 from engine.runners import RUNNER_NAMES
-from engine.setup.cache_memory import PoolSizes, budget_bytes, parse_budget, size_pools
+from engine.setup.cache_memory import (
+    PoolSizes,
+    budget_bytes,
+    parse_budget,
+    parse_bytes,
+    size_pools,
+)
 from engine.setup.footprint import footprint
 from engine.setup.model_dir import checkpoint_max_len, resolve_model_dir
+from engine.tiers.setup import DEFAULT_HOST_SHARE, default_host_bytes
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -154,6 +163,79 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=int, default=0, help="seed of the built-in random weights")
     group.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
     group.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+
+
+HOST_AUTO = "auto"
+
+
+def add_tier_options(parser: argparse.ArgumentParser, host_default: str) -> None:
+    """The tiers under the device pools (docs/rules.md section 16). `host_default` is the
+    command's `--host-cache-bytes`: `auto` (a share of the memory free at start) or bytes."""
+    group = parser.add_argument_group("tiers below the device")
+    group.add_argument(
+        "--host-cache-bytes",
+        default=os.environ.get("JUNCTION_HOST_CACHE_BYTES", host_default),
+        metavar="BYTES",
+        help="host memory for states and attention the device gives up (8GiB, 0: none; "
+        f"auto: {DEFAULT_HOST_SHARE * 100:.0f}%% of the memory free at start, less the "
+        "device pools when they are in host memory too; "
+        f"default {host_default}; JUNCTION_HOST_CACHE_BYTES)",
+    )
+    group.add_argument(
+        "--disk-cache-dir",
+        default=os.environ.get("JUNCTION_DISK_CACHE_DIR"),
+        metavar="DIR",
+        help="a directory for a disk tier under host memory, kept across restarts of the same "
+        "model and geometry (default none; JUNCTION_DISK_CACHE_DIR)",
+    )
+    group.add_argument(
+        "--disk-cache-bytes",
+        default=os.environ.get("JUNCTION_DISK_CACHE_BYTES", "0"),
+        metavar="BYTES",
+        help="the most the disk tier's files take (needed with --disk-cache-dir; "
+        "JUNCTION_DISK_CACHE_BYTES)",
+    )
+
+
+def tier_config_from_args(
+    args: argparse.Namespace, cache: CacheConfig, model: ModelConfig
+) -> TierConfig:
+    """The tiers the options ask for; `ValueError` naming the option for a bad value."""
+    host = str(args.host_cache_bytes)
+    if host.strip().lower() == HOST_AUTO:
+        from engine.model.build import resolve_device
+
+        host_bytes = default_host_bytes()
+        if str(resolve_device(model)).startswith("cpu"):  # the pools take host memory too
+            cost = footprint(model)
+            pools = (
+                cache.num_blocks * cache.attention_block_size * cost.attention_bytes_per_token
+                + cache.mamba_num_blocks * cost.mamba_bytes_per_slot
+            )
+            host_bytes = max(0, host_bytes - int(pools * DEFAULT_HOST_SHARE))
+    else:
+        host_bytes = parse_bytes(host, "--host-cache-bytes (JUNCTION_HOST_CACHE_BYTES)")
+    disk_bytes = parse_bytes(
+        args.disk_cache_bytes, "--disk-cache-bytes (JUNCTION_DISK_CACHE_BYTES)"
+    )
+    if args.disk_cache_dir is not None and disk_bytes <= 0:
+        raise ValueError(
+            f"--disk-cache-dir {args.disk_cache_dir}: give --disk-cache-bytes too "
+            "(JUNCTION_DISK_CACHE_BYTES), the most its files may take"
+        )
+    if args.disk_cache_dir is None and disk_bytes:
+        raise ValueError("--disk-cache-bytes needs --disk-cache-dir (JUNCTION_DISK_CACHE_DIR)")
+    return TierConfig(host_bytes, args.disk_cache_dir, disk_bytes)
+
+
+def describe_tiers(config: TierConfig) -> str:
+    """The start-up line about the tiers."""
+    if not config.is_enabled:
+        return "tiers: none (--host-cache-bytes 0, no --disk-cache-dir)"
+    parts = [f"host {config.host_cache_bytes / 2**30:.2f} GiB"]
+    if config.disk_cache_dir is not None:
+        parts.append(f"disk {config.disk_cache_bytes / 2**30:.2f} GiB in {config.disk_cache_dir}")
+    return "tiers: " + ", ".join(parts)
 
 
 class EngineConfigs(NamedTuple):
