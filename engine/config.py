@@ -184,7 +184,7 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class TierConfig:
-    """The tiers under the device pools (`engine.tiers`, docs/rules.md section 12): host memory
+    """The tiers under the device pools (`engine.tiers`, docs/rules.md section 16): host memory
     of `host_cache_bytes` (0: none) over an optional disk directory of `disk_cache_bytes`.
     The rates, when given, price a load against the prefill it saves; without them every
     load is taken."""

@@ -156,7 +156,7 @@ class BlockRemoved(CacheEvent):
 
 
 class UnitLoaded(CacheEvent):
-    """A request's hit was read from the tiers below the device (docs/rules.md section 12):
+    """A request's hit was read from the tiers below the device (docs/rules.md section 16):
     the units `unit_hashes` (root first, each from the tier in `media`: "host" or "disk") were
     written into its device blocks over `token_range`, `num_bytes` in all. The device's
     `BlockStored` events for those blocks follow when the step registers them."""

@@ -145,10 +145,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if costs is not None:
+        disk = (
+            f", {costs.disk_bytes_per_s / 1e9:.1f} GB/s from disk" if tiers.disk_cache_dir else ""
+        )
         print(
             f"junction serve: tier loads priced at {costs.host_bytes_per_s / 1e9:.1f} GB/s "
-            f"from host, {costs.disk_bytes_per_s / 1e9:.1f} GB/s from disk, against a prefill "
-            f"of {costs.prefill_tokens_per_s:,.0f} tokens/s (a slower load is not taken)",
+            f"from host{disk}, against a prefill of {costs.prefill_tokens_per_s:,.0f} "
+            "tokens/s measured now (a load slower than its prefill is not taken)",
             file=sys.stderr,
             flush=True,
         )
