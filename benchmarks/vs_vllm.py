@@ -40,7 +40,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.peer.client import PeerProcess, expanded_request, peer_python  # noqa: E402
-from engine.config import CacheConfig, SchedulerConfig  # noqa: E402
+from engine.config import CacheConfig, SchedulerConfig, TierConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.events import ListSink, NullSink  # noqa: E402
 from engine.hashing import hash_prefix  # noqa: E402
@@ -57,6 +57,8 @@ HIT_WORKLOAD = {
     "question_len": 200,
     "output_len": 8,
 }
+#: the step loop with a host tier: the null runner's units hold no values, so 8 GiB costs nothing
+IDLE_TIERS = TierConfig(host_cache_bytes=8 << 30)
 LOOP_WORKLOAD = {  # 500 requests of 3620 tokens: 1.81M prompt tokens
     "kind": "generated_shared_prefix",
     "num_groups": 25,
@@ -86,7 +88,9 @@ def geometry_dict(args: argparse.Namespace, **override) -> dict:
     return {**geometry, **override}
 
 
-def junction_engine(geometry: dict, sink=None, runner: str = "null", **policy) -> Engine:
+def junction_engine(
+    geometry: dict, sink=None, runner: str = "null", tiers: TierConfig | None = None, **policy
+) -> Engine:
     cache = CacheConfig(
         block_size=geometry["block_size"],
         mamba_block_size=geometry["mamba_block_size"],
@@ -97,7 +101,8 @@ def junction_engine(geometry: dict, sink=None, runner: str = "null", **policy) -
         **policy,
     )
     scheduler = SchedulerConfig(max_num_batched_tokens=geometry["max_num_batched_tokens"])
-    return Engine(cache, scheduler, runner=runner, sink=sink if sink is not None else NullSink())
+    sink = sink if sink is not None else NullSink()
+    return Engine(cache, scheduler, runner=runner, sink=sink, tiers=tiers)
 
 
 def median_us(samples_ns: list[int]) -> float:
@@ -252,13 +257,13 @@ def time_replay(args, peer: PeerProcess, console: Console):
     expanded = [expanded_request(item) for item in requests]
     geometry = geometry_dict(args, eagle=False, partial_hits=True, num_blocks=4096)
     walls: dict[str, list[float]] = {
-        name: [] for name in ("quiet", "events", "ledger", "vllm", "vllm_manager")
+        name: [] for name in ("quiet", "tiers", "events", "ledger", "vllm", "vllm_manager")
     }
     num_events = 0
 
-    def run(sink, runner: str = "null") -> float:
+    def run(sink, runner: str = "null", tiers: TierConfig | None = None) -> float:
         nonlocal num_events
-        engine = junction_engine(geometry, sink=sink, runner=runner)
+        engine = junction_engine(geometry, sink=sink, runner=runner, tiers=tiers)
         if isinstance(sink, ListSink):
             # the full stream, drained every step as the publisher does, then dropped
             def drain(engine: Engine) -> None:
@@ -273,6 +278,7 @@ def time_replay(args, peer: PeerProcess, console: Console):
     answers: dict[str, dict] = {}
     for _ in range(args.rounds):
         walls["quiet"].append(run(NullSink()))
+        walls["tiers"].append(run(NullSink(), tiers=IDLE_TIERS))
         walls["events"].append(run(ListSink()))
         walls["ledger"].append(run(NullSink(), "ledger"))
         for key, loop in (("vllm", "scheduler"), ("vllm_manager", "manager")):
@@ -291,7 +297,9 @@ def timings(args, peer: PeerProcess, console: Console) -> None:
         table.add_column(column, justify="left" if column == "measure" else "right")
     if not args.replay_only:
         add_hash_and_lookup_rows(args, peer, table)
-    add_replay_rows(table, *time_replay(args, peer, console))
+    replayed = time_replay(args, peer, console)
+    add_replay_rows(table, *replayed)
+    add_tier_row(table, replayed[0])
     console.print(table)
 
 
@@ -321,6 +329,7 @@ def add_replay_rows(table: Table, medians: dict, num_requests: int, num_tokens: 
     loop = f"replay loop, {num_requests} requests, {num_tokens / 1e6:.2f}M tokens"
     ours = [
         ("null runner, no events", "quiet"),
+        ("null runner, no events, host tier on (8 GiB)", "tiers"),
         (f"null runner, every event ({num_events} a run)", "events"),
         ("ledger runner (every read checked), no events", "ledger"),
     ]
@@ -338,6 +347,18 @@ def add_replay_rows(table: Table, medians: dict, num_requests: int, num_tokens: 
                 f"{medians[peer_key]:.2f} s",
                 f"{medians[key] / medians[peer_key]:.2f}",
             )
+
+
+def add_tier_row(table: Table, medians: dict) -> None:
+    """The host tier's cost to the step loop: Junction with it over Junction without, same
+    run (issue 46: within 10%)."""
+    ratio = medians["tiers"] / medians["quiet"]
+    table.add_row(
+        "replay loop, host tier on over off (Junction alone)",
+        f"{medians['tiers']:.2f} s",
+        f"{medians['quiet']:.2f} s (tier off)",
+        f"{ratio:.2f}",
+    )
 
 
 def main() -> int:
