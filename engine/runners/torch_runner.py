@@ -115,6 +115,7 @@ class TorchRunner(Runner):
             return None
         if self.device.type == "cuda":
             stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))  # after zeroes, copies
             with torch.cuda.stream(stream):
                 for load in loads:
                     self.load_unit(load)
