@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from engine.cache.coordinator import HybridCoordinator
+from engine.cache.eviction.abilities import Demotes
 from engine.cache.lookup import attention_match
 from engine.events import ATTENTION, MAMBA, BlockRemoved, BlockStored, EventSink, UnitLoaded
 from engine.hashing import BlockHash
@@ -72,6 +73,7 @@ class TierPlan(NamedTuple):
 class TieringStats:
     num_saves: int  # states the device gave up that went down as units
     num_unbacked: int  # states given up whose attention prefix the device no longer held
+    num_declined: int  # states given up that the pool's policy said are not worth a tier
     num_loads: int  # requests whose hit was read from the tiers
     num_loaded_tokens: int  # tokens those hits served beyond the device's own
     num_loaded_bytes: int
@@ -97,7 +99,7 @@ class Tiering:
         # (a reference to that request's list; its first `p / U` entries are the state's)
         self.chains: dict[BlockHash, Sequence[BlockHash]] = {}
         self.saves: list[UnitSave] = []
-        self.num_saves = self.num_unbacked = self.num_loads = 0
+        self.num_saves = self.num_unbacked = self.num_declined = self.num_loads = 0
         self.num_loaded_tokens = self.num_loaded_bytes = self.num_refused_slow = 0
         pool = coordinator.mamba.pool
         before = pool.on_evict
@@ -116,14 +118,21 @@ class Tiering:
             self.chains[hashes[position // self.unit - 1]] = hashes
 
     def _evicted(self, keys: list[BlockHash]) -> None:
-        entries = self.coordinator.mamba.pool.entries
+        pool = self.coordinator.mamba.pool
+        entries, policy = pool.entries, pool.eviction
         pending = {save.key for save in self.saves}
         for key in keys:
             hashes = self.chains.pop(key, None)
             if hashes is None or key in pending:
                 continue
             if self.stack.holds(key):  # went down before and came back: keep it fresh there
-                self.stack.load(key) if key in self.stack.host else None
+                if key in self.stack.host:
+                    self.stack.host.index.touch(key)
+                continue
+            if isinstance(policy, Demotes) and not policy.worth_keeping_below(
+                key, entries[key].reason
+            ):
+                self.num_declined += 1
                 continue
             save = self._save(key, entries[key].block_id, entries[key].position, hashes, pending)
             if save is None:
@@ -140,27 +149,33 @@ class Tiering:
         hashes: Sequence[BlockHash],
         pending: set[BlockHash],
     ) -> UnitSave | None:
-        unit, size = self.unit, self.coordinator.attention.block_size
+        unit = self.unit
         start, parent = 0, None
         for index in range(position // unit - 1, 0, -1):  # deepest first
             candidate = hashes[index - 1]
             if candidate in pending or self.stack.holds(candidate):
                 start, parent = index * unit, candidate
                 break
-        pool = self.coordinator.attention.pool
-        match = attention_match(
-            pool.entries.get,
-            hashes,
-            position,
-            unit,
-            size,
-            self.geometry.is_fine_grained,
-        )
-        if match.length < position:
+        blocks = self._device_blocks(hashes, start, position)
+        if blocks is None:
             return None
-        blocks = [entry.block_id for entry in match.values]
-        first, last = start // size, (position - 1) // size
-        return UnitSave(key, parent, start, position, tuple(blocks[first : last + 1]), state_block)
+        return UnitSave(key, parent, start, position, blocks, state_block)
+
+    def _device_blocks(
+        self, hashes: Sequence[BlockHash], start: int, end: int
+    ) -> tuple[int, ...] | None:
+        """The device's attention blocks holding `[start, end)` of the chain, in order; None
+        when one is gone. Each block is found by its key at its end (or at `end`): a chain
+        hash names the whole prefix, so its block holds the chain's tokens up to it."""
+        entries, unit = self.coordinator.attention.pool.entries, self.unit
+        size = self.coordinator.attention.block_size
+        blocks = []
+        for index in range(start // size, (end - 1) // size + 1):
+            entry = entries.get(hashes[min((index + 1) * size, end) // unit - 1])
+            if entry is None:
+                return None
+            blocks.append(entry.block_id)
+        return tuple(blocks)
 
     def take_saves(self) -> list[UnitSave]:
         saves, self.saves = self.saves, []
@@ -336,6 +351,7 @@ class Tiering:
         return TieringStats(
             self.num_saves,
             self.num_unbacked,
+            self.num_declined,
             self.num_loads,
             self.num_loaded_tokens,
             self.num_loaded_bytes,

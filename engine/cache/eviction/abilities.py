@@ -3,6 +3,8 @@ class that its callers ask for by type (`isinstance`), so a policy carries only 
 
 - `Learns`: shown each admitted prompt's chain (the coordinator, both pools).
 - `Admits`: asked which spare Mamba states are worth a block (the coordinator, Mamba pool).
+- `Demotes`: asked which states the device gives up are worth a tier below it (the tiers,
+  Mamba pool).
 - `ReadsPrefixes`: shown the attention pool's entries (a Mamba pool's policy).
 - `ReadsSupport`: shown which attention keys the cached states need (an attention pool's
   policy; the coordinator then keeps the counts, `engine.cache.support`).
@@ -61,6 +63,17 @@ class Admits(ABC):
         have written it is admitted. The policy may learn from it (as a state given up at
         once) but no block's place changes. Nothing by default."""
         return
+
+
+class Demotes(ABC):
+    """A policy that chooses which states the device gives up go down to the tiers below it
+    (asked of the Mamba pool's; `engine.tiers.tiering`). A policy without it sends down every
+    state whose attention prefix is still held."""
+
+    @abstractmethod
+    def worth_keeping_below(self, key: BlockHash, reason: CheckpointReason) -> bool:
+        """Whether the state keyed `key`, kept for `reason`, which the pool is giving up now,
+        is likely enough to be read again to spend a tier's bytes on. Changes nothing."""
 
 
 class ReadsPrefixes(ABC):

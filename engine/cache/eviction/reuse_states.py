@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from engine.cache.block import Block
 from engine.cache.entry import TAIL_REASONS, CheckpointReason, Entry
-from engine.cache.eviction.abilities import Admits, ReadsPrefixes
+from engine.cache.eviction.abilities import Admits, Demotes, ReadsPrefixes
 from engine.cache.eviction.divergence import MAX_TALLIED, DivergenceCounts
 from engine.cache.eviction.reuse import ReuseLearned
 from engine.cache.eviction.reuse_places import EMPTY, EMPTY_PLACE, REASON_CLASS, ROOT, Place
@@ -41,7 +41,7 @@ NEWEST_FIRST_RATE = 0.15
 NEWEST_FIRST = frozenset(REASON_CLASS[reason] for reason in TAIL_REASONS)  # their classes
 
 
-class StateReuse(ReuseLearned, Admits, ReadsPrefixes):
+class StateReuse(ReuseLearned, Admits, Demotes, ReadsPrefixes):
     """The Mamba pool's queues: one per class and divergence count."""
 
     HORIZON_PER_BLOCK = STATE_HORIZON_PER_BLOCK
@@ -221,6 +221,14 @@ class StateReuse(ReuseLearned, Admits, ReadsPrefixes):
             stamp = next(iter(queue.values())) if victim in self._newest else queue[block.block_id]
             return priority < stamp + self._weight(victim)
         return False
+
+    def worth_keeping_below(self, key: BlockHash, reason: CheckpointReason) -> bool:
+        """A state goes down a tier while its class is read at least `ADMIT_RATE` of the
+        time, as a new prefix's state is written (`admits`); interval states, pins and
+        junction and message states always (the classes the learnt rates say least of)."""
+        if reason not in self.REFUSABLE:
+            return True
+        return self.rates.rate(self._state_class(key, reason)) >= ADMIT_RATE
 
     def refused(self, key: BlockHash, reason: CheckpointReason) -> None:
         """A state whose prefix was new, refused for its class's rate or its rank, counts as
