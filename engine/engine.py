@@ -24,7 +24,7 @@ from engine.tiers.setup import (
     measure_host_bandwidth,
     tier_costs,
 )
-from engine.tiers.tiering import TierCosts
+from engine.tiers.tiering import TierCosts, TieringStats
 
 
 class Engine:
@@ -144,6 +144,11 @@ class Engine:
         requests = [self.add_request(p, sampling) for p in prompts]
         self.run_until_done()
         return requests
+
+    def tier_stats(self) -> TieringStats | None:
+        """What the tiers below the device hold and have moved; None without tiers."""
+        tiering = self.scheduler.tiering
+        return None if tiering is None else tiering.stats()
 
     def price_tier_loads(self) -> TierCosts | None:
         """Measure what a tier load costs against the prefill it saves (the tiers' read

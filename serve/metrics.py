@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from engine.events import GROUPS
 from engine.stats import CacheUsage
+from engine.tiers.tiering import TieringStats
 from engine.wire import BLOCK_STATES
 from publish.publisher import PublisherStats
 from serve.request_stream import FinishedRequest
@@ -43,6 +44,8 @@ class ServerMetrics:
         self.registry = r = CollectorRegistry()
         if publisher_stats is not None:
             r.register(PublisherCollector(publisher_stats))
+        self.tiers: TieringStats | None = None  # read from the engine at each scrape
+        r.register(TierCollector(lambda: self.tiers))
         self.queries = Counter(
             "junction_prefix_cache_queries_tokens",
             "Prompt tokens looked up in the prefix cache",
@@ -121,6 +124,60 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class TierCollector:
+    """The tiers below the device at each scrape (docs/rules.md section 16): each tier's bytes,
+    capacity and units, and what has moved; nothing without tiers."""
+
+    def __init__(self, stats: Callable[[], TieringStats | None]) -> None:
+        self.stats = stats
+
+    def collect(self):
+        s = self.stats()
+        if s is None:
+            return
+        tiers = [("host", s.stack.host)] + ([("disk", s.stack.disk)] if s.stack.disk else [])
+        for name, help_text, read in (
+            ("junction_tier_bytes", "Bytes a tier holds now", lambda t: t.num_bytes),
+            (
+                "junction_tier_capacity_bytes",
+                "The most a tier may hold",
+                lambda t: t.capacity_bytes,
+            ),
+            ("junction_tier_units", "Usable-hit units a tier holds now", lambda t: t.num_units),
+        ):
+            family = GaugeMetricFamily(name, help_text, labels=["tier"])
+            for tier, stats in tiers:
+                family.add_metric([tier], read(stats))
+            yield family
+        corrupt = CounterMetricFamily(
+            "junction_tier_corrupt_units", "Unit files dropped as corrupt", labels=["tier"]
+        )
+        for tier, stats in tiers:
+            corrupt.add_metric([tier], stats.num_corrupt)
+        yield corrupt
+        counters = (
+            ("junction_tier_saves", "States the device gave up that went down a tier", s.num_saves),
+            ("junction_tier_loads", "Requests whose hit was read from a tier", s.num_loads),
+            (
+                "junction_tier_loaded_tokens",
+                "Hit tokens the tiers served beyond the device's own",
+                s.num_loaded_tokens,
+            ),
+            (
+                "junction_tier_loaded_bytes",
+                "Bytes read from the tiers for hits",
+                s.num_loaded_bytes,
+            ),
+            (
+                "junction_tier_loads_refused_slow",
+                "Tier hits not taken: loading would take longer than prefilling",
+                s.num_refused_slow,
+            ),
+        )
+        for name, help_text, value in counters:
+            yield CounterMetricFamily(name, help_text, value=value)
 
 
 class PublisherCollector:

@@ -39,6 +39,7 @@ async def health(state: StateDep) -> JSONResponse:
 async def metrics(state: StateDep) -> Response:
     try:
         usage = await state.async_engine.call(Engine.cache_usage)
+        state.metrics.tiers = await state.async_engine.call(Engine.tier_stats)
     except EngineDeadError:
         pass  # the request metrics still tell what happened before the engine stopped
     else:
