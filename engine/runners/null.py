@@ -15,7 +15,7 @@ import torch
 
 from engine.cache.manager import BlockCopy
 from engine.config import ModelConfig
-from engine.runners.base import Runner, block_rows
+from engine.runners.base import Runner
 from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 from engine.tiers.moves import UnitLoad, UnitSave
 from engine.tiers.unit import TierUnit
@@ -28,9 +28,12 @@ def next_token(token_ids: list[int], end: int, vocab: int) -> int:
     return zlib.crc32(window, end) % vocab
 
 
+_ONE_BYTE = torch.zeros(1, dtype=torch.uint8)
+
+
 def sized(num_bytes: int) -> torch.Tensor:
-    """A tensor of `num_bytes` bytes by its shape that holds one."""
-    return torch.zeros(1, dtype=torch.uint8).expand(max(num_bytes, 1))
+    """A tensor of `num_bytes` bytes by its shape that holds one (never written)."""
+    return _ONE_BYTE.expand(max(num_bytes, 1))
 
 
 class NullRunner(Runner):
@@ -57,8 +60,7 @@ class NullRunner(Runner):
 
     def save_unit(self, save: UnitSave) -> TierUnit:
         per_token, per_state = self.unit_bytes()
-        rows = block_rows(save.attention_block_ids, self.block_size, save.start, save.end)
-        blocks = tuple({"kv": sized((high - low) * per_token)} for _, low, high in rows)
+        blocks = ({"kv": sized((save.end - save.start) * per_token)},)  # all rows as one
         return TierUnit(
             save.key, save.parent, save.start, save.end, blocks, {"state": sized(per_state)}
         )

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from engine.cache.block import InvariantError
 from engine.cache.coordinator import HybridCoordinator
 from engine.cache.eviction.abilities import Demotes
 from engine.cache.lookup import attention_match
@@ -99,13 +100,24 @@ class Tiering:
         # (a reference to that request's list; its first `p / U` entries are the state's)
         self.chains: dict[BlockHash, Sequence[BlockHash]] = {}
         self.saves: list[UnitSave] = []
+        self._pending: set[BlockHash] = set()  # the keys of `saves`
+        # each state key on the device -> the attention keys of its own span (the blocks since
+        # the deepest state before it), and each such attention key -> the states it is in
+        self.spans: dict[BlockHash, list[BlockHash]] = {}
+        self.owners: dict[BlockHash, set[BlockHash]] = {}
         self.num_saves = self.num_unbacked = self.num_declined = self.num_loads = 0
         self.num_loaded_tokens = self.num_loaded_bytes = self.num_refused_slow = 0
-        pool = coordinator.mamba.pool
+        self._listen(coordinator.mamba.pool, self._evicted)
+        self._listen(coordinator.attention.pool, self._attention_evicted)
+
+    @staticmethod
+    def _listen(pool, listener) -> None:
+        """Have `listener` told the keys of each block the pool gives up, before whoever was
+        told already (the entries are still there for both)."""
         before = pool.on_evict
 
         def evicted(keys: list[BlockHash]) -> None:
-            self._evicted(keys)
+            listener(keys)
             if before is not None:
                 before(keys)
 
@@ -113,33 +125,82 @@ class Tiering:
 
     # ------------------------------------------------------------------ down
     def registered(self, hashes: Sequence[BlockHash], positions: Sequence[int]) -> None:
-        """The device registered states at `positions` of the chain `hashes`."""
+        """The device registered states at `positions` of the chain `hashes`: each is
+        remembered with its chain, and under the attention keys of its own span, the blocks
+        from the deepest state before it (on the device or in a tier) up to it."""
+        unit, size = self.unit, self.coordinator.attention.block_size
+        states, stack = self.coordinator.mamba.pool.entries, self.stack
         for position in positions:
-            self.chains[hashes[position // self.unit - 1]] = hashes
+            key = hashes[position // unit - 1]
+            if key in self.chains:
+                continue
+            self.chains[key] = hashes
+            start = 0
+            for index in range(position // unit - 1, 0, -1):
+                candidate = hashes[index - 1]
+                if candidate in states or stack.holds(candidate):
+                    start = index * unit
+                    break
+            span = [
+                hashes[min((block + 1) * size, position) // unit - 1]
+                for block in range(start // size, (position - 1) // size + 1)
+            ]
+            self.spans[key] = span
+            for attention_key in span:
+                self.owners.setdefault(attention_key, set()).add(key)
+
+    def _forget(self, key: BlockHash) -> Sequence[BlockHash] | None:
+        """The device gave up the state `key`: its chain, no longer remembered."""
+        hashes = self.chains.pop(key, None)
+        for attention_key in self.spans.pop(key, ()):
+            owners = self.owners[attention_key]
+            owners.discard(key)
+            if not owners:
+                del self.owners[attention_key]
+        return hashes
 
     def _evicted(self, keys: list[BlockHash]) -> None:
-        pool = self.coordinator.mamba.pool
-        entries, policy = pool.entries, pool.eviction
-        pending = {save.key for save in self.saves}
+        """The Mamba pool gives up a block: its states go down (`_send_down`); one a tier
+        holds already is refreshed there."""
         for key in keys:
-            hashes = self.chains.pop(key, None)
-            if hashes is None or key in pending:
+            hashes = self._forget(key)
+            if hashes is None:
                 continue
-            if self.stack.holds(key):  # went down before and came back: keep it fresh there
-                if key in self.stack.host:
-                    self.stack.host.index.touch(key)
-                continue
-            if isinstance(policy, Demotes) and not policy.worth_keeping_below(
-                key, entries[key].reason
-            ):
-                self.num_declined += 1
-                continue
-            save = self._save(key, entries[key].block_id, entries[key].position, hashes, pending)
-            if save is None:
-                self.num_unbacked += 1
-            else:
-                self.saves.append(save)
-                pending.add(key)
+            if key in self.stack.host:
+                self.stack.host.index.touch(key)
+            self._send_down(key, hashes)
+
+    def _attention_evicted(self, keys: list[BlockHash]) -> None:
+        """The attention pool gives up a block: the device's states whose own span holds it
+        (the shallowest past it on each chain) stop being usable there, so they go down now,
+        while the block's rows can still be copied; a deeper one goes down when it is given
+        up itself, over the unit saved now."""
+        owners = self.owners
+        found = {state for key in keys for state in owners.get(key, ())}
+        if not found:
+            return
+        states = self.coordinator.mamba.pool.entries
+        for state in sorted(found, key=lambda state: states[state].position):
+            self._send_down(state, self.chains[state])
+
+    def _send_down(self, key: BlockHash, hashes: Sequence[BlockHash]) -> None:
+        """Save the device's state `key` (of the chain `hashes`) as a unit this step, unless a
+        tier holds it, it is being saved, or the pool's policy says it is not worth it."""
+        pool = self.coordinator.mamba.pool
+        if key in self._pending or self.stack.holds(key):
+            return
+        entry = pool.entries[key]
+        if isinstance(pool.eviction, Demotes) and not pool.eviction.worth_keeping_below(
+            key, entry.reason
+        ):
+            self.num_declined += 1
+            return
+        save = self._save(key, entry.block_id, entry.position, hashes, self._pending)
+        if save is None:
+            self.num_unbacked += 1
+        else:
+            self.saves.append(save)
+            self._pending.add(key)
 
     def _save(
         self,
@@ -179,6 +240,7 @@ class Tiering:
 
     def take_saves(self) -> list[UnitSave]:
         saves, self.saves = self.saves, []
+        self._pending.clear()
         return saves
 
     def stored(self, units: Sequence[TierUnit]) -> None:
@@ -364,4 +426,12 @@ class Tiering:
         entries = self.coordinator.mamba.pool.entries
         for key in self.chains:
             if key not in entries:
-                raise AssertionError(f"tiering: chain kept for state {key.hex()} not on device")
+                raise InvariantError(f"tiering: chain kept for state {key.hex()} not on device")
+        if self.spans.keys() != self.chains.keys():
+            raise InvariantError("tiering: the states with spans are not the states with chains")
+        owners: dict[BlockHash, set[BlockHash]] = {}
+        for state, span in self.spans.items():
+            for attention_key in span:
+                owners.setdefault(attention_key, set()).add(state)
+        if owners != self.owners:
+            raise InvariantError("tiering: the owners of attention keys disagree with the spans")
