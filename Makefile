@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint bench-lookup bench-ttft bench-vllm bench-pressure bench-whatif venv demo run peer
+.PHONY: test lint bench-lookup bench-ttft bench-vllm bench-pressure bench-tiers bench-whatif venv demo run peer
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -46,6 +46,10 @@ bench-vllm: venv peer
 
 bench-pressure: venv peer
 	$(PY) benchmarks/pressure.py
+
+# no `peer`: the peer's scheduler-only replay cannot drive vLLM's offloading (benchmarks/tiers.py)
+bench-tiers: venv
+	$(PY) benchmarks/tiers.py
 
 demo: venv
 	bash examples/demo.sh
