@@ -5,9 +5,10 @@ bytes, with or without a disk tier, and once with an engine restart halfway.
 Bytes are the model's (`engine.setup.footprint`, the built-in model): the device holds
 `num_blocks * Ba` tokens of keys and values and `num_mamba_blocks` states, and the null runner
 sizes each unit it saves by the same footprint (expanded tensors: the host tier counts the bytes
-without holding them, the disk tier writes them). A restart is a second engine on the same disk
-directory replaying the second half of the trace: the device and host memory start empty, the
-disk keeps what was demoted to it.
+without holding them, the disk tier writes them). A restart is a clean stop of the first engine
+(`Engine.close`: the device's states and host memory's units go to disk) and a second engine on
+the same disk directory replaying the second half of the trace: the device and host memory start
+empty, the disk holds what the first engine held.
 
 The multi-tenant agentic trace: `num_tenants` tenants, each with its own cache salt, each
 running agent sessions over one of three system prompts of 700-3300 tokens (seeded lengths);
@@ -186,10 +187,15 @@ def tier_config(
 
 
 def run_engine(
-    requests: list[TraceRequest], budget: Budget, concurrency: int, tiers: TierConfig
+    requests: list[TraceRequest],
+    budget: Budget,
+    concurrency: int,
+    tiers: TierConfig,
+    close: bool = False,
 ) -> TierRun:
     """Replay `requests` through a fresh engine (the null runner, default policy) with
-    `tiers` under pools of `budget`."""
+    `tiers` under pools of `budget`; `close`: a clean stop after it (`Engine.close`: the
+    device's states and host memory's units to disk)."""
     cache = CacheConfig(
         block_size=BLOCK_SIZE,
         mamba_block_size=MAMBA_BLOCK_SIZE,
@@ -201,6 +207,8 @@ def run_engine(
         cache, SchedulerConfig(), runner="null", sink=NullSink(), engine_id="tiers", tiers=tiers
     )
     records, summary = replay(engine, requests, concurrency)
+    if close:
+        engine.close()
     tiering = engine.scheduler.tiering
     return TierRun(
         summary.num_cached_tokens,
@@ -303,13 +311,13 @@ def run_restart(
     rates: Rates,
     unbroken: TierRun,
 ) -> Restart:
-    """The first half through one engine, the second through a new one on the same disk
-    directory; `unbroken` is the same cell's run without the restart."""
+    """The first half through one engine, stopped cleanly, the second through a new one on
+    the same disk directory; `unbroken` is the same cell's run without the restart."""
     half = len(requests) // 2
     device = device_bytes(budget)
     with tempfile.TemporaryDirectory(prefix="junction-tiers-restart-") as tmp:
         tiers = tier_config(device, host_multiple, tmp, rates)
-        before = run_engine(requests[:half], budget, concurrency, tiers)
+        before = run_engine(requests[:half], budget, concurrency, tiers, close=True)
         num_units = sum(1 for p in Path(tmp).iterdir() if p.suffix == ".unit")
         after = run_engine(requests[half:], budget, concurrency, tiers)
     window = after.records[:RESTART_WINDOW]

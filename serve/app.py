@@ -1,12 +1,14 @@
 """`create_app`: the engine's OpenAI-compatible server around an `AsyncEngine`.
 
 The app owns the engine loop's lifetime: it starts the loop when the server starts and shuts
-it down when the server stops.
+it down when the server stops; then, with a disk tier, the engine's cache goes to disk for the
+next start (`Engine.close`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -22,6 +24,8 @@ from serve.errors import install_error_handlers
 from serve.metrics import ServerMetrics
 from serve.routes import chat, completions, models, ops
 from serve.routes import feed as feed_routes
+
+logger = logging.getLogger("junction.serve")
 
 
 def create_app(
@@ -57,6 +61,10 @@ def create_app(
             yield
         finally:
             await asyncio.to_thread(async_engine.shutdown)
+            if not async_engine.is_running:  # its loop is gone: nothing steps the engine now
+                written = await asyncio.to_thread(engine.close)
+                if written:
+                    logger.info("wrote %d cache units to the disk tier for a restart", written)
 
     app = FastAPI(
         title="Junction engine",

@@ -203,6 +203,9 @@ class Scheduler:
             if self.tiering is not None and not request.is_pin:
                 plan = self.tiering.find(request.block_hashes, request.num_tokens, hit.length)
                 if plan is not None:
+                    if self.sharing.waits_for_producer(request, plan.as_hit(hit), self.running):
+                        index += 1
+                        continue
                     loaded = self._admit_loading(out, request, hit, plan)
                     if loaded is None:
                         break  # no room for its blocks yet
@@ -271,8 +274,14 @@ class Scheduler:
         if not request.is_observed:
             request.branch_point = coordinator.observe(request.block_hashes)
             request.is_observed = True
-        branch = request.branch_point if self.cache_config.junction_checkpoints else None
-        targets = self.planner.targets(request, None, branch)
+        junction = branch = None
+        if self.cache_config.junction_checkpoints:
+            if device.attention_length > plan.length:  # the device's attention goes on
+                junction = device.attention_length
+            else:
+                branch = request.branch_point
+        targets = self.planner.targets(request, junction, branch)
+        self.sharing.keep_sibling_junctions(request, plan.as_hit(device), targets, self.waiting)
         refused = coordinator.refused_states(
             request.block_hashes, request.num_prompt_tokens, plan.length, targets
         )
@@ -304,9 +313,10 @@ class Scheduler:
             request.num_cached_tokens = plan.length
             request.hit_tokens_by_group = {ATTENTION: plan.length, MAMBA: plan.length}
             request.pin_hits = self.pin_manager.hits(request, plan.length)
+            seen = plan.as_hit(device)
             request.match = AdmissionMatch(
-                max(device.proof_length, plan.length),
-                device.proof_limit,
+                seen.proof_length,
+                seen.proof_limit,
                 self.sharing.in_flight_reach(request, self.running),
             )
         request.num_loaded_tokens += plan.length - device.length

@@ -128,6 +128,18 @@ class TierStack:
         self._let_go(key)
         return unit is not None or on_disk
 
+    def flush(self) -> int:
+        """Write every unit in host memory that the disk lacks to disk, roots first, so that
+        a restart on the directory finds them (an engine's clean stop). Host memory keeps them
+        too. Returns how many were written; none without a disk tier."""
+        if self.disk is None:
+            return 0
+        written = 0
+        for unit in sorted(self.host.units.values(), key=lambda unit: unit.start):
+            if unit.key in self.host and unit.key not in self.disk and self._into_disk(unit):
+                written += 1
+        return written
+
     # ------------------------------------------------------------------ moves
     def _into_host(self, unit: TierUnit) -> bool:
         is_new = unit.key not in self.host

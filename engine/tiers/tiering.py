@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from engine.cache.block import InvariantError
-from engine.cache.coordinator import HybridCoordinator
+from engine.cache.coordinator import CacheHit, HybridCoordinator
 from engine.cache.eviction.abilities import Demotes
 from engine.cache.lookup import attention_match
+from engine.cache.mamba import MambaHit
 from engine.events import ATTENTION, MAMBA, BlockRemoved, BlockStored, EventSink, UnitLoaded
 from engine.hashing import BlockHash
 from engine.tiers.index import Record
@@ -68,6 +69,19 @@ class TierPlan(NamedTuple):
     attention_block_ids: list[int]  # the device's blocks over `[0, start)`
     keys: list[BlockHash]  # the units to load, root first
     num_bytes: int
+
+    def as_hit(self, device: CacheHit) -> CacheHit:
+        """The hit as the rest of admission sees it (in-flight sharing, junctions, miss
+        attribution): the device's lookup with the length, and the proof, this plan reaches.
+        No blocks: the plan's own admission takes them."""
+        return CacheHit(
+            self.length,
+            max(device.attention_length, self.length),
+            [],
+            MambaHit(0, None, False),
+            max(device.proof_length, self.length),
+            device.proof_limit,
+        )
 
 
 @dataclass(frozen=True)
@@ -237,6 +251,14 @@ class Tiering:
                 return None
             blocks.append(entry.block_id)
         return tuple(blocks)
+
+    def save_device(self) -> list[UnitSave]:
+        """Every state on the device that no tier holds, as saves, shallowest first (each
+        over the units before it): what a clean stop sends down. Call between steps."""
+        states = self.coordinator.mamba.pool.entries
+        for key in sorted(self.chains, key=lambda key: states[key].position):
+            self._send_down(key, self.chains[key])
+        return self.take_saves()
 
     def take_saves(self) -> list[UnitSave]:
         saves, self.saves = self.saves, []
