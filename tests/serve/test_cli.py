@@ -71,3 +71,48 @@ def test_a_taken_port_is_said_before_the_model_loads(capsys):
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"junction serve: cannot listen on 127.0.0.1:{port}: "), line
     assert line.endswith("pick another --port (or --host)"), line
+
+
+def test_the_tier_options_and_their_errors(monkeypatch, tmp_path, capsys):
+    """`--host-cache-bytes` defaults to a share of free memory in `serve` and takes bytes;
+    a disk tier needs its bytes; a directory written for another geometry is refused with one
+    line naming `--disk-cache-dir` before serving."""
+    from engine.setup.options import tier_config_from_args
+
+    args = parse(["serve", "--runner", "null"])
+    cache, _, model = configs_from_args(args)
+    auto = tier_config_from_args(args, cache, model)
+    assert auto.host_cache_bytes > 0 and auto.disk_cache_dir is None
+    args = parse(["serve", "--host-cache-bytes", "1GiB", "--disk-cache-dir", str(tmp_path)])
+    try:
+        tier_config_from_args(args, cache, model)
+    except ValueError as error:
+        assert "--disk-cache-bytes" in str(error) and "JUNCTION_DISK_CACHE_BYTES" in str(error)
+    else:
+        raise AssertionError("a disk tier without its bytes was taken")
+    monkeypatch.setenv("JUNCTION_HOST_CACHE_BYTES", "0")
+    args = parse(["serve", "--disk-cache-dir", str(tmp_path), "--disk-cache-bytes", "64MiB"])
+    tiers = tier_config_from_args(args, cache, model)
+    assert (tiers.host_cache_bytes, tiers.disk_cache_bytes) == (0, 64 << 20)
+    bad = parse(["serve", "--host-cache-bytes", "lots"])
+    try:
+        tier_config_from_args(bad, cache, model)
+    except ValueError as error:
+        assert "--host-cache-bytes" in str(error) and "'lots'" in str(error)
+    else:
+        raise AssertionError("a bad --host-cache-bytes was taken")
+    # the directory is claimed by one geometry, then refused to another
+    Engine(cache, runner="null", tiers=tiers)
+    other = ["--block-size", "32", "--runner", "null", "--port", str(free_port())]
+    argv = ["serve", *other, "--disk-cache-dir", str(tmp_path), "--disk-cache-bytes", "64MiB"]
+    assert cmd_serve(parse(argv)) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    refusal = [line for line in err if "--disk-cache-dir" in line]
+    assert len(refusal) == 1 and "written for another model or cache geometry" in refusal[0]
+    assert "block_size" in refusal[0] or "attention_block_size" in refusal[0]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
