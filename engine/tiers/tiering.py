@@ -200,6 +200,7 @@ class Tiering:
             pool.block_size,
             geometry.is_fine_grained,
         )
+        is_refused = False
         for position in range(top, device_length, -align):
             key = hashes[position // unit - 1]
             if not stack.holds(key):
@@ -214,11 +215,12 @@ class Tiering:
             if self.costs is not None and self.costs.load_seconds(places) > (
                 self.costs.prefill_seconds(position - device_length)
             ):
-                self.num_refused_slow += 1
+                is_refused = True
                 continue
             size = pool.block_size
             blocks = [entry.block_id for entry in device.values][: -(-start // size)]
             return TierPlan(position, start, blocks, [k for k, _ in chain], sum(places.values()))
+        self.num_refused_slow += is_refused
         return None
 
     def _chain(self, key: BlockHash, start: int) -> list[tuple[BlockHash, int]] | None:
