@@ -11,9 +11,10 @@ import random
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from engine.cache.eviction import EVICTION_POLICIES
@@ -40,11 +41,11 @@ def geometries(draw) -> CacheConfig:
         block_size=unit * draw(st.sampled_from([1, 2, 4])),
         mamba_block_size=unit * draw(st.sampled_from([4, 8, 16])),
         prefix_match_unit=unit,
-        partial_hits=draw(st.sampled_from([True, True, False])),
+        partial_hits=draw(st.sampled_from([True, True, True, False])),
         junction_checkpoints=draw(st.booleans()),
         checkpoint_mode=draw(st.sampled_from(["stops", "inline"])),
         checkpoint_interval=draw(st.sampled_from([None, 0, 2 * unit])),
-        eagle=draw(st.sampled_from([False] * 5 + [True])),
+        eagle=draw(st.sampled_from([False] * 7 + [True])),
         dcp_size=draw(st.sampled_from([1, 1, 2])),
         eviction=draw(st.sampled_from(list(EVICTION_POLICIES))),
         num_blocks=4096,  # replaced by `sized_pools` once the trace is known
@@ -93,6 +94,18 @@ def tiny_pools(
     the smallest, so a state given up still has its attention prefix on the device."""
     tight = sized_pools(config, submissions, slack)
     return CacheConfig(**{**tight.__dict__, "num_blocks": tight.num_blocks * scale})
+
+
+def repeated_systems(seed: int = 0, num_systems: int = 4, num_rounds: int = 3) -> list[Submission]:
+    """Rounds of each system prompt with a fresh tail: every state of a round is given up
+    before the next round asks for it again."""
+    rng = random.Random(seed)
+    bases = [[rng.randrange(VOCAB) for _ in range(120)] for _ in range(num_systems)]
+    return [
+        Submission(base + [rng.randrange(VOCAB) for _ in range(rng.randint(1, 12))], 2)
+        for _ in range(num_rounds)
+        for base in bases
+    ]
 
 
 def tier_config(layout: str, host_bytes: int, disk_bytes: int, directory: str) -> TierConfig:
@@ -153,6 +166,37 @@ def outputs_equal_cache_off(requests, harness, config, scheduler, submissions) -
             assert ours.output_token_ids == theirs.output_token_ids, ours.request_id
 
 
+class Corruption(NamedTuple):
+    every: int  # steps between two corrupted files
+    seed: int
+
+
+def corrupt_a_unit_file(directory: Path, rng: random.Random) -> None:
+    """Flip a byte in the second half of a unit file (its payload, past the header)."""
+    files = sorted(directory.glob(f"*{SUFFIX}"))
+    if not files:
+        return
+    path = rng.choice(files)
+    data = bytearray(path.read_bytes())
+    data[rng.randrange(len(data) // 2, len(data))] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+#: The explicit examples' arguments: the random ones may miss a load from some tier, these not
+FIXED = {
+    "config": CacheConfig(block_size=8, mamba_block_size=32, prefix_match_unit=8),
+    "submissions": repeated_systems(),
+    "host_bytes": 2000,
+    "disk_bytes": 1 << 20,
+    "slack": 0,
+    "scale": 4,
+    "budget": 48,
+    "concurrency": 1,
+    "restart": False,
+    "corrupt": None,
+}
+
+
 #: What the passing examples reached; `test_the_traces_loaded_from_each_tier` reads it.
 REACHED: Counter[str] = Counter()
 
@@ -165,45 +209,80 @@ REACHED: Counter[str] = Counter()
 @given(
     config=geometries(),
     submissions=workloads(),
-    layout=st.sampled_from(LAYOUTS),
+    layout=st.sampled_from([*LAYOUTS, "disk"]),
     host_bytes=st.sampled_from([700, 2000, 8000, 1 << 20]),
     disk_bytes=st.sampled_from([4000, 16000, 1 << 20]),
     slack=st.integers(0, 2),
     scale=st.sampled_from([1, 2, 4]),
     budget=st.sampled_from([16, 48, 200]),
     concurrency=st.integers(1, 4),
+    restart=st.booleans(),
+    corrupt=st.one_of(st.none(), st.builds(Corruption, st.integers(1, 8), st.integers(0, 2**16))),
+)
+@example(**{**FIXED, "layout": "host", "host_bytes": 1 << 20})
+@example(**{**FIXED, "layout": "disk", "restart": True})
+@example(
+    **{**FIXED, "layout": "host+disk", "host_bytes": 700, "scale": 2, "corrupt": Corruption(8, 0)}
 )
 def test_random_traces_over_tiny_tiers_keep_invariants_and_equal_cache_off(
-    config, submissions, layout, host_bytes, disk_bytes, slack, scale, budget, concurrency
+    config,
+    submissions,
+    layout,
+    host_bytes,
+    disk_bytes,
+    slack,
+    scale,
+    budget,
+    concurrency,
+    restart,
+    corrupt,
 ):
     config = tiny_pools(config, submissions, slack, scale)
     scheduler = SchedulerConfig(max_num_batched_tokens=budget)
+    # with a disk, the trace's second half may run on a new engine over the same directory
+    cut = len(submissions) // 2 if restart and layout != "host" else len(submissions)
+    loads, num_saves, num_pinned, num_corrupt = [], 0, 0, 0
+    rng = random.Random(None if corrupt is None else corrupt.seed)
     with tempfile.TemporaryDirectory() as directory:
-        tiers = tier_config(layout, host_bytes, disk_bytes, directory)
-        engine = Engine(config, scheduler, runner="ledger", tiers=tiers)
+        for part in (submissions[:cut], submissions[cut:]):
+            if not part:
+                continue
+            tiers = tier_config(layout, host_bytes, disk_bytes, directory)
+            engine = Engine(config, scheduler, runner="ledger", tiers=tiers)
+            engine.check_invariants()
 
-        def after_step(engine: Engine) -> None:
-            check_device_holds(engine)
-            check_tiers(engine)
+            def after_step(engine: Engine) -> None:
+                check_device_holds(engine)
+                check_tiers(engine)
+                if corrupt is not None and engine.num_steps % corrupt.every == 0:
+                    corrupt_a_unit_file(Path(directory), rng)
 
-        harness = Harness(engine, concurrency=concurrency, on_step=after_step, drain_for_pins=False)
-        requests = harness.run(submissions)
-        engine.check_invariants()
-        stats = engine.scheduler.tiering.stats()
-        loads = [e for e in engine.sink.events if isinstance(e, UnitLoaded)]
-        assert len(loads) == stats.num_loads
-        for load in loads:
-            assert set(load.media) <= {HOST, DISK}
-            assert len(load.media) == len(load.unit_hashes) > 0
-        assert sum(r.num_loaded_tokens for r in requests) == stats.num_loaded_tokens
-        outputs_equal_cache_off(requests, harness, config, scheduler, submissions)
+            harness = Harness(
+                engine, concurrency=concurrency, on_step=after_step, drain_for_pins=False
+            )
+            requests = harness.run(part)
+            engine.check_invariants()
+            stats = engine.scheduler.tiering.stats()
+            part_loads = [e for e in engine.sink.events if isinstance(e, UnitLoaded)]
+            assert len(part_loads) == stats.num_loads
+            for load in part_loads:
+                assert set(load.media) <= {HOST, DISK}
+                assert len(load.media) == len(load.unit_hashes) > 0
+            assert sum(r.num_loaded_tokens for r in requests) == stats.num_loaded_tokens
+            outputs_equal_cache_off(requests, harness, config, scheduler, part)
+            loads += part_loads
+            num_saves += stats.num_saves
+            num_corrupt += 0 if stats.stack.disk is None else stats.stack.disk.num_corrupt
+            num_pinned += any(p.state is PinState.MATERIALIZED for p in engine.pins.values())
     media = {medium for load in loads for medium in load.media}
     reached = {
-        "saved": stats.num_saves > 0,
-        "loaded": stats.num_loads > 0,
+        "saved": num_saves > 0,
+        "loaded": bool(loads),
         "loaded from host": HOST in media,
         "loaded from disk": DISK in media,
-        "pinned": any(p.state is PinState.MATERIALIZED for p in engine.pins.values()),
+        "loaded after a restart": cut < len(submissions) and bool(part_loads),
+        "pinned": num_pinned > 0,
+        "corrupt unit dropped": num_corrupt > 0,
     }
     for name, value in reached.items():
         event(f"{name}: {value}")
@@ -216,7 +295,15 @@ def test_the_traces_loaded_from_each_tier():
     some from disk, so a wiring that never loads cannot pass it by never reaching a load."""
     if REACHED["examples"] < 30:
         pytest.skip(f"only {REACHED['examples']} property examples ran here")
-    for name in ("saved", "loaded", "loaded from host", "loaded from disk"):
+    names = (
+        "saved",
+        "loaded",
+        "loaded from host",
+        "loaded from disk",
+        "loaded after a restart",
+        "corrupt unit dropped",
+    )
+    for name in names:
         assert REACHED[name] > 0, (name, dict(REACHED))
 
 

@@ -6,11 +6,15 @@ memory, from disk alone, and from disk after a restart."""
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig, TierConfig
 from engine.engine import Engine
@@ -19,7 +23,15 @@ from engine.request import SamplingParams
 from engine.runners.torch_runner import TorchRunner
 from engine.tiers.stack import DISK, HOST
 from tests.engine.conftest import TINY_MODEL
+from tests.engine.ledger_harness import Harness
 from tests.engine.model.hf_checkpoints import VARIANTS
+from tests.engine.tiers.test_wired_ledger import (
+    LAYOUTS,
+    geometries,
+    tier_config,
+    tiny_pools,
+    workloads,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -126,3 +138,38 @@ def test_hits_from_host_disk_and_a_restart_equal_cache_off(model, tmp_path):
     fresh = engine(model)
     run(fresh, second)
     assert restarted.stats.num_cached_tokens > fresh.stats.num_cached_tokens
+
+
+@settings(
+    max_examples=int(os.environ.get("JUNCTION_TIER_TORCH_EXAMPLES", "6")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    config=geometries(),
+    submissions=workloads(),
+    layout=st.sampled_from(LAYOUTS),
+    slack=st.integers(0, 2),
+    concurrency=st.integers(1, 3),
+)
+def test_random_traces_over_tiers_match_cache_off(config, submissions, layout, slack, concurrency):
+    """Partial hits inside blocks, both checkpoint modes, pins and aborts, on the built-in
+    model: a load that starts inside a shared block writes the step's private copy of it."""
+    submissions = submissions[:14]
+    config = tiny_pools(config, submissions, slack, 2)
+    scheduler = SchedulerConfig(max_num_batched_tokens=48)
+    with tempfile.TemporaryDirectory() as directory:
+        tiers = tier_config(layout, 1 << 22, 1 << 22, directory)
+        engine = Engine(config, scheduler, TINY_MODEL, runner="torch", tiers=tiers)
+        harness = Harness(engine, concurrency=concurrency, drain_for_pins=False)
+        requests = harness.run(submissions)
+        off = CacheConfig(**{**config.__dict__, "enable_prefix_caching": False})
+        base = Harness(Engine(off, scheduler, TINY_MODEL, runner="torch"), drain_for_pins=False)
+        baseline = base.run(submissions)
+    aborted = harness.aborted_ids | base.aborted_ids
+    for ours, theirs in zip(requests, baseline, strict=True):
+        if ours.prompt_token_ids == theirs.prompt_token_ids and not (
+            {ours.request_id, theirs.request_id} & aborted
+        ):
+            assert ours.output_token_ids == theirs.output_token_ids, ours.request_id
+    event(f"loaded: {engine.scheduler.tiering.stats().num_loads > 0}")
