@@ -108,6 +108,8 @@ class Tiering:
                 before(keys)
 
         pool.on_evict = evicted
+        if sink.is_recording:  # a disk tier reopened after a restart: its units start the epoch
+            self._announce((set(), set()))
 
     # ------------------------------------------------------------------ down
     def registered(self, hashes: Sequence[BlockHash], positions: Sequence[int]) -> None:

@@ -476,10 +476,10 @@ def test_a_fast_host_tier_is_loaded_from():
 # ---------------------------------------------------------------------- events and feed
 
 
-def replay_tier_events(events) -> dict[tuple[str, str], set[str]]:
-    """What each tier holds by the events, per group: a store of a key the tier held, or a
-    removal of one it did not, fails. Some key moved down: removed from host memory while not
-    on disk, its next event in the group a store on disk."""
+def replay_tier_events(events) -> tuple[dict[tuple[str, str], set[str]], int]:
+    """What each tier holds by the events, per group (a store of a key the tier held, or a
+    removal of one it did not, fails), and how many keys moved down: removed from host memory
+    while not on disk, their next event in the group a store on disk."""
     held: dict[tuple[str, str], set[str]] = {
         (medium, group): set() for medium in (HOST, DISK) for group in ("attention", "mamba")
     }
@@ -501,8 +501,38 @@ def replay_tier_events(events) -> dict[tuple[str, str], set[str]]:
             if later.group == e.group and later.block_hashes == e.block_hashes
         )
         num_moves += next(after, None) == (BlockStored, DISK)
-    assert num_moves > 0
-    return held
+    return held, num_moves
+
+
+def tier_events_of(engine: Engine) -> list:
+    return [
+        e
+        for e in engine.sink.events
+        if isinstance(e, BlockStored | BlockRemoved) and e.medium in TIER_MEDIA
+    ]
+
+
+def assert_held_as_announced(engine: Engine, held: dict[tuple[str, str], set[str]]) -> None:
+    stack = engine.scheduler.tiering.stack
+    for group in ("attention", "mamba"):
+        assert held[HOST, group] == {key.hex() for key in stack.host.units}
+        assert held[DISK, group] == {key.hex() for key in stack.disk.index.records}
+
+
+def test_a_restarted_engine_announces_the_units_it_found_on_disk(tmp_path):
+    """A new epoch's stream tells what the disk tier holds from its start: the units found on
+    disk are stored before any of them is removed or loaded."""
+    first = Engine(CACHE, runner="ledger", tiers=disk_tiers(tmp_path, host_bytes=3000))
+    run(first, prompts(0, rounds=1))
+    found = {key.hex() for key in first.scheduler.tiering.stack.disk.index.records}
+    assert found
+    restarted = Engine(CACHE, runner="ledger", tiers=disk_tiers(tmp_path, host_bytes=3000))
+    stored = {k for e in tier_events_of(restarted) for k in e.block_hashes}
+    assert stored == found
+    run(restarted, prompts(7))
+    held, _ = replay_tier_events(tier_events_of(restarted))
+    assert_held_as_announced(restarted, held)
+    assert restarted.scheduler.tiering.stats().num_loads > 0
 
 
 def test_tier_events_carry_their_medium_and_no_block_ids(tmp_path):
@@ -520,11 +550,9 @@ def test_tier_events_carry_their_medium_and_no_block_ids(tmp_path):
 
     stats = engine.scheduler.tiering.stats()
     assert stats.stack.num_demoted > 0
-    held = replay_tier_events(tier_events)
-    stack = engine.scheduler.tiering.stack
-    for group in ("attention", "mamba"):
-        assert held[HOST, group] == {key.hex() for key in stack.host.units}
-        assert held[DISK, group] == {key.hex() for key in stack.disk.index.records}
+    held, num_moves = replay_tier_events(tier_events)
+    assert num_moves > 0
+    assert_held_as_announced(engine, held)
 
     loads = [e for e in events if isinstance(e, UnitLoaded)]
     assert len(loads) == stats.num_loads > 0
