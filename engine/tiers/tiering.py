@@ -125,7 +125,8 @@ class Tiering:
             if hashes is None or key in pending:
                 continue
             if self.stack.holds(key):  # went down before and came back: keep it fresh there
-                self.stack.load(key) if key in self.stack.host else None
+                if key in self.stack.host:
+                    self.stack.host.index.touch(key)
                 continue
             save = self._save(key, entries[key].block_id, entries[key].position, hashes, pending)
             if save is None:

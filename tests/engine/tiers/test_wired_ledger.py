@@ -270,6 +270,11 @@ def test_random_traces_over_tiny_tiers_keep_invariants_and_equal_cache_off(
                 assert set(load.media) <= {HOST, DISK}
                 assert len(load.media) == len(load.unit_hashes) > 0
             assert sum(r.num_loaded_tokens for r in requests) == stats.num_loaded_tokens
+            if corrupt is None:  # else a chain read up to a corrupt unit loads nothing
+                read = Counter(medium for load in part_loads for medium in load.media)
+                assert stats.stack.host.num_hits == read[HOST]
+                if stats.stack.disk is not None:
+                    assert stats.stack.disk.num_hits == read[DISK]
             held, _ = replay_tier_events(tier_events_of(engine))
             assert_held_as_announced(engine, held)
             outputs_equal_cache_off(requests, harness, config, scheduler, part)
@@ -479,6 +484,8 @@ def test_a_fast_host_tier_is_loaded_from():
     stats = engine.scheduler.tiering.stats()
     assert stats.num_refused_slow == 0
     assert stats.num_loads > 0
+    # the bytes read out of host memory are the loads' (a unit kept fresh there is not read)
+    assert stats.stack.host.bytes_out == stats.num_loaded_bytes
     assert sum(r.num_loaded_tokens for r in requests) == stats.num_loaded_tokens > 0
     assert [r.output_token_ids for r in requests] == cache_off_outputs(token_lists)
 
