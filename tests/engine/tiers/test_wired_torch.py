@@ -173,3 +173,23 @@ def test_random_traces_over_tiers_match_cache_off(config, submissions, layout, s
         ):
             assert ours.output_token_ids == theirs.output_token_ids, ours.request_id
     event(f"loaded: {engine.scheduler.tiering.stats().num_loads > 0}")
+
+
+def test_bfloat16_units_go_to_disk_and_come_back_after_a_restart(tmp_path):
+    """The built-in model in bfloat16 (its mixers hand states back in float32, cast on the
+    way into the pools): units keep the pools' dtype through the disk, and hits from them
+    after a restart give cache-off's tokens."""
+    model = ModelConfig(**{**TINY_MODEL.__dict__, "dtype": "bfloat16"})
+    first, second = rounds(0)
+    off_cache = CacheConfig(**{**CACHE.__dict__, "enable_prefix_caching": False})
+    reference = run(Engine(off_cache, SCHEDULER, model, runner="torch"), first + second)
+    writer = Engine(CACHE, SCHEDULER, model, runner="torch", tiers=disk_tiers(tmp_path))
+    assert run(writer, first + second).tokens == reference.tokens
+    restarted = Engine(CACHE, SCHEDULER, model, runner="torch", tiers=disk_tiers(tmp_path))
+    disk = restarted.scheduler.tiering.stack.disk
+    unit = disk.get(next(iter(disk.index.records)))
+    assert {t.dtype for block in unit.blocks for t in block.values()} == {torch.bfloat16}
+    assert {t.dtype for t in unit.state.values()} == {torch.bfloat16}
+    assert run(restarted, second).tokens == reference.tokens[NUM_SYSTEMS:]
+    assert restarted.scheduler.tiering.stats().num_loads > 0
+    assert loaded_media(restarted) == {DISK}
