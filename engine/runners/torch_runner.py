@@ -206,8 +206,8 @@ class TorchRunner(Runner):
         result = self.model.decode(token_ids, positions, self.kv, write_slots, contexts, states)
         writes = torch.tensor([c.mamba_writes[-1][1] for c in chunks], device=device)  # [b]
         for layer, (conv_state, ssm_state) in enumerate(result.new_states):
-            self.conv[layer][writes] = conv_state
-            self.ssm[layer][writes] = ssm_state
+            self.conv[layer][writes] = conv_state.to(self.conv[layer].dtype)
+            self.ssm[layer][writes] = ssm_state.to(self.ssm[layer].dtype)
         return result.logits
 
     def _num_attention_blocks(self) -> int:

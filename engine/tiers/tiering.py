@@ -123,6 +123,8 @@ class Tiering:
         self.num_loaded_tokens = self.num_loaded_bytes = self.num_refused_slow = 0
         self._listen(coordinator.mamba.pool, self._evicted)
         self._listen(coordinator.attention.pool, self._attention_evicted)
+        if sink.is_recording:  # a disk tier reopened after a restart: its units start the epoch
+            self._announce((set(), set()))
 
     @staticmethod
     def _listen(pool, listener) -> None:
@@ -299,6 +301,7 @@ class Tiering:
             pool.block_size,
             geometry.is_fine_grained,
         )
+        is_refused = False
         for position in range(top, device_length, -align):
             key = hashes[position // unit - 1]
             if not stack.holds(key):
@@ -313,11 +316,12 @@ class Tiering:
             if self.costs is not None and self.costs.load_seconds(places) > (
                 self.costs.prefill_seconds(position - device_length)
             ):
-                self.num_refused_slow += 1
+                is_refused = True
                 continue
             size = pool.block_size
             blocks = [entry.block_id for entry in device.values][: -(-start // size)]
             return TierPlan(position, start, blocks, [k for k, _ in chain], sum(places.values()))
+        self.num_refused_slow += is_refused
         return None
 
     def _chain(self, key: BlockHash, start: int) -> list[tuple[BlockHash, int]] | None:
