@@ -179,6 +179,7 @@ class MeteredRunner(Runner):
         self.inner = inner
         self.meter = meter
         self.medium = inner.medium
+        self.kind = inner.kind
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         self.meter.before_forward(out)

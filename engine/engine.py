@@ -43,7 +43,7 @@ class Engine:
         self.model_config = model_config or ModelConfig()
         self.engine_id = engine_id
         self.sink: EventSink = sink if sink is not None else ListSink()
-        runner_name = runner if isinstance(runner, str) else type(runner).__name__
+        runner_name = runner if isinstance(runner, str) else runner.kind or type(runner).__name__
         if isinstance(runner, str):
             runner = make_runner(runner, self.cache_config, self.model_config)
         self.runner = runner

@@ -29,6 +29,7 @@ class Runner(ABC):
     new blocks -> copies -> loads from the tiers (beside the forward) -> forward."""
 
     medium = "CPU"
+    kind = ""  # the name `make_runner` builds it by; what a disk tier's fingerprint records
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         saved = [self.save_unit(save) for save in out.saves]

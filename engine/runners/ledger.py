@@ -59,6 +59,8 @@ def advance(state: MambaState, token_ids: list[int]) -> MambaState:
 
 
 class LedgerRunner(Runner):
+    kind = "ledger"
+
     def __init__(self, cache_config: CacheConfig, model_config: ModelConfig) -> None:
         self.block_size = cache_config.attention_block_size
         self.attention = np.full((cache_config.num_blocks, self.block_size), EMPTY, np.int64)

@@ -37,6 +37,8 @@ def sized(num_bytes: int) -> torch.Tensor:
 
 
 class NullRunner(Runner):
+    kind = "null"
+
     def __init__(self, model_config: ModelConfig, block_size: int = 16) -> None:
         self.vocab = min(model_config.vocab_size, 256)
         self.model_config = model_config

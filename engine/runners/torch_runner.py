@@ -29,6 +29,8 @@ from engine.tiers.unit import TierUnit
 
 
 class TorchRunner(Runner):
+    kind = "torch"
+
     def __init__(
         self, cache_config: CacheConfig, model_config: ModelConfig, record_logits: bool = False
     ) -> None:
