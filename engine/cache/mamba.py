@@ -176,7 +176,7 @@ class MambaManager(GroupManager):
                 self.pool.move_hashes(live, owned.block_id)
                 self.keep_allocated_until_step_end(owned)
                 self.hold(live)
-                self.mark_pending(owned, step)
+                self.mark_pending(owned, step, live)
                 new_ids.append(owned.block_id)
                 copies.append(
                     BlockCopy(

@@ -34,6 +34,7 @@ class GroupManager:
         self.tables: dict[str, list[int | None]] = {}
         self._holds: list[int] = []
         self._pending: list[Block] = []
+        self._sources: dict[int, int] = {}  # pending block -> the block its copy reads
 
     @property
     def group(self) -> str:
@@ -50,10 +51,17 @@ class GroupManager:
     def keep_allocated_until_step_end(self, block: Block) -> None:
         self._holds.append(block.block_id)
 
-    def mark_pending(self, block: Block, step: int) -> None:
-        """Entries on `block` may not be hit before the copy that fills it has run."""
+    def mark_pending(self, block: Block, step: int, source: int) -> None:
+        """Entries on `block` may not be hit before the copy from `source` that fills it has
+        run; until the step ends, what they hold is read from `source` (`filled_from`)."""
         block.pending_step = step
         self._pending.append(block)
+        self._sources[block.block_id] = source
+
+    def filled_from(self, block_id: int) -> int:
+        """The block that holds what `block_id` will once this step's copy has run: itself,
+        or a pending block's copy source."""
+        return self._sources.get(block_id, block_id)
 
     def free_request(self, request_id: str) -> None:
         """Return a request's blocks tail first, so its tail is evicted before its head."""
@@ -66,6 +74,7 @@ class GroupManager:
         for block in self._pending:
             block.pending_step = None
         self._pending.clear()
+        self._sources.clear()
 
     def check_invariants(self) -> None:
         """Every block's reference count equals its table slots plus this step's holds."""

@@ -21,6 +21,7 @@ later step runs on a side thread or stream move tensors, never this bookkeeping.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -47,6 +48,7 @@ class StackStats:
     num_promoted: int  # units read from disk into host memory
     num_dropped: int  # units the stack let go of entirely
     num_cascaded: int  # of those, units dropped because a unit they chain from was
+    num_declined: int  # units host memory gave up that were not worth a disk file
 
 
 class TierStack:
@@ -55,6 +57,10 @@ class TierStack:
         self.disk = disk
         self.detached: set[BlockHash] = set()  # held units whose parent is in no tier
         self.num_demoted = self.num_promoted = self.num_dropped = self.num_cascaded = 0
+        self.num_declined = 0  # units host memory gave up that `worth_disk` kept off disk
+        # asked of each unit host memory gives up to make room: is it worth a disk file? (the
+        # owner's eviction policy, `Tiering`); None: every one is
+        self.worth_disk: Callable[[BlockHash], bool] | None = None
         self._adopt()
 
     def _adopt(self) -> None:
@@ -149,7 +155,11 @@ class TierStack:
             self.disk.index.hold(unit.parent)
         for evicted in result.evicted:
             self._left_host(evicted)
-            self._demoted(evicted)
+            if self.disk is None or self.worth_disk is None or self.worth_disk(evicted.key):
+                self._demoted(evicted)
+            else:
+                self.num_declined += 1
+                self._let_go(evicted.key)
         # a demotion the disk refused lets go of the units below it, which may include this
         # one when its parent was on disk only: ask the tier rather than trust `is_stored`
         if unit.key not in self.host:
@@ -214,6 +224,7 @@ class TierStack:
             self.num_promoted,
             self.num_dropped,
             self.num_cascaded,
+            self.num_declined,
         )
 
     def check_invariants(self) -> None:

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 from engine.cache.block import InvariantError
 from engine.cache.coordinator import CacheHit, HybridCoordinator
+from engine.cache.entry import CheckpointReason
 from engine.cache.eviction.abilities import Demotes
 from engine.cache.lookup import attention_match
 from engine.cache.mamba import MambaHit
@@ -121,6 +122,11 @@ class Tiering:
         self.owners: dict[BlockHash, set[BlockHash]] = {}
         self.num_saves = self.num_unbacked = self.num_declined = self.num_loads = 0
         self.num_loaded_tokens = self.num_loaded_bytes = self.num_refused_slow = 0
+        # the reason of each unit sent down, while a tier may hold it: what the policy is asked
+        # when host memory gives the unit up (is it worth a disk file?)
+        self.reasons: dict[BlockHash, CheckpointReason] = {}
+        if isinstance(coordinator.mamba.pool.eviction, Demotes):
+            stack.worth_disk = self._worth_disk
         self._listen(coordinator.mamba.pool, self._evicted)
         self._listen(coordinator.attention.pool, self._attention_evicted)
         if sink.is_recording:  # a disk tier reopened after a restart: its units start the epoch
@@ -211,12 +217,23 @@ class Tiering:
         ):
             self.num_declined += 1
             return
-        save = self._save(key, entry.block_id, entry.position, hashes, self._pending)
+        # a block whose keys moved this step is filled by the step's copy, after the saves:
+        # its state is read from the copy's source, which holds it until the forward
+        state_block = self.coordinator.mamba.filled_from(entry.block_id)
+        save = self._save(key, state_block, entry.position, hashes, self._pending)
         if save is None:
             self.num_unbacked += 1
         else:
             self.saves.append(save)
             self._pending.add(key)
+            self.reasons[key] = entry.reason
+
+    def _worth_disk(self, key: BlockHash) -> bool:
+        """Host memory gives the unit `key` up: it goes to disk when the Mamba pool's policy
+        says a state of its reason is worth a tier, as when the device gave it up."""
+        policy = self.coordinator.mamba.pool.eviction
+        reason = self.reasons.get(key, CheckpointReason.BLOCK)
+        return not isinstance(policy, Demotes) or policy.worth_keeping_below(key, reason)
 
     def _save(
         self,
@@ -276,6 +293,10 @@ class Tiering:
             if self.stack.put(unit) is not None:
                 self.num_saves += 1
         self._announce(before)
+        stack = self.stack
+        held = len(stack.host.units) + (0 if stack.disk is None else len(stack.disk.index))
+        if len(self.reasons) > 2 * held + 1024:  # forget the reasons of units no tier holds
+            self.reasons = {k: r for k, r in self.reasons.items() if stack.holds(k)}
 
     # ------------------------------------------------------------------ up
     def find(self, hashes: Sequence[BlockHash], num_tokens: int, device_length: int):
