@@ -47,7 +47,7 @@ bench-vllm: venv peer
 bench-pressure: venv peer
 	$(PY) benchmarks/pressure.py
 
-# no `peer`: the peer's scheduler-only replay cannot drive vLLM's offloading (benchmarks/tiers.py)
+# no `peer` prerequisite: tiers.py runs vLLM with its CPU offloading when .venv-peer exists
 bench-tiers: venv
 	$(PY) benchmarks/tiers.py
 

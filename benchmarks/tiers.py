@@ -15,10 +15,15 @@ the loads refused as slower than prefilling, and a modelled prefill time: the to
 the prefill rate measured here (the torch runner's built-in model on a 512-token prompt, CPU)
 plus the bytes loaded from each tier at its measured bandwidth (`measure_host_bandwidth`,
 `measure_disk_bandwidth`). The engines get the same three rates, so a load slower than the
-prefill it saves is refused and counted. Targets, printed as met or missed: host 8x (no disk)
->= 95% of the oracle on every workload; >= 1.5x vLLM-with-offload's hit tokens at equal bytes
-(only when the peer ran: see `PEER_NOT_RUN`); after a restart, >= 90% of the pre-restart hit
-rate within 100 requests.
+prefill it saves is refused and counted.
+
+Beside the host 2x and 8x cells (disk off), vLLM 0.33 with its own CPU offloading (the peer,
+`make peer`; `tiers_peer.py` says how): the same requests and concurrency, the same device
+bytes, CPU bytes equal to Junction's host tier, transfers instantaneous; and vLLM without
+offloading, so its gain from the CPU tier shows. Targets, printed as met or missed: host 8x
+(no disk) >= 95% of the oracle on every workload; >= 1.5x vLLM-with-offload's hit tokens at
+equal bytes (in total over the peer's cells, and in every cell; only when the peer ran);
+after a restart, >= 90% of the pre-restart hit rate within 100 requests.
 
     .venv/bin/python benchmarks/tiers.py [--quick] [--json OUT] [--no-peer]
 """
@@ -37,7 +42,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.peer.client import peer_python  # noqa: E402
+from benchmarks.peer.client import PeerError, PeerProcess, peer_python  # noqa: E402
 from benchmarks.tiers_cells import (  # noqa: E402
     DISK_MULTIPLE,
     HOST_MULTIPLES,
@@ -50,18 +55,12 @@ from benchmarks.tiers_cells import (  # noqa: E402
     run_workload,
     workloads,
 )
+from benchmarks.tiers_peer import PEER_HOST_MULTIPLES, PeerCell, run_peer_cells  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
 from engine.setup.footprint import footprint  # noqa: E402
 
 CONCURRENCIES = (1, 16)
 HOST_TARGET, PEER_TARGET, RESTART_TARGET = 0.95, 1.5, 0.9
-
-#: why no vLLM-with-offload figures are printed even where `make peer` built the peer
-PEER_NOT_RUN = (
-    "benchmarks/peer/vllm_replay.py drives vLLM's scheduler alone, with no worker: its "
-    "OffloadingConnector's stores and loads complete only when a worker reports them, and "
-    "no offloading mode exists in the driver yet"
-)
 
 MB = 1e6
 
@@ -204,6 +203,73 @@ def restarts_table(done: list[Workload]) -> Table:
     return table
 
 
+def peer_table(cells: list[PeerCell], done: list[Workload], version: str) -> Table:
+    table = Table(
+        title=f"vLLM {version} with its CPU offloading (OffloadingConnector, LRU, transfers "
+        "instant) at Junction's bytes; host 0x: vLLM without offloading",
+        title_justify="left",
+    )
+    for header in (
+        "workload",
+        "c",
+        "host",
+        "device MB Junction / vLLM",
+        "CPU MB",
+        "vLLM CPU chunks",
+        "vLLM % oracle",
+        "vLLM over no offload",
+        "Junction % oracle",
+        "Junction / vLLM",
+        "vLLM loads",
+        "chunks loaded",
+        "chunks stored",
+    ):
+        table.add_column(header, justify="left" if header == "workload" else "right")
+    devices = {(w.name, w.concurrency): w.device_bytes for w in done}
+    for c in cells:
+        base = next(
+            b
+            for b in cells
+            if (b.workload, b.concurrency, b.host_multiple) == (c.workload, c.concurrency, 0)
+        )
+        table.add_row(
+            c.workload,
+            str(c.concurrency),
+            f"{c.host_multiple}x",
+            f"{mb(devices[c.workload, c.concurrency])} / {mb(c.num_pages * c.page_bytes)}",
+            mb(c.cpu_bytes),
+            f"{c.num_cpu_chunks:,}",
+            pct(c.hit_tokens, c.oracle_tokens),
+            f"{c.hit_tokens / base.hit_tokens:.2f}x" if base.hit_tokens else "-",
+            pct(c.junction_tokens, c.oracle_tokens),
+            f"{c.junction_tokens / c.hit_tokens:.2f}x" if c.hit_tokens else "-",
+            f"{c.num_load_jobs:,}",
+            f"{c.num_chunks_loaded:,}",
+            f"{c.num_chunks_stored:,}",
+        )
+    return table
+
+
+def offload_lines(cells: list[PeerCell]) -> list[str]:
+    """Whether vLLM's CPU tier worked: loads it served, and its hits over no offloading."""
+    lines = []
+    for host_multiple in PEER_HOST_MULTIPLES:
+        on = [c for c in cells if c.host_multiple == host_multiple]
+        off = {(c.workload, c.concurrency): c for c in cells if c.host_multiple == 0}
+        num_loading = sum(c.num_chunks_loaded > 0 for c in on)
+        ours, theirs = sum(c.junction_tokens for c in on), sum(c.hit_tokens for c in on)
+        without = sum(off[c.workload, c.concurrency].hit_tokens for c in on)
+        lines.append(
+            f"host {host_multiple}x: vLLM loaded from its CPU tier in {num_loading} of "
+            f"{len(on)} cells ({sum(c.num_chunks_loaded for c in on):,} chunks loaded, "
+            f"{sum(c.num_chunks_stored for c in on):,} stored); its hit tokens "
+            f"{theirs:,} against {without:,} without offloading"
+            + (f" ({theirs / without:.2f}x)" if without else "")
+            + (f"; Junction {ours:,} ({ours / theirs:.2f}x vLLM)" if theirs else "")
+        )
+    return lines
+
+
 def restart_share(restart: Restart) -> float:
     """The hit rate of the first requests after the restart over the rate before it."""
     return restart.after_rate / restart.before_rate if restart.before_rate else 1.0
@@ -213,7 +279,40 @@ def where(workload: str, concurrency: int) -> str:
     return f"{workload}, c {concurrency}"
 
 
-def targets(done: list[Workload], peer_ran: bool) -> list[tuple[str, bool | None, str]]:
+def peer_targets(peer: list[PeerCell] | None) -> list[tuple[str, bool | None, str]]:
+    """The vLLM-with-offload target, in total over the peer's offload cells and in every
+    one; not checked (None) when the peer did not run."""
+    what = f">= {PEER_TARGET}x vLLM-with-offload hit tokens at equal bytes"
+    if not peer:
+        return [(what, None, "not checked: the peer was not run")]
+    on = [c for c in peer if c.host_multiple in PEER_HOST_MULTIPLES]
+    ours, theirs = sum(c.junction_tokens for c in on), sum(c.hit_tokens for c in on)
+    total = ours / theirs if theirs else float("inf")
+
+    def ratio(c: PeerCell) -> float:
+        return c.junction_tokens / c.hit_tokens if c.hit_tokens else float("inf")
+
+    worst = min(on, key=ratio)
+    num_met = sum(ratio(c) >= PEER_TARGET for c in on)
+    hosts = "/".join(f"{h}x" for h in PEER_HOST_MULTIPLES)
+    return [
+        (
+            f"{what}, in total (host {hosts}, disk off)",
+            total >= PEER_TARGET,
+            f"{total:.2f}x ({ours:,} against {theirs:,} tokens)",
+        ),
+        (
+            f"{what}, in every cell",
+            num_met == len(on),
+            f"{num_met} of {len(on)} cells met; worst {ratio(worst):.2f}x "
+            f"({where(worst.workload, worst.concurrency)}, host {worst.host_multiple}x)",
+        ),
+    ]
+
+
+def targets(
+    done: list[Workload], peer: list[PeerCell] | None
+) -> list[tuple[str, bool | None, str]]:
     """(what, met (None: not checked), the figure)."""
     host = [
         (c.hit_tokens / c.oracle_tokens if c.oracle_tokens else 1.0, c)
@@ -231,11 +330,7 @@ def targets(done: list[Workload], peer_ran: bool) -> list[tuple[str, bool | None
             f"worst {worst_share:.1%} ({where(worst.workload, worst.concurrency)}); "
             f"{num_below} of {len(host)} below",
         ),
-        (
-            f">= {PEER_TARGET}x vLLM-with-offload hit tokens at equal bytes",
-            None,
-            "not checked: the peer was not run" if not peer_ran else "not checked",
-        ),
+        *peer_targets(peer),
     ]
     restarts = [r for w in done for r in w.restarts]
     by_host = {}
@@ -259,6 +354,21 @@ def targets(done: list[Workload], peer_ran: bool) -> list[tuple[str, bool | None
         )
     )
     return rows
+
+
+def run_peer(
+    done: list[Workload], found: dict[str, list], console: Console
+) -> tuple[list[PeerCell], str]:
+    """The peer's cells for every workload and concurrency (`tiers_peer.py`), and vLLM's
+    version."""
+    cells: list[PeerCell] = []
+    with PeerProcess() as peer, Progress(console=console, transient=True) as progress:
+        task = progress.add_task("vLLM", total=len(done))
+        for w in done:
+            progress.update(task, description=f"vLLM: {where(w.name, w.concurrency)}")
+            cells += run_peer_cells(peer, w, found[w.name])
+            progress.advance(task)
+        return cells, peer.version
 
 
 def main() -> int:
@@ -288,14 +398,23 @@ def main() -> int:
     console.print(workloads_table(done))
     console.print(cells_table(done))
     console.print(restarts_table(done))
+    peer, version = None, None
     if args.no_peer:
         console.print("vLLM peer: not run (--no-peer)")
     elif peer_python() is None:
         console.print("vLLM peer: not run (no .venv-peer: `make peer` builds it)")
     else:
-        console.print(f"vLLM peer: not run with offloading: {PEER_NOT_RUN}")
+        try:
+            peer, version = run_peer(done, found, console)
+        except PeerError as exc:
+            console.print(f"vLLM peer: failed: {exc}")
+    if peer:
+        console.print(peer_table(peer, done, version))
+        console.print("vLLM's offloading:")
+        for line in offload_lines(peer):
+            console.print(f"  {line}")
     console.print("targets:")
-    for what, met, figure in targets(done, peer_ran=False):
+    for what, met, figure in targets(done, peer):
         label = (
             "[yellow]not checked[/]"
             if met is None
@@ -309,7 +428,9 @@ def main() -> int:
             json.dumps(
                 {
                     "rates": rates._asdict(),
-                    "peer": None,
+                    "peer": None
+                    if peer is None
+                    else {"vllm": version, "cells": [c._asdict() for c in peer]},
                     "workloads": [
                         {
                             **{

@@ -24,6 +24,17 @@ Where the peer has to choose (vLLM would take these from a model checkpoint):
   on `S` boundaries.
 - `prefix_cache_retention_interval` is vLLM's default (0: only semantic Mamba checkpoints);
   `--retention-interval dense` keeps every one.
+- `--cpu-bytes N` turns on vLLM's native CPU offloading as `--kv-transfer-config` would
+  (`KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
+  kv_connector_extra_config={"cpu_bytes_to_use": N, "eviction_policy": "lru"})`), built by the
+  Scheduler itself. It needs `--page-bytes` (one block id's bytes over every layer: the KV cache
+  config gets one backing allocation of that stride, from which vLLM sizes a CPU chunk, so the
+  CPU tier holds `N // page` chunks, one group's block each). There is no worker:
+  `InstantTransfers` reports every load and store job of the step's connector metadata done in
+  the step's own output (`KVConnectorOutput`: the jobs in `OffloadingWorkerMetadata`, an async
+  load's request in `finished_recving`), as vLLM's `OffloadingConnectorWorker` reports them
+  when its copies end, so transfers take no time. Hybrids offload in vLLM's align Mamba mode
+  (the peer's only mode): each chunk's attention block and the state at its end.
 
 Usage:
     .venv-peer/bin/python benchmarks/peer/vllm_replay.py replay TRACE.jsonl [options] [--out F]
@@ -38,8 +49,9 @@ hit is one length), `num_computed_tokens` (prompt tokens prefilled), `chunks` ([
 Serve protocol: one JSON command a line on stdin, one JSON answer a line on stdout (logs go
 to stderr). A geometry is an object with any of `block_size`, `mamba_block_size`,
 `prefix_match_unit`, `eagle`, `partial_hits`, `max_num_batched_tokens`,
-`long_prefill_threshold`, `num_blocks`, `num_mamba_blocks`, `retention_interval` (the
-options' names; defaults as the options). Times are `time.perf_counter_ns` differences.
+`long_prefill_threshold`, `num_blocks`, `num_mamba_blocks`, `retention_interval`, `cpu_bytes`,
+`page_bytes` (the options' names; defaults as the options). Times are `time.perf_counter_ns`
+differences.
 
     {"cmd": "ping"}
         -> {"ok": true, "vllm": "0.33.0"}
@@ -55,7 +67,10 @@ options' names; defaults as the options). Times are `time.perf_counter_ns` diffe
     {"cmd": "replay", "geometry": {...}, "requests": [{"id", "prompt_token_ids",
      "max_tokens"}, ...], "concurrency": 1}
         -> {"ok": true, "records": [...], "wall_s": float, "num_steps": int}
-        A fresh scheduler replays the requests; `wall_s` times only the scheduling loop.
+        A fresh scheduler replays the requests; `wall_s` times only the scheduling loop. With
+        `cpu_bytes` the answer also has `"offload"`: `connector`, `manager`, `num_cpu_chunks`
+        (the CPU tier's size as vLLM computed it), `num_load_jobs`, `num_chunks_loaded`,
+        `num_store_jobs`, `num_chunks_stored` (what the instant worker reported done).
     {"cmd": "manager_replay", ...the same fields as replay}
         -> the same answer
         The minimal loop (`ManagerReplay`): a fresh `KVCacheManager`, no `Scheduler`. Each
@@ -121,6 +136,8 @@ class Geometry:
     num_mamba_blocks: int | None = None
     retention_interval: int | None = 0  # vLLM's default; None keeps every checkpoint
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
+    cpu_bytes: int = 0  # vLLM's native CPU offloading with this many bytes; 0: off
+    page_bytes: int | None = None  # one block id's bytes over every layer (sizes CPU chunks)
 
     def __post_init__(self) -> None:
         for name in ("block_size", "mamba_block_size", "max_num_batched_tokens", "num_blocks"):
@@ -138,6 +155,12 @@ class Geometry:
             raise GeometryError(
                 f"--long-prefill-threshold must be >= 0, got {self.long_prefill_threshold}"
             )
+        if self.cpu_bytes < 0:
+            raise GeometryError(f"--cpu-bytes must be >= 0, got {self.cpu_bytes}")
+        if self.cpu_bytes and not self.page_bytes:
+            raise GeometryError("--cpu-bytes needs --page-bytes (the bytes of one block id)")
+        if self.page_bytes is not None and self.page_bytes <= 0:
+            raise GeometryError(f"--page-bytes must be positive, got {self.page_bytes}")
 
     @classmethod
     def from_dict(cls, data: dict) -> Geometry:
@@ -182,6 +205,13 @@ class _ModelStub:
     skip_tokenizer_init = True
     multimodal_config = None
     is_submodel_config = False
+    # what the OffloadingConnector reads (`build_offloading_config`)
+    use_mla = False
+    model = "junction-peer"
+    dtype = "float32"
+
+    def get_total_num_kv_heads(self) -> int:
+        return 1
 
     def __init__(self, max_model_len: int) -> None:
         self.max_model_len = max_model_len
@@ -250,7 +280,7 @@ def build_peer(geometry: Geometry) -> Peer:
 def _vllm_config(g: Geometry):
     """vLLM's cache and scheduler configs for `g` and the `VllmConfig` over them, the model and
     speculative configs stubbed; returns (cache config, vLLM config)."""
-    from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
+    from vllm.config import CacheConfig, KVTransferConfig, SchedulerConfig, VllmConfig
 
     try:
         cache_config = CacheConfig(
@@ -269,7 +299,22 @@ def _vllm_config(g: Geometry):
             max_model_len=g.max_model_len,
             is_encoder_decoder=False,
         )
-        vllm_config = VllmConfig(cache_config=cache_config, scheduler_config=scheduler_config)
+        kv_transfer_config = None
+        if g.cpu_bytes:
+            # as `--kv-transfer-config` passes it: the native CPU tier, LRU, `cpu_bytes`
+            kv_transfer_config = KVTransferConfig(
+                kv_connector="OffloadingConnector",
+                kv_role="kv_both",
+                kv_connector_extra_config={
+                    "cpu_bytes_to_use": g.cpu_bytes,
+                    "eviction_policy": "lru",
+                },
+            )
+        vllm_config = VllmConfig(
+            cache_config=cache_config,
+            scheduler_config=scheduler_config,
+            kv_transfer_config=kv_transfer_config,
+        )
     except Exception as exc:  # pydantic's ValidationError names vLLM's field
         raise GeometryError(f"vLLM refuses the configuration: {exc}") from exc
     # VllmConfig validates assignments; the stubs stand where a checkpoint's configs would.
@@ -280,12 +325,15 @@ def _vllm_config(g: Geometry):
 
 def _kv_cache_config(g: Geometry):
     """Two groups in one pool: full attention (block `Ba`, the EAGLE group with `--eagle`) and
-    Mamba (block `Bm`, align mode)."""
+    Mamba (block `Bm`, align mode). With `page_bytes`, one backing allocation of that many
+    bytes a block id, which is all the offloading connector reads of it: it sizes a CPU chunk
+    (one group's block) at one block id's bytes."""
     import torch
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,
+        KVCacheTensor,
         MambaSpec,
     )
 
@@ -298,9 +346,19 @@ def _kv_cache_config(g: Geometry):
         dtypes=(torch.float32,),
         mamba_cache_mode="align",
     )
+    tensors = []
+    if g.page_bytes:
+        tensors.append(
+            KVCacheTensor(
+                size=g.page_bytes * g.num_pool_blocks,
+                layers=["attention.0", "mamba.0"],
+                layer_stride=0,  # the groups overlay each other, as vLLM's hybrids do
+                block_stride=g.page_bytes,
+            )
+        )
     return KVCacheConfig(
         num_blocks=g.num_pool_blocks,
-        kv_cache_tensors=[],
+        kv_cache_tensors=tensors,
         kv_cache_groups=[
             KVCacheGroupSpec(["attention.0"], attention, is_eagle_group=g.eagle),
             KVCacheGroupSpec(["mamba.0"], mamba),
@@ -422,6 +480,58 @@ class _Track:
     chunks: list[list[int]] = field(default_factory=list)
 
 
+@dataclass
+class OffloadCounts:
+    """What the instant worker reported done for vLLM's `OffloadingConnector`."""
+
+    num_load_jobs: int = 0
+    num_chunks_loaded: int = 0  # CPU chunks (one group's block each) read back
+    num_store_jobs: int = 0
+    num_chunks_stored: int = 0  # CPU chunks written
+
+
+class InstantTransfers:
+    """The worker side of vLLM's `OffloadingConnector`, at the metadata level, with every
+    transfer taken as instantaneous: each load and store job that `schedule()` put in the
+    step's `OffloadingConnectorMetadata` is reported done in that step's output, as
+    `OffloadingConnectorWorker` reports a finished job (`completed_jobs` in its worker
+    metadata, one count a worker; an async load's request in `finished_recving`), so the
+    scheduler sees it before its next `schedule()`."""
+
+    def __init__(self) -> None:
+        self.counts = OffloadCounts()
+
+    def output(self, scheduler_output):
+        """The step's `KVConnectorOutput`, or None when no connector ran."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+            OffloadingConnectorMetadata,
+            OffloadingWorkerMetadata,
+        )
+        from vllm.v1.outputs import KVConnectorOutput
+
+        meta = scheduler_output.kv_connector_metadata
+        if not isinstance(meta, OffloadingConnectorMetadata):
+            return None
+        done = OffloadingWorkerMetadata()
+        finished_recving: set[str] = set()
+        for job_id, job in meta.load_jobs.items():
+            done.mark_completed(job_id)
+            self.counts.num_load_jobs += 1
+            self.counts.num_chunks_loaded += len(job.src_spec.block_ids)
+            if not job.sync:  # a sync load's request already runs this step
+                finished_recving.add(job.req_id)
+        for job_id, job in meta.store_jobs.items():
+            done.mark_completed(job_id)
+            self.counts.num_store_jobs += 1
+            self.counts.num_chunks_stored += len(job.dst_spec.block_ids)
+        if not done.completed_jobs:
+            return None
+        return KVConnectorOutput(
+            finished_recving=finished_recving or None,
+            kv_connector_worker_meta=done,
+        )
+
+
 class Replay:
     """Requests through one scheduler, at most `concurrency` in flight, added in trace order
     as others finish (the arrival rule of Junction's `engine/traces/replay.py`)."""
@@ -430,6 +540,7 @@ class Replay:
         self.peer = peer
         self.num_steps = 0
         self._idle_steps = 0
+        self.transfers = InstantTransfers()
 
     def run(self, requests: Iterable[dict], concurrency: int = 1) -> list[dict]:
         if concurrency < 1:
@@ -483,12 +594,14 @@ class Replay:
             req_ids=req_ids,
             req_id_to_index={r: i for i, r in enumerate(req_ids)},
             sampled_token_ids=sampled,
+            kv_connector_output=self.transfers.output(output),
         )
         scheduler.update_from_output(output, runner_output)
         finished = [r for r, t in in_flight.items() if t.request.is_finished()]
         for req_id in finished:
             del in_flight[req_id]
-        self._check_progress(output.total_num_scheduled_tokens > 0 or bool(finished), in_flight)
+        progressed = output.total_num_scheduled_tokens > 0 or bool(finished)
+        self._check_progress(progressed or runner_output.kv_connector_output is not None, in_flight)
 
     def _check_progress(self, progressed: bool, in_flight: dict[str, _Track]) -> None:
         if progressed:
@@ -524,10 +637,10 @@ def build_manager_peer(geometry: Geometry) -> ManagerPeer:
 
     from vllm.v1.core.kv_cache_manager import KVCacheManager
 
-    if geometry.eagle or geometry.long_prefill_threshold:
+    if geometry.eagle or geometry.long_prefill_threshold or geometry.cpu_bytes:
         raise GeometryError(
-            "the minimal loop models neither --eagle nor --long-prefill-threshold: "
-            "use the scheduler loop (cmd replay)"
+            "the minimal loop models neither --eagle, --long-prefill-threshold nor "
+            "--cpu-bytes: use the scheduler loop (cmd replay)"
         )
     cache_config, vllm_config = _vllm_config(geometry)
     kv_cache_config = _kv_cache_config(geometry)
@@ -746,7 +859,22 @@ def cmd_replay(
     started = time.perf_counter()
     records = replay.run(requests, concurrency)
     wall_s = time.perf_counter() - started
-    return {"ok": True, "records": records, "wall_s": wall_s, "num_steps": replay.num_steps}
+    answer = {"ok": True, "records": records, "wall_s": wall_s, "num_steps": replay.num_steps}
+    if geometry.cpu_bytes:
+        answer["offload"] = _offload_answer(replay)
+    return answer
+
+
+def _offload_answer(replay: Replay) -> dict:
+    """The CPU tier's size as vLLM sized it, and what the instant worker reported."""
+    connector = replay.peer.scheduler.connector
+    manager = connector.scheduler.manager
+    return {
+        "connector": type(connector).__name__,
+        "manager": type(manager).__name__,
+        "num_cpu_chunks": manager._num_chunks,  # vLLM's `cpu_bytes_to_use // chunk bytes`
+        **vars(replay.transfers.counts),
+    }
 
 
 def _fit(geometry: Geometry, prompts: list[list[int]], requests: list[dict] = ()) -> Geometry:
@@ -848,6 +976,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="0",
         help="vLLM's prefix_cache_retention_interval: 0 (its default), N, or dense",
     )
+    replay.add_argument(
+        "--cpu-bytes",
+        type=int,
+        default=0,
+        help="vLLM's native CPU offloading (OffloadingConnector, LRU) with this many bytes",
+    )
+    replay.add_argument(
+        "--page-bytes", type=int, default=None, help="one block id's bytes (sizes CPU chunks)"
+    )
     replay.add_argument("--concurrency", type=int, default=1)
     replay.add_argument(
         "--loop",
@@ -879,6 +1016,8 @@ def geometry_from_args(args: argparse.Namespace) -> Geometry:
         num_blocks=args.num_blocks,
         num_mamba_blocks=args.num_mamba_blocks,
         retention_interval=retention,
+        cpu_bytes=args.cpu_bytes,
+        page_bytes=args.page_bytes,
     )
 
 
