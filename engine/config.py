@@ -182,6 +182,9 @@ class SchedulerConfig:
         return self.max_num_batched_tokens
 
 
+DISK_ADMISSIONS: tuple[str, ...] = ("all", "policy")
+
+
 @dataclass(frozen=True)
 class TierConfig:
     """The tiers under the device pools (`engine.tiers`, docs/rules.md section 16): host memory
@@ -195,8 +198,17 @@ class TierConfig:
     host_bytes_per_s: float | None = None
     disk_bytes_per_s: float | None = None
     prefill_tokens_per_s: float | None = None
+    # what host memory gives up goes to disk: "all" of it, or only what the Mamba pool's
+    # eviction policy says is worth a tier ("policy"; `Demotes`), which lost up to 4 points of
+    # hits with host 2x over a disk in `benchmarks/tiers.py` and gained none
+    disk_admission: str = "all"
 
     def __post_init__(self) -> None:
+        if self.disk_admission not in DISK_ADMISSIONS:
+            raise ValueError(
+                f"disk_admission must be one of {', '.join(DISK_ADMISSIONS)}, "
+                f"got {self.disk_admission!r}"
+            )
         for name in ("host_cache_bytes", "disk_cache_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

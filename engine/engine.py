@@ -58,6 +58,7 @@ class Engine:
             medium=runner.medium,
             tiers=stack,
             costs=tier_costs(self.tier_config),
+            disk_by_policy=self.tier_config.disk_admission == "policy",
         )
         self._ids = itertools.count()
         self.num_steps = 0

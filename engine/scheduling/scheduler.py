@@ -39,6 +39,7 @@ class Scheduler:
         medium: str = "GPU",
         tiers: TierStack | None = None,
         costs: TierCosts | None = None,
+        disk_by_policy: bool = False,
     ) -> None:
         self.cache_config = cache_config
         self.config = scheduler_config
@@ -46,7 +47,9 @@ class Scheduler:
         self.is_recording = sink.is_recording
         self.coordinator = HybridCoordinator(cache_config, sink, medium)
         # the tiers under the device pools, None without them (`engine.tiers.tiering`)
-        self.tiering = None if tiers is None else Tiering(tiers, self.coordinator, sink, costs)
+        self.tiering = (
+            None if tiers is None else Tiering(tiers, self.coordinator, sink, costs, disk_by_policy)
+        )
         self.unit = cache_config.match_unit
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []

@@ -104,6 +104,7 @@ class Tiering:
         coordinator: HybridCoordinator,
         sink: EventSink,
         costs: TierCosts | None = None,
+        disk_by_policy: bool = False,
     ) -> None:
         self.stack = stack
         self.coordinator = coordinator
@@ -125,7 +126,7 @@ class Tiering:
         # the reason of each unit sent down, while a tier may hold it: what the policy is asked
         # when host memory gives the unit up (is it worth a disk file?)
         self.reasons: dict[BlockHash, CheckpointReason] = {}
-        if isinstance(coordinator.mamba.pool.eviction, Demotes):
+        if disk_by_policy and isinstance(coordinator.mamba.pool.eviction, Demotes):
             stack.worth_disk = self._worth_disk
         self._listen(coordinator.mamba.pool, self._evicted)
         self._listen(coordinator.attention.pool, self._attention_evicted)

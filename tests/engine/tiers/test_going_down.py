@@ -117,3 +117,35 @@ def test_a_policy_without_demotes_sends_every_backed_state_down() -> None:
     assert run(tiered, sent) == run(engine(caching=False), sent)
     stats = tiered.tier_stats()
     assert stats is not None and stats.num_declined == 0 and stats.num_saves > 0
+
+
+def test_disk_admission_by_policy_keeps_off_disk_what_the_policy_says_is_never_read(tmp_path):
+    """What host memory gives up goes to disk, all of it by default; with `disk_admission`
+    "policy", only units whose reason the Mamba pool's policy still finds worth a tier."""
+    rng = random.Random(4)
+    sent = [[rng.randrange(1, 200) for _ in range(200)] for _ in range(160)]
+    reference = run(engine(caching=False), sent)
+    declined = {}
+    for admission in ("all", "policy"):
+        directory = tmp_path / admission
+        tiers = TierConfig(
+            host_cache_bytes=1 << 16,  # a few units: host memory gives up nearly all
+            disk_cache_dir=str(directory),
+            disk_cache_bytes=1 << 28,
+            disk_admission=admission,
+        )
+        tiered = engine(tiers)
+        assert run(tiered, sent) == reference
+        stats = tiered.tier_stats()
+        assert stats is not None and stats.stack.num_demoted > 0
+        declined[admission] = stats.stack.num_declined
+    assert declined["all"] == 0 and declined["policy"] > 0
+
+
+def test_a_bad_disk_admission_is_refused() -> None:
+    try:
+        TierConfig(disk_admission="some")
+    except ValueError as error:
+        assert "disk_admission" in str(error) and "all, policy" in str(error)
+    else:
+        raise AssertionError("an unknown disk_admission was taken")
