@@ -23,7 +23,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def test_a_pinned_system_prompt_is_hit_through_a_flood_until_unpinned(api_process):
     api = api_process
-    serve = Serve(api, "e2e-pin")
+    # the device alone: a host tier (on by default) would keep the unpinned prompt, and hit it
+    serve = Serve(api, "e2e-pin", "--host-cache-bytes", "0")
     try:
         created = httpx.post(
             f"{api.url}/api/v1/pins",
