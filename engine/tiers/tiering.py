@@ -25,11 +25,12 @@ reads the tiers then (the device's own hits are unchanged).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from engine.cache.block import InvariantError
+from engine.cache.block_pool import BlockPool
 from engine.cache.coordinator import CacheHit, HybridCoordinator
 from engine.cache.entry import CheckpointReason
 from engine.cache.eviction.abilities import Demotes
@@ -134,7 +135,7 @@ class Tiering:
             self._announce((set(), set()))
 
     @staticmethod
-    def _listen(pool, listener) -> None:
+    def _listen(pool: BlockPool, listener: Callable[[list[BlockHash]], None]) -> None:
         """Have `listener` told the keys of each block the pool gives up, before whoever was
         told already (the entries are still there for both)."""
         before = pool.on_evict
@@ -300,9 +301,11 @@ class Tiering:
             self.reasons = {k: r for k, r in self.reasons.items() if stack.holds(k)}
 
     # ------------------------------------------------------------------ up
-    def find(self, hashes: Sequence[BlockHash], num_tokens: int, device_length: int):
+    def find(
+        self, hashes: Sequence[BlockHash], num_tokens: int, device_length: int
+    ) -> TierPlan | None:
         """The deepest tier hit above `device_length` worth loading, as a `TierPlan`; None
-        when there is none. Reads the tiers' indexes only (`load` reads the units)."""
+        when there is none. Reads the tiers' indexes only (`read` reads the units)."""
         geometry, unit, stack = self.geometry, self.unit, self.stack
         if (
             geometry.eagle_drop
