@@ -12,9 +12,9 @@ unit past the limit and one unit (one block when coarse) is dropped; Mamba gets 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
-from msgspec import Struct
+from msgspec import Meta, Struct
 
 from engine.hashing import BlockHash
 
@@ -24,15 +24,33 @@ if TYPE_CHECKING:
 Get = Callable[[BlockHash], Any]  # a key's value, or None when the key is not cached
 
 
-class HitGeometry(Struct, frozen=True, forbid_unknown_fields=True):
-    """What a lookup needs of an engine's cache geometry (`CacheConfig`'s derived values)."""
+#: the most tokens a geometry's sizes may name: a feed announcing more is refused
+MAX_GEOMETRY_TOKENS = 1 << 24
+Tokens = Annotated[int, Meta(ge=1, le=MAX_GEOMETRY_TOKENS)]
 
-    match_unit: int  # `U`: hashes every U tokens
-    attention_block_size: int  # `Ba * D`
-    hit_alignment: int  # the grid every hit lies on (`U` fine-grained, else `S`)
-    eagle_drop: int  # tokens an attention match drops with EAGLE (0 without)
+
+class HitGeometry(Struct, frozen=True, forbid_unknown_fields=True):
+    """What a lookup needs of an engine's cache geometry (`CacheConfig`'s derived values).
+    Decoded from a cache feed, a size out of bounds or sizes that do not divide as the
+    engine's own do are a `msgspec.ValidationError` naming the field."""
+
+    match_unit: Tokens  # `U`: hashes every U tokens
+    attention_block_size: Tokens  # `Ba * D`
+    hit_alignment: Tokens  # the grid every hit lies on (`U` fine-grained, else `S`)
+    # tokens an attention match drops with EAGLE (0 without)
+    eagle_drop: Annotated[int, Meta(ge=0, le=MAX_GEOMETRY_TOKENS)]
     is_fine_grained: bool  # partial hits on and some block larger than `U`
     enable_prefix_caching: bool
+
+    def __post_init__(self) -> None:
+        unit = self.match_unit
+        if unit < 1:
+            raise ValueError(f"match_unit must be >= 1, got {unit}")
+        if self.attention_block_size % unit or self.hit_alignment % unit:
+            raise ValueError(
+                f"match_unit {unit} must divide attention_block_size "
+                f"{self.attention_block_size} and hit_alignment {self.hit_alignment}"
+            )
 
     @classmethod
     def of(cls, config: CacheConfig) -> HitGeometry:
