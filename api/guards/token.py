@@ -6,7 +6,8 @@ only its owner reads (`JUNCTION_API_TOKEN_FILE`, default beside the SQLite store
 working directory), which later starts read again. There is no built-in token. A token that is
 empty, shorter than `MIN_LENGTH`, `.env.example`'s placeholder, of fewer than `MIN_DISTINCT`
 different characters (`aaaaaaaaaaaaaaaa`), or shorter than `PLAIN_LENGTH` without a digit
-(`junction-dev-token`: words, not a secret) is refused, so is an optional read-only token
+(`junction-dev-token`: words, not a secret), holding a common password (`password12345678`) or
+made mostly of runs (`abcdefgh12345678`) is refused, so is an optional read-only token
 (`JUNCTION_READ_TOKEN`) that is set but fails the same rules or equals the write token (it
 would then write). A token file that others may read, or that is a symbolic link, is refused
 rather than used.
@@ -30,6 +31,22 @@ from api.settings import Settings
 MIN_LENGTH = 16
 MIN_DISTINCT = 8  # different characters a token holds at least
 PLAIN_LENGTH = 32  # a token shorter than this needs a digit: a few words are no secret
+RUN_LENGTH = 3  # a run this long of climbing, falling or equal characters adds nothing
+MIN_DISTINCT_BESIDE_RUNS = 6  # different characters a short token holds besides its runs
+#: words a token shorter than `PLAIN_LENGTH` may not hold: the head of every leaked-password list
+COMMON_PASSWORDS = (
+    "password",
+    "passw0rd",
+    "secret",
+    "changeme",
+    "letmein",
+    "qwerty",
+    "admin",
+    "welcome",
+    "iloveyou",
+    "monkey",
+    "dragon",
+)
 #: `.env.example`'s `JUNCTION_API_TOKEN`: a placeholder to replace, so a control plane refuses it.
 EXAMPLE_TOKEN = "replace-me-with-a-long-random-secret"
 TOKEN_FILE_NAME = "junction-api-token"
@@ -104,7 +121,39 @@ def check_token(token: str, name: str) -> str:
             f"{name} looks like words, not a secret (under {PLAIN_LENGTH} characters and no "
             f"digit): {fix}"
         )
+    if len(token) < PLAIN_LENGTH:
+        word = next((w for w in COMMON_PASSWORDS if w in token.lower()), None)
+        if word is not None:
+            raise TokenError(
+                f"{name} holds the common password {word!r} (under {PLAIN_LENGTH} characters): "
+                f"{fix}"
+            )
+        rest = without_runs(token)
+        if len(set(rest)) < MIN_DISTINCT_BESIDE_RUNS:
+            raise TokenError(
+                f"{name} is mostly runs like 1234 or abcd ({len(set(rest))} different "
+                f"characters besides them, under {PLAIN_LENGTH} characters): {fix}"
+            )
     return token
+
+
+def without_runs(text: str) -> str:
+    """`text` less every run of `RUN_LENGTH` or more characters whose code points climb or
+    fall by one (`1234`, `dcba`) or stay (`aaa`): what a guess does not have to find."""
+    kept, start = [], 0
+    while start < len(text):
+        end = start + 1
+        if end < len(text):
+            step = ord(text[end]) - ord(text[start])
+            if step in (-1, 0, 1):
+                while end < len(text) and ord(text[end]) - ord(text[end - 1]) == step:
+                    end += 1
+        if end - start >= RUN_LENGTH:
+            start = end
+            continue
+        kept.append(text[start])
+        start += 1
+    return "".join(kept)
 
 
 def token_file(settings: Settings) -> Path:

@@ -55,6 +55,12 @@ def test_where_the_file_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         ({"api_token": "a" * 16}, "JUNCTION_API_TOKEN has only 1 different characters"),
         ({"api_token": "junction-dev-token"}, "JUNCTION_API_TOKEN looks like words, not a secret"),
         (
+            {"api_token": "password12345678"},
+            "JUNCTION_API_TOKEN holds the common password 'password'",
+        ),
+        ({"api_token": "Qwerty-2024-zz9x"}, "holds the common password 'qwerty'"),
+        ({"api_token": "abcdefgh12345678"}, "JUNCTION_API_TOKEN is mostly runs like 1234 or abcd"),
+        (
             {"api_token": "k7-shared-0123456789", "read_token": "k7-shared-0123456789"},
             "JUNCTION_READ_TOKEN equals JUNCTION_API_TOKEN, so the read-only token would write",
         ),
@@ -68,6 +74,9 @@ def test_where_the_file_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         "a short read token",
         "one character",
         "words",
+        "a common password",
+        "a common password, mixed case",
+        "runs",
         "read equals write",
     ],
 )
@@ -96,7 +105,7 @@ def test_a_folder_it_cannot_write_is_named(tmp_path: Path) -> None:
 
 def test_an_empty_read_token_means_none(tmp_path: Path) -> None:
     assert settings(tmp_path, read_token="").read_token is None
-    token = "y0123456789abcdef"
+    token = "y7Qm2-Zr9x-Kw4p1e"
     assert resolve_token(settings(tmp_path, read_token="", api_token=token)).token == token
 
 
