@@ -100,8 +100,11 @@ async def _on_validation_error(request: Request, exc: RequestValidationError) ->
 
 async def _on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
     kind = INVALID_REQUEST if exc.status_code < 500 else "server_error"
+    code = getattr(exc, "code", None)  # a subclass that names its code (`protocol.body_limit`)
     return JSONResponse(
-        error_body(str(exc.detail), kind), status_code=exc.status_code, headers=exc.headers
+        error_body(str(exc.detail), kind, code=code),
+        status_code=exc.status_code,
+        headers=exc.headers,
     )
 
 

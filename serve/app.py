@@ -17,10 +17,12 @@ from fastapi import FastAPI
 from engine.feed import FeedHub
 from engine.model.tokenizer import Tokenizer
 from engine.setup.model_card import model_card
+from protocol.body_limit import BodyLimit
 from publish.publisher import EventPublisher
 from serve.async_engine import AsyncEngine
 from serve.deps import ServerState
 from serve.errors import install_error_handlers
+from serve.limits import DEFAULT_MAX_BODY_BYTES, MAX_BODY_SETTING
 from serve.metrics import ServerMetrics
 from serve.routes import chat, completions, models, ops
 from serve.routes import feed as feed_routes
@@ -36,11 +38,13 @@ def create_app(
     card: dict | None = None,
     feed: FeedHub | None = None,
     feed_token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """`model_name` is the name clients must send (default: the engine's model config);
     `publisher`, the engine's stream to a control plane, if any, shows in `/metrics`;
     `tokenizer` and `card` (`/v1/models`' details) default to the engine's model's; `feed`, the
-    engine's cache feed (`engine.feed`), is served to routers holding `feed_token`."""
+    engine's cache feed (`engine.feed`), is served to routers holding `feed_token`; a request
+    body over `max_body_bytes` is refused before it is held (`protocol.body_limit`)."""
     engine = async_engine.engine
     model_name = model_name or engine.model_config.name
     if tokenizer is None:
@@ -81,6 +85,7 @@ def create_app(
         feed_token=feed_token,
     )
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, setting=MAX_BODY_SETTING)
     for module in (completions, chat, models, ops, feed_routes):
         app.include_router(module.router)
     return app

@@ -7,6 +7,7 @@ only when the command runs, so the rest of the command line stays light.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ from publish.streaming import (
     finish_publishing,
     make_publisher,
 )
+from serve.limits import DEFAULT_MAX_BODY_BYTES, positive_bytes
 
 
 def add_serve_parser(commands: argparse._SubParsersAction) -> None:
@@ -47,6 +49,14 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="the model name clients must send (default: the --model directory's name, or "
         "junction-hybrid-tiny)",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=positive_bytes,
+        default=os.environ.get("JUNCTION_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES)),
+        metavar="BYTES",
+        help="the most bytes a request body may hold; a larger one is answered 413 before it "
+        f"is read (default {DEFAULT_MAX_BODY_BYTES:,}; JUNCTION_MAX_BODY_BYTES)",
     )
     add_control_plane_options(serve)
     serve.add_argument(
@@ -168,7 +178,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         print(f"junction serve: streaming cache events to {publisher.url}", file=sys.stderr)
     app = create_app(
-        async_engine, model.name, publisher, tokenizer, card, feed=feed, feed_token=args.token
+        async_engine,
+        model.name,
+        publisher,
+        tokenizer,
+        card,
+        feed=feed,
+        feed_token=args.token,
+        max_body_bytes=args.max_body_bytes,
     )
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
