@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import msgspec
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+from websockets.frames import CloseCode
 
 from engine.feed import (
     FeedDelta,
@@ -211,7 +212,7 @@ async def follow(
                 url,
                 additional_headers={"Authorization": f"Bearer {token}"},
                 open_timeout=silence_s,
-                max_size=None,
+                max_size=feed_frame_bytes(engine.max_index_keys),
                 ping_interval=None,
             ) as socket:
                 engine.index = None
@@ -228,7 +229,7 @@ async def follow(
         except TimeoutError:
             engine.mark_down(f"no word on its cache feed for {silence_s:g} s")
         except ConnectionClosed as exc:
-            engine.mark_down(_closed_reason(exc))
+            engine.mark_down(_closed_reason(exc, engine.max_index_keys))
         except InvalidStatus as exc:
             engine.mark_down(f"its cache feed answered HTTP {exc.response.status_code}")
         except (FeedGapError, msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -239,7 +240,20 @@ async def follow(
         delay = min(delay * 2, 2.0)
 
 
-def _closed_reason(exc: ConnectionClosed) -> str:
+def feed_frame_bytes(max_index_keys: int) -> int:
+    """The largest feed frame a router reads from an engine: a snapshot of `max_index_keys`
+    keys (16 bytes and a 2-byte header each) and 1 MiB for the rest. A larger frame closes the
+    connection (1009) and leaves the engine out."""
+    return max_index_keys * 18 + (1 << 20)
+
+
+def _closed_reason(exc: ConnectionClosed, max_index_keys: int = DEFAULT_MAX_KEYS) -> str:
+    sent = exc.sent
+    if sent is not None and sent.code == CloseCode.MESSAGE_TOO_BIG:
+        return (
+            f"its cache feed sent a frame over {feed_frame_bytes(max_index_keys):,} bytes, "
+            f"more than {max_index_keys:,} keys take (--max-index-keys)"
+        )
     close = exc.rcvd
     if close is None:
         return "its cache feed closed without a word"

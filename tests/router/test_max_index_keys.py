@@ -79,3 +79,32 @@ def test_an_engine_over_the_key_limit_is_down_naming_the_setting(tmp_path: Path)
             assert "6 keys" in shown[over]["down_reason"], shown[over]
         finally:
             router.stop()
+
+
+def test_a_feed_frame_over_the_bound_is_not_read(tmp_path: Path) -> None:
+    """Feed frames are bounded by `--max-index-keys` (issue 47, item 8): a snapshot of 40,000
+    units (160,000 keys, 2.9 MB) against a limit of 5 keys (a 1 MiB frame) closes that
+    engine's connection unread, its reason naming the setting; the other engine serves."""
+    with ExitStack() as stack:
+        within = stack.enter_context(stand_in_feed("within", 2))
+        huge = stack.enter_context(stand_in_feed("huge", 40_000))
+        port = free_port()
+        args = ["route", "--port", str(port), "--log-level", "warning", "--max-index-keys", "5"]
+        args += ["--engine", within, "--engine", huge]
+        log = tmp_path / "router.log"
+        router = Process(
+            "junction route", junction(*args, log=log, JUNCTION_API_TOKEN=TOKEN), port, log
+        )
+        try:
+            router.wait_healthy()
+            shown: dict[str, dict] = {}
+
+            def huge_down_within_up() -> bool:
+                shown.update({e["url"]: e for e in fleet(router)["engines"]})
+                reason = shown[huge]["down_reason"] or ""
+                return "frame over" in reason and shown[within]["status"] == "up"
+
+            wait_for("the engine with the huge frame down, the other up", huge_down_within_up, 30)
+            assert "--max-index-keys" in shown[huge]["down_reason"], shown[huge]
+        finally:
+            router.stop()
