@@ -15,10 +15,12 @@ and the `engines` row keeps the one that holds the id. Another process's hello i
 
 After that the id is free: an engine restarted (a new process) takes it over as a new epoch,
 as before. A hello of the holder itself is always let in (a reconnect; a new epoch of the same
-process). Engines from before instance ids (an empty one) hold no lease and are held off by
-none, as they were. A hello whose epoch (the engine's start time, in ns) is more than
-`JUNCTION_MAX_EPOCH_AHEAD_S` ahead of this clock is refused (4409): a clock run ahead, or a
-forged epoch of 2^63-1, would otherwise hold every later start of the engine out.
+process). An engine from before instance ids (an empty one) holds no lease, but is held off
+like any other process by one that does: a hello without an instance id for a held id would
+wipe the live engine's table and lock it out (issue 47, item 1). A hello whose epoch (the
+engine's start time, in ns) is more than `JUNCTION_MAX_EPOCH_AHEAD_S` ahead of this clock is
+refused (4409): a clock run ahead, or a forged epoch of 2^63-1, would otherwise hold every
+later start of the engine out.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def check_hello(
             f"epoch {hello.epoch} is {ahead_s:.0f} s ahead of our clock "
             "(JUNCTION_MAX_EPOCH_AHEAD_S): fix the engine's clock",
         )
-    if engine is None or not hello.instance_id or not engine.instance_id:
+    if engine is None or not engine.instance_id:
         return
     if engine.instance_id != hello.instance_id and is_held(session, engine, config, now):
         raise WireError(

@@ -5,6 +5,7 @@ store's functions and a real socket with two real engines."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -78,10 +79,25 @@ def test_a_holder_connected_through_a_live_replica_holds_past_the_lease(session:
     assert apply_hello(session, hello(2, "second"), lease=LEASE).epoch == 2
 
 
-def test_engines_without_an_instance_id_are_let_in_as_before(session: Session) -> None:
+def test_engines_without_an_instance_id_hold_no_lease_but_are_held_off(session: Session):
+    """An engine from before instance ids holds no lease; while a process holds the id, a hello
+    without one (at an epoch the clock allows, 250 s ahead) is refused and the table kept;
+    once the lease is over, it is let in (issue 47, item 1)."""
     apply_hello(session, hello(1, ""), lease=LEASE)
     assert apply_hello(session, hello(2, "new"), lease=LEASE).epoch == 2
+    ahead = utcnow_ns() + 250 * 10**9
+    error = refused(session, hello(ahead, ""))
+    assert error.code == CLOSE_ID_TAKEN and "--engine-id" in error.reason
+    engine = session.get(Engine, "twin", populate_existing=True)
+    assert (engine.epoch, engine.instance_id) == (2, "new")
+    engine.connected = False
+    engine.last_seen = utcnow() - timedelta(seconds=LEASE.lease_s + 1)
+    session.commit()
     assert apply_hello(session, hello(3, ""), lease=LEASE).epoch == 3
+
+
+def utcnow_ns() -> int:
+    return time.time_ns()
 
 
 @pytest.mark.parametrize("epoch", [INT64_MAX, 10**18 * 3])  # 2^63-1; the year 2065
