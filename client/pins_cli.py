@@ -184,6 +184,10 @@ def prefix_of(args: argparse.Namespace) -> dict[str, Any]:
     return {"segments": segments}
 
 
+#: the file a control plane keeps the token it made in, beside the default SQLite store
+TOKEN_FILE_NAME = "junction-api-token"
+
+
 def client(args: argparse.Namespace, is_read: bool = False) -> ApiClient:
     """The control plane of `--control-plane` and `--token`, else of the settings (a read
     takes the read-only token too); raises `CliError` when there is no token to send."""
@@ -192,9 +196,21 @@ def client(args: argparse.Namespace, is_read: bool = False) -> ApiClient:
     if not token:
         tokens = "JUNCTION_API_TOKEN (or JUNCTION_READ_TOKEN)" if is_read else "JUNCTION_API_TOKEN"
         raise CliError(
-            f"no token to send: pass --token or set {tokens} to the control plane's", EXIT_REFUSED
+            f"no token to send: pass --token or set {tokens} to the control plane's; "
+            f"{token_file_hint()}",
+            EXIT_REFUSED,
         )
     return ApiClient(args.control_plane or settings.url, token, timeout_s=TIMEOUT_S)
+
+
+def token_file_hint() -> str:
+    """Where the token a local control plane made is (`junction up`, `make run`): the file
+    `JUNCTION_API_TOKEN_FILE` names, else `junction-api-token` here, where the default SQLite
+    store keeps it; how to send it when it is there, where it would be when not."""
+    path = Path(os.environ.get("JUNCTION_API_TOKEN_FILE") or TOKEN_FILE_NAME)
+    if path.is_file():
+        return f"the one `junction up` made is in {path}: export JUNCTION_API_TOKEN=$(cat {path})"
+    return f"a control plane started here keeps the one it made in {path.resolve()}"
 
 
 def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:

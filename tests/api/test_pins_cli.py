@@ -233,16 +233,22 @@ def test_the_token_and_url_default_from_the_environment(capsys, monkeypatch) -> 
     ids=["pins", "unpin", "pin"],
 )
 def test_without_a_token_the_commands_say_which_to_set(
-    capsys, monkeypatch, argv: list[str], tokens: str
+    capsys, monkeypatch, tmp_path, argv: list[str], tokens: str
 ) -> None:
     for name in ("JUNCTION_API_TOKEN", "JUNCTION_READ_TOKEN"):
         monkeypatch.delenv(name, raising=False)
+    kept = tmp_path / "the-token"
+    monkeypatch.setenv("JUNCTION_API_TOKEN_FILE", str(kept))
     code, out, err = run(capsys, *argv, "--control-plane", "http://127.0.0.1:9")
     assert (code, out) == (2, "")
     assert err == (
         f"junction {argv[0]}: no token to send: pass --token or set {tokens} to the control "
-        "plane's\n"
+        f"plane's; a control plane started here keeps the one it made in {kept}\n"
     )
+    kept.write_text("k7-made-0123456789\n")  # `junction up` made one (issue 47, item 20)
+    code, out, err = run(capsys, *argv, "--control-plane", "http://127.0.0.1:9")
+    assert code == 2
+    assert f"export JUNCTION_API_TOKEN=$(cat {kept})" in err
 
 
 def test_pins_reads_with_the_read_token(server: str, capsys, monkeypatch) -> None:
