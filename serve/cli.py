@@ -10,9 +10,10 @@ import argparse
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from engine.config import DEFAULT_SERVE_NUM_MAMBA_BLOCKS
+from engine.config import DEFAULT_SERVE_NUM_MAMBA_BLOCKS, TierConfig
 from engine.setup.options import (
     EXIT_BAD_INPUT,
     HOST_AUTO,
@@ -30,6 +31,9 @@ from publish.streaming import (
     make_publisher,
 )
 from serve.limits import DEFAULT_MAX_BODY_BYTES, positive_bytes
+
+if TYPE_CHECKING:
+    from engine.tiers.tiering import TierCosts
 
 
 def add_serve_parser(commands: argparse._SubParsersAction) -> None:
@@ -108,6 +112,16 @@ def check_port(host: str, port: int) -> None:
         ) from None
 
 
+def describe_prices(costs: TierCosts, tiers: TierConfig) -> str:
+    """The start-up line about what a tier load is priced at (`Engine.price_tier_loads`)."""
+    disk = f", {costs.disk_bytes_per_s / 1e9:.1f} GB/s from disk" if tiers.disk_cache_dir else ""
+    return (
+        f"tier loads priced at {costs.host_bytes_per_s / 1e9:.1f} GB/s from host{disk}, "
+        f"against a prefill of {costs.prefill_tokens_per_s:,.0f} tokens/s measured now (a load "
+        "slower than its prefill is not taken)"
+    )
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.model.hf.tokenizer import load_tokenizer
     from engine.setup.model_card import describe, model_card
@@ -142,29 +156,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         feed = FeedHub()
         sink = FeedSink(feed, keep_events=publisher is not None)
         engine = Engine(
-            cache,
-            scheduler,
-            model,
-            runner=args.runner,
-            sink=sink,
-            engine_id=args.engine_id,
-            tiers=tiers,
+            cache, scheduler, model, args.runner, sink, engine_id=args.engine_id, tiers=tiers
         )
         costs = engine.price_tier_loads()
     except (ValueError, OSError) as exc:
         print(f"junction serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if costs is not None:
-        disk = (
-            f", {costs.disk_bytes_per_s / 1e9:.1f} GB/s from disk" if tiers.disk_cache_dir else ""
-        )
-        print(
-            f"junction serve: tier loads priced at {costs.host_bytes_per_s / 1e9:.1f} GB/s "
-            f"from host{disk}, against a prefill of {costs.prefill_tokens_per_s:,.0f} "
-            "tokens/s measured now (a load slower than its prefill is not taken)",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"junction serve: {describe_prices(costs, tiers)}", file=sys.stderr, flush=True)
     feed.attach(engine, model.name)
     async_engine = AsyncEngine(engine)
     if publisher is not None:
