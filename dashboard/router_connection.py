@@ -19,9 +19,10 @@ from client.settings import ControlPlaneSettings
 from client.transport import ApiError, ApiUnreachable
 
 START_ROUTER = (
-    "The dashboard does not know where a router is. Start one in front of your engines with "
-    "`junction route --engine URL --engine URL`, then point the dashboard at it: "
-    "`junction dashboard --router-url http://127.0.0.1:8100` (or set `JUNCTION_ROUTER_URL`)."
+    "The dashboard does not know where a router is. `junction up --engines N` starts one on "
+    "port 8000 in front of its engines; else start one with `junction route --port 8000 "
+    "--engine URL --engine URL`, then point the dashboard at it: "
+    "`junction dashboard --router-url http://127.0.0.1:8000` (or set `JUNCTION_ROUTER_URL`)."
 )
 NO_TOKEN = (
     "The dashboard has no token to read the router at {url} with. Set `JUNCTION_READ_TOKEN` "

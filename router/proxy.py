@@ -88,6 +88,8 @@ class Proxy:
                 media_type=response.headers.get("content-type", "application/json"),
             )
         headers = {"X-Junction-Engine": decision.url, "X-Junction-Route-Id": decision.request_id}
+        if decision.engine_id is not None:  # the engine's name, as `GET /fleet` and the pages
+            headers["X-Junction-Engine-Id"] = decision.engine_id
         if stream:
             return StreamingResponse(
                 self._relay(response, decision, engine, wants_usage),

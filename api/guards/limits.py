@@ -6,7 +6,8 @@ Before a byte of the body is read:
   `Authorization: Bearer <token>` header is a 401. The token itself is compared by the routes'
   dependencies (`api.deps`); the routes that take a body take it as a dependency after the
   token's (`api.guards.json_body`), so a wrong token is refused before its body is read too;
-- a `Content-Length` above the route's limit is a 413 naming the limit and its setting.
+- a `Content-Length` above the route's limit is a 413 naming the limit and its setting;
+- an OpenAI request (`/v1/...`), sent here instead of to an engine, is a 404 that says so.
 
 While the body streams (chunked, or a client that sends less than it announced), more bytes
 than the limit are a 413, and a wait of more than `body_timeout_s` for the next chunk a 408.
@@ -35,6 +36,12 @@ from api.settings import Settings
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 OPEN_PATHS = frozenset({"/healthz", "/metrics"})
 CLOSE = (b"connection", b"close")
+OPENAI_PREFIX = "/v1/"
+#: the answer to an OpenAI request sent to the control plane (issue 47, item 18)
+NOT_AN_ENGINE = (
+    "this is Junction's control plane, not an engine: send OpenAI requests to an engine or a "
+    "router (`junction up` serves them on port 8000: http://HOST:8000/v1)"
+)
 
 
 class BodyLimit(NamedTuple):
@@ -128,6 +135,11 @@ class _Body:
 
 def _refusal(scope: Scope, headers: dict[bytes, bytes], limit: BodyLimit) -> JSONResponse | None:
     """The answer to a request refused on its head alone, or None."""
+    if scope["path"].startswith(OPENAI_PREFIX):  # an OpenAI client pointed here, not at an engine
+        return JSONResponse(
+            {"detail": NOT_AN_ENGINE, "error": {"message": NOT_AN_ENGINE, "type": "not_found"}},
+            404,
+        )
     if scope["method"] not in READ_METHODS and scope["path"] not in OPEN_PATHS:
         authorization = headers.get(b"authorization")
         if bearer_token(None if authorization is None else authorization.decode("latin-1")) is None:

@@ -27,7 +27,9 @@ WINDOWS = {
 MAX_NODES = 150  # radix nodes drawn; the rest are counted
 NO_PEER = (
     "No vLLM or SGLang engine is attached to the control plane at {url}. Attach one with "
-    "`junction attach vllm --control-plane {url} --token $JUNCTION_API_TOKEN` (or `sglang`): "
+    "`junction attach vllm --events tcp://HOST:5557 --control-plane {url} --token "
+    "$JUNCTION_API_TOKEN` (or `sglang`; HOST:5557 is where the engine publishes its KV-cache "
+    "events): "
     "it forwards the engine's KV-cache events, and this page draws them."
 )
 

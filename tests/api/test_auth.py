@@ -74,6 +74,17 @@ def test_health_and_metrics_need_no_token(anonymous: TestClient) -> None:
     assert anonymous.get("/metrics").status_code == 200
 
 
+def test_an_openai_request_sent_here_is_told_where_the_engines_are(anonymous: TestClient):
+    """A chat request to the control plane's port is a 404 that says this is not an engine and
+    where engines serve (issue 47, item 18), not a 401 about a missing token."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models")):
+        answer = anonymous.request(method, path, json=body if method == "POST" else None)
+        assert answer.status_code == 404
+        message = answer.json()["error"]["message"]
+        assert "control plane, not an engine" in message and ":8000/v1" in message
+
+
 def test_the_token_is_checked_before_the_engine_is_looked_up(
     anonymous: TestClient, client: TestClient
 ) -> None:

@@ -119,7 +119,12 @@ def test_bad_feeds_are_taken_out_and_the_healthy_engine_serves(tmp_path: Path) -
                         model="junction-hybrid-tiny", prompt=f"question {index}", max_tokens=2
                     )
                     assert response.http_response.status_code == 200
-                    served.add(response.headers["x-junction-engine"])
-                assert served == {good.url}
+                    served.add(
+                        (
+                            response.headers["x-junction-engine"],
+                            response.headers["x-junction-engine-id"],
+                        )
+                    )
+                assert served == {(good.url, "healthy")}
             finally:
                 router.stop()
