@@ -43,6 +43,35 @@ def _content(message: ChatMessage, index: int) -> str:
     return "".join(texts)
 
 
+def fewest_tokens(
+    tokenizer: Tokenizer, prompt: str | list[int] | list[str] | list[list[int]]
+) -> int:
+    """The fewest tokens `prompt` can be, known without tokenizing it: its ids, or its text's
+    UTF-8 bytes over the most bytes one token stands for (`Tokenizer.max_token_bytes`)."""
+    if prompt and isinstance(prompt, list) and not isinstance(prompt[0], int):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return -(-len(prompt.encode("utf-8", "surrogatepass")) // tokenizer.max_token_bytes)
+    return len(prompt)
+
+
+def fewest_chat_tokens(tokenizer: Tokenizer, messages: list[ChatMessage]) -> int:
+    """The fewest tokens the chat can be, its template aside: its text parts' bytes over the
+    most bytes one token stands for."""
+    num_bytes = 0
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            num_bytes += len(content.encode("utf-8", "surrogatepass"))
+        elif content:
+            num_bytes += sum(
+                len(part.text.encode("utf-8", "surrogatepass"))
+                for part in content
+                if getattr(part, "text", None)
+            )
+    return -(-num_bytes // tokenizer.max_token_bytes)
+
+
 def chat_prompt(tokenizer: Tokenizer, messages: list[ChatMessage]) -> ChatPrompt:
     if not messages:
         raise OpenAIError("messages must not be empty", param="messages")

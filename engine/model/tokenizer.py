@@ -39,6 +39,9 @@ class Tokenizer(Protocol):
 
     vocab_size: int
     stop_token_ids: tuple[int, ...]
+    # the most UTF-8 bytes of text one token stands for: a text of `b` bytes is at least
+    # `b / max_token_bytes` tokens, known before it is tokenized (`protocol.prompts`)
+    max_token_bytes: int
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -74,6 +77,7 @@ class ByteTokenizer:
     eos_id = EOS_ID
     vocab_size = VOCAB_SIZE
     stop_token_ids = (EOS_ID,)
+    max_token_bytes = 1
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         ids = list(text.encode("utf-8"))

@@ -1,8 +1,10 @@
 """`/v1/completions`, `/v1/chat/completions` and `/v1/models` of the router.
 
 A request is read (at most `MAX_BODY_BYTES`), validated with the engine's own schemas,
-tokenized with the engine's own code (its tokenizer and chat template), checked against what
-the fleet serves, then routed and relayed (`router.proxy`)."""
+checked against what the fleet serves (first by the fewest tokens its text can be, so a prompt
+over every engine's limit is refused before it is tokenized), tokenized with the engine's own
+code (its tokenizer and chat template), checked again, then routed and relayed
+(`router.proxy`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from protocol.errors import OpenAIError
-from protocol.prompts import chat_prompt, prompt_token_ids
+from protocol.prompts import chat_prompt, fewest_chat_tokens, fewest_tokens, prompt_token_ids
 from protocol.schemas import DEFAULT_MAX_TOKENS, ChatCompletionRequest, CompletionRequest
 from router.deps import RouterState, StateDep
 
@@ -67,15 +69,24 @@ def _check_model(state: RouterState, model: str) -> None:
         )
 
 
-def _check_length(state: RouterState, model: str, num_prompt: int, max_tokens: int | None) -> int:
-    """The prompt + output tokens the request holds; `too_long` when no engine takes them."""
+def _check_length(
+    state: RouterState,
+    model: str,
+    num_prompt: int,
+    max_tokens: int | None,
+    at_least: bool = False,
+) -> int:
+    """The prompt + output tokens the request holds; `too_long` when no engine takes them.
+    `at_least`: `num_prompt` is the fewest the prompt can be, before it is tokenized (a prompt
+    over every engine's limit is refused without tokenizing it whole)."""
     total = num_prompt + (DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens)
     most = state.fleet.max_request_tokens(model)
     if most and total > most:
+        holds = "at least " if at_least else ""
         raise OpenAIError(
-            f"the request holds {total} prompt + output tokens ({num_prompt} in the prompt); "
-            f"the most any engine serving {model!r} takes is {most}: shorten the prompt or "
-            "max_tokens",
+            f"the request holds {holds}{total} prompt + output tokens ({holds}{num_prompt} in "
+            f"the prompt); the most any engine serving {model!r} takes is {most}: shorten the "
+            "prompt or max_tokens",
             400,
             param="messages",
             code="too_long",
@@ -89,15 +100,26 @@ async def _route(
     body = await _json_body(request)
     parsed = _validated(schema, body)
     _check_model(state, parsed.model)
+    tokenizer = state.tokenizer
     if isinstance(parsed, ChatCompletionRequest):
-        prompt = await asyncio.to_thread(chat_prompt, state.tokenizer, parsed.messages)
-        token_ids = prompt.token_ids
         max_tokens = parsed.max_completion_tokens
         if max_tokens is None:
             max_tokens = parsed.max_tokens
+        _check_length(
+            state,
+            parsed.model,
+            fewest_chat_tokens(tokenizer, parsed.messages),
+            max_tokens,
+            at_least=True,
+        )
+        prompt = await asyncio.to_thread(chat_prompt, tokenizer, parsed.messages)
+        token_ids = prompt.token_ids
     else:
-        token_ids = await asyncio.to_thread(prompt_token_ids, state.tokenizer, parsed.prompt)
         max_tokens = parsed.max_tokens
+        _check_length(
+            state, parsed.model, fewest_tokens(tokenizer, parsed.prompt), max_tokens, at_least=True
+        )
+        token_ids = await asyncio.to_thread(prompt_token_ids, tokenizer, parsed.prompt)
     if not token_ids:
         raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
     held = _check_length(state, parsed.model, len(token_ids), max_tokens)

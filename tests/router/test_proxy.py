@@ -75,6 +75,51 @@ def post(client: TestClient, **fields) -> httpx.Response:
     return client.post("/v1/completions", json=body)
 
 
+# ---------------------------------------------------------------------- prompts over every limit
+class CountingTokenizer:
+    """The built-in tokenizer, counting the bytes it was asked to encode."""
+
+    def __init__(self) -> None:
+        self.inner = load_tokenizer(None)
+        self.num_bytes = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def encode(self, text: str) -> list[int]:
+        self.num_bytes += len(text.encode())
+        return self.inner.encode(text)
+
+    def chat_prompt(self, messages):
+        self.num_bytes += sum(len(m["content"].encode()) for m in messages)
+        return self.inner.chat_prompt(messages)
+
+
+def test_a_prompt_over_every_engines_limit_is_refused_before_it_is_tokenized() -> None:
+    """A 2 MB text prompt (completion or chat) against engines that take 4,096 tokens is
+    refused 400 `too_long` from its length alone, the text never tokenized (issue 47, item
+    10); a prompt within the limit is tokenized and sent."""
+    tokenizer = CountingTokenizer()
+    client = httpx.AsyncClient(transport=httpx.MockTransport(completion))
+    fleet = Fleet([up_engine(URLS[0], max_request_tokens=4096)], make_policy("hybrid"))
+    app = create_app(fleet, tokenizer, (TOKEN,), client=client)  # type: ignore[arg-type]
+    text = "x" * (2 << 20)
+    with TestClient(app) as test_client:
+        over = post(test_client, prompt=text)
+        chat = test_client.post(
+            "/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": text}]},
+        )
+        for answer in (over, chat):
+            assert answer.status_code == 400
+            error = answer.json()["error"]
+            assert error["code"] == "too_long" and "at least" in error["message"]
+        assert tokenizer.num_bytes == 0
+        within = post(test_client, prompt="a short prompt")
+        assert within.status_code == 200, within.text
+        assert tokenizer.num_bytes == len("a short prompt")
+
+
 # ---------------------------------------------------------------------- failover
 def test_a_refused_connection_fails_over_and_is_recorded() -> None:
     """The first engine tried refuses the connection (its feed still speaks): the request was

@@ -116,6 +116,10 @@ class HFTokenizer:
         self._tokenizer = tokenizer
         self.vocab_size = min(len(tokenizer), model_vocab_size or len(tokenizer))
         self.stop_token_ids = tuple(dict.fromkeys(stop_token_ids))
+        # a token's piece is at most as many characters as the bytes it stands for (byte-level
+        # pieces are one character a byte), and a character is at most 4 bytes of UTF-8
+        longest = max((len(piece) for piece in tokenizer.get_vocab()), default=1)
+        self.max_token_bytes = 4 * max(longest, 1)
 
     @classmethod
     def load(cls, model_dir: str | Path) -> HFTokenizer:
