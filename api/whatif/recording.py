@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.attribution.unit_salt import unpack
-from api.store.models import Engine, RequestChain
+from api.store.models import Engine, Pin, RequestChain
 from whatif.recording import RecordedRequest, Recording
 
 #: The requests a what-if replays at most (the epoch's newest): `JUNCTION_WHATIF_MAX_REQUESTS`
@@ -107,17 +107,17 @@ def load_recording(
         .order_by(RequestChain.arrival_index.desc())
         .limit(limit)
     )
-    pins = select(RequestChain).where(*of_epoch, RequestChain.pin.is_(True))
-    rows = [*session.scalars(pins), *session.scalars(newest)]
-    rows.sort(key=lambda row: row.arrival_index)
-    return Recording(
-        geometry,
-        geometry.prefix_match_unit,
-        [_recorded(row) for row in rows],
-    )
+    pins = select(RequestChain, Pin.label).outerjoin(Pin, Pin.pin_id == RequestChain.pin_id)
+    pin_rows = session.execute(pins.where(*of_epoch, RequestChain.pin.is_(True))).all()
+    rows = [*(_recorded(row, label) for row, label in pin_rows)]
+    rows += [_recorded(row) for row in session.scalars(newest)]
+    rows.sort(key=lambda request: request.arrival_index)
+    return Recording(geometry, geometry.prefix_match_unit, rows)
 
 
-def _recorded(row: RequestChain) -> RecordedRequest:
+def _recorded(row: RequestChain, label: str | None = None) -> RecordedRequest:
+    """A stored chain as a what-if replays it; a pin is named by its label (the name its user
+    gave it), else its id, else where it arrived (a chain kept before pins were named)."""
     return RecordedRequest(
         id=str(row.arrival_index),
         units=unpack(row.units),
@@ -128,4 +128,5 @@ def _recorded(row: RequestChain) -> RecordedRequest:
         arrival_step=row.arrival_step,
         checkpoint_offsets=list(row.checkpoint_offsets or []),
         pin=row.pin,
+        name=(label or row.pin_id or f"pin at arrival {row.arrival_index}") if row.pin else None,
     )
