@@ -27,6 +27,7 @@ from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 from engine.traces.trace import TracePin, TraceRequest
 from engine.workloads.bound import Budget, bound
 from engine.workloads.oracle import oracle
+from whatif.budget import Deadline, Limits, check, estimate, size_of
 from whatif.recording import RecordedRequest, Recording
 from whatif.report import SettingResult, WhatIfReport
 from whatif.settings import WhatIfSetting, apply, check_memory, ran_configs
@@ -120,9 +121,10 @@ def replay_setting(
     scheduler: SchedulerConfig,
     progress: Callable[[int], None] | None = None,
     prepared: Synthetic | None = None,
+    deadline: Deadline | None = None,
 ) -> Replayed:
     """Run the recording through an engine with these configs; `progress(n)` after every
-    `n` requests finished."""
+    `n` requests finished; `deadline` checked at every step (`WhatIfTimedOut` past it)."""
     prepared = prepared or synthetic(recording)
     engine = Engine(
         cache, scheduler, ModelConfig(), runner=ScriptedRunner(prepared.scripts), sink=NullSink()
@@ -132,6 +134,8 @@ def replay_setting(
     most = 0
     in_flight = 0
     for finished in _run(engine, recording, prepared, unplaced):
+        if deadline is not None:
+            deadline.check()
         in_flight = len(engine.scheduler.requests)
         most = max(most, in_flight)
         for request in finished:
@@ -271,10 +275,13 @@ def run_whatif(
     settings: Sequence[WhatIfSetting],
     progress: Callable[[int, int], None] | None = None,
     base: tuple[CacheConfig, SchedulerConfig] | None = None,
+    limits: Limits | None = None,
 ) -> WhatIfReport:
     """Replay `recording` with its own settings, then with each of `settings`;
     `progress(done, total)` counts the requests replayed over all of them. A setting that
-    cannot be tried raises `ValueError` naming it before anything runs.
+    cannot be tried raises `ValueError` naming it before anything runs; so does a run whose
+    estimate is over `limits` (`whatif.budget.WhatIfTooLarge`), and one that runs past
+    `limits.max_seconds` is stopped (`WhatIfTimedOut`).
 
     A bridged peer's recording (`geometry.kind`) has no Junction settings of its own: its
     recorded hits stand as what ran, unreplayed, and each setting applies to `base` (default:
@@ -287,6 +294,12 @@ def run_whatif(
     configs = [apply(setting, ran_cache, recording.unit) for setting in settings]
     for setting, cache in zip(settings, configs, strict=True):
         check_fits(recording, cache, setting.name())
+    deadline = None
+    if limits is not None:
+        named = [(s.name(), c) for s, c in zip(settings, configs, strict=True)]
+        named += [] if peer is not None else [("as ran", ran_cache)]
+        check(estimate(size_of(recording), named), limits, len(named))
+        deadline = Deadline(limits.max_seconds)
     prepared = synthetic(recording)
     total = recording.num_requests * (len(configs) + (peer is None))
     done = 0
@@ -303,11 +316,11 @@ def run_whatif(
         replayed = Replayed(recorded, 1)
     else:
         as_ran_setting = WhatIfSetting(label="as ran")
-        replayed = replay_setting(recording, ran_cache, ran_scheduler, advance, prepared)
+        replayed = replay_setting(recording, ran_cache, ran_scheduler, advance, prepared, deadline)
     as_ran = _result(as_ran_setting, ran_cache, replayed, prepared)
     results = []
     for setting, cache in zip(settings, configs, strict=True):
-        replayed = replay_setting(recording, cache, ran_scheduler, advance, prepared)
+        replayed = replay_setting(recording, cache, ran_scheduler, advance, prepared, deadline)
         results.append(_result(setting, cache, replayed, prepared))
     return WhatIfReport(
         num_requests=recording.num_requests,

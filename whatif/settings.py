@@ -25,7 +25,8 @@ WHATIF_MODES: tuple[str, ...] = (*(m for m in MODES if m != "pins"), "vllm")
 #: vLLM's prefix caching for hybrid models as the benchmarks' peer model has it
 VLLM_OPTIONS = {**MODE_CACHE_OPTIONS["aligned"], "eviction": "lru"}
 MAX_TOKENS = 1 << 20
-MAX_BLOCKS = 1 << 24
+#: 4,194,304 blocks a pool, past any engine's; what a run may hold is `whatif.budget`'s bound
+MAX_BLOCKS = 1 << 22
 
 Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
 Blocks = Annotated[int, Field(gt=0, le=MAX_BLOCKS)]

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from api.attribution.unit_salt import unpack
 from api.store.models import Engine, Pin, RequestChain
+from whatif.budget import RunSize
 from whatif.recording import RecordedRequest, Recording
 
 #: The requests a what-if replays at most (the epoch's newest): `JUNCTION_WHATIF_MAX_REQUESTS`
@@ -90,6 +91,29 @@ def request_sizes(session: Session, engine_id: str, epoch: int) -> tuple[int, li
         )
     ).all()
     return int(longest), list(pins)
+
+
+def recorded_size(session: Session, engine_id: str, epoch: int, limit: int) -> RunSize:
+    """The tokens and unit hashes a what-if of the epoch replays (its pins and newest `limit`
+    requests, as `load_recording` reads them), summed in the database: what a run's estimate
+    needs (`whatif.budget`) without loading a chain."""
+    of_epoch = (RequestChain.engine_id == engine_id, RequestChain.epoch == epoch)
+    sizes = (
+        RequestChain.num_prompt_tokens + RequestChain.num_output_tokens,
+        func.length(RequestChain.units) / 8,
+    )
+    newest = (
+        select(*(size.label(f"s{i}") for i, size in enumerate(sizes)))
+        .where(*of_epoch, RequestChain.pin.is_(False))
+        .order_by(RequestChain.arrival_index.desc())
+        .limit(limit)
+        .subquery()
+    )
+    tokens, units = session.execute(select(func.sum(newest.c.s0), func.sum(newest.c.s1))).one()
+    pin_tokens, pin_units = session.execute(
+        select(func.sum(sizes[0]), func.sum(sizes[1])).where(*of_epoch, RequestChain.pin.is_(True))
+    ).one()
+    return RunSize(int((tokens or 0) + (pin_tokens or 0)), int((units or 0) + (pin_units or 0)))
 
 
 def load_recording(
