@@ -128,6 +128,7 @@ def check_memory(cache: CacheConfig, longest: int, pins: list[int], label: str) 
     refuse it for)."""
     needs = blocks_needed(max(longest, 1), cache, len(pins))
     needs[ATTENTION] += sum(-(-n // cache.attention_block_size) for n in pins)  # held pinned
+    needs[MAMBA] += len(pins)  # each pin holds its boundary's state slot pinned
     has = {ATTENTION: cache.num_blocks, MAMBA: cache.mamba_num_blocks}
     for group, need in needs.items():
         if need > has[group]:

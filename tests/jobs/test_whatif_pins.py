@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from sqlalchemy import update
 
 from api.store.db import make_engine, make_sessionmaker
@@ -75,3 +76,28 @@ def test_a_pin_one_setting_cannot_place_does_not_sink_the_run(database_url):
     for result in report["results"]:
         assert result["num_prompt_tokens"] == report["num_prompt_tokens"]
         assert 0 <= result["hit_tokens"] <= result["oracle_tokens"]
+
+
+def test_memory_that_cannot_hold_a_request_beside_the_pins_is_said_before_queueing(
+    database_url,
+):
+    """The form's "memory ×0.5" of this engine leaves 6 state slots: one held by the pin, and
+    the longest request may need 6 more. The engine refuses that request; the check before a
+    run is queued now counts the pinned slot too, so the setting is named there (422 at the
+    API), not found by a worker mid-run."""
+    from api.whatif.recording import request_sizes
+    from whatif.settings import WhatIfSetting, apply, check_memory, ran_configs
+
+    db = make_engine(database_url)
+    engine = short_pin_engine()
+    try:
+        with make_sessionmaker(db)() as session:
+            factories.ingest(session, engine)
+            longest, pins = request_sizes(session, engine.engine_id, engine.epoch)
+    finally:
+        db.dispose()
+    half = WhatIfSetting(label="memory ×0.5", num_blocks=44, num_mamba_blocks=6)
+    ran, _ = ran_configs(engine.cache_geometry())
+    with pytest.raises(ValueError, match="'memory ×0.5': the longest request") as refused:
+        check_memory(apply(half, ran, 16), longest, pins, half.name())
+    assert "raise num_mamba_blocks" in str(refused.value)
