@@ -126,9 +126,13 @@ class Settings(BaseSettings):
     # What-if replays (`api.whatif`): the finished requests whose salted chains are kept per
     # engine for a replay (the oldest finished go first; none outlives the attribution window,
     # and no route serves them), and the what-if runs kept in all (past it, the oldest finished
-    # go; a new run is refused while that many are queued or running).
+    # go; a new run is refused while that many are queued or running). A run's estimated peak
+    # bytes and seconds (`whatif.budget`) are bounded: past them it is refused (422) before it
+    # is queued, and a worker stops a run that goes past its seconds (failed, saying why).
     whatif_max_requests: int = 100_000
     whatif_max_runs: int = 1000
+    whatif_max_bytes: int = 2 << 30
+    whatif_max_seconds: float = 1800.0
 
     # Engines without physical block ids (`api.peers.blocks`: vLLM, SGLang through `junction
     # attach`): the token ids kept of each block (its first ones), the most blocks kept per
@@ -209,6 +213,8 @@ class Settings(BaseSettings):
         "peer_max_blocks",
         "whatif_max_requests",
         "whatif_max_runs",
+        "whatif_max_bytes",
+        "whatif_max_seconds",
         "peer_window_s",
         "peer_max_samples",
         "replica_heartbeat_s",

@@ -67,6 +67,20 @@ def add_whatif_parser(commands: argparse._SubParsersAction) -> None:
         metavar="R",
         help="the share of prefix families each curve replay keeps (1: full replays)",
     )
+    cmd.add_argument(
+        "--max-bytes",
+        type=int,
+        default=None,
+        help="the most bytes the replay may hold, estimated before it starts (default: "
+        "$JUNCTION_WHATIF_MAX_BYTES, else 2 GiB)",
+    )
+    cmd.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="the most seconds it may take: refused when estimated over, stopped past it "
+        "(default: $JUNCTION_WHATIF_MAX_SECONDS, else 1800)",
+    )
     cmd.add_argument("--json", help="write the report here as JSON")
     cmd.add_argument("--recording-out", help="write the recording here (JSON lines)")
     cmd.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -89,6 +89,13 @@ def replay(
 
 
 def _run(runner: Runner | None, recording: Recording, settings: Sequence, progress) -> Any:
+    """`runner`, or `whatif.run.run_whatif` within `JUNCTION_WHATIF_MAX_BYTES` and
+    `JUNCTION_WHATIF_MAX_SECONDS` (a run over them, estimated or as it goes, fails saying so)."""
     if runner is None:
-        from whatif.run import run_whatif as runner  # the engine loads when a run starts
+        from whatif.budget import Limits
+        from whatif.run import run_whatif  # the engine loads when a run starts
+
+        config = get_settings()
+        limits = Limits(config.whatif_max_bytes, config.whatif_max_seconds)
+        runner = partial(run_whatif, limits=limits)
     return runner(recording, settings, progress)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -107,6 +108,30 @@ def _fitting_defaults(recording) -> list:
     return kept
 
 
+def limits_of(args: argparse.Namespace):
+    """`--max-bytes` and `--max-seconds`, else `JUNCTION_WHATIF_MAX_BYTES` and
+    `JUNCTION_WHATIF_MAX_SECONDS`, else `whatif.budget`'s defaults; a `ValueError` names the
+    one that is not a positive number."""
+    from whatif.budget import BYTES_SETTING, SECONDS_SETTING, Limits
+
+    values = {}
+    for field, flag, name, kind in (
+        ("max_bytes", "--max-bytes", BYTES_SETTING, int),
+        ("max_seconds", "--max-seconds", SECONDS_SETTING, float),
+    ):
+        given = getattr(args, field, None)
+        if given is None and os.environ.get(name):
+            try:
+                given = kind(os.environ[name])
+            except ValueError:
+                raise ValueError(f"{name} must be a number, got {os.environ[name]!r}") from None
+        if given is not None and given <= 0:
+            raise ValueError(f"{flag} ({name}) must be positive, got {given}")
+        if given is not None:
+            values[field] = given
+    return Limits(**values)
+
+
 def _recording(args: argparse.Namespace):
     from whatif.recording import load_lines
 
@@ -146,6 +171,7 @@ def _run(args: argparse.Namespace, recording, settings, base=None) -> int:
     from rich.console import Console
     from tqdm import tqdm
 
+    from whatif.budget import WhatIfTimedOut
     from whatif.run import run_whatif
     from whatif.table import report_table
 
@@ -163,8 +189,8 @@ def _run(args: argparse.Namespace, recording, settings, base=None) -> int:
         )
         return EXIT_BAD_INPUT
     try:
-        report = run_whatif(recording, settings, progress, base)
-    except ValueError as exc:
+        report = run_whatif(recording, settings, progress, base, limits_of(args))
+    except (ValueError, WhatIfTimedOut) as exc:
         bar.close()
         print(f"junction whatif: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -30,6 +30,7 @@ class RecordedRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     arrival_step: int | None = None  # the engine's step count when it arrived (None: unknown)
     checkpoint_offsets: list[int] = []  # where its chat messages ended
     pin: bool = False
+    name: str | None = None  # a pin's name as its user knows it (its label), for reports
 
 
 class Recording(msgspec.Struct, forbid_unknown_fields=True):
@@ -148,6 +149,7 @@ def from_events(
                     arrival_index=event.arrival_index or 0,
                     arrival_step=event.arrival_step,
                     pin=True,
+                    name=event.pin_id,
                 )
             )
     requests.sort(key=lambda r: r.arrival_index)

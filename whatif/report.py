@@ -18,6 +18,8 @@ class SettingResult:
     oracle_tokens: int  # what no memory limit and perfect foresight would hit
     bound_tokens: int  # what the offline policy hits in this setting's memory
     hits: list[int] = field(default_factory=list)
+    # the pins this setting could not place ({"pin": its name, "reason"}): it ran without them
+    pins_not_placed: list[dict] = field(default_factory=list)
 
     @property
     def hit_rate(self) -> float:

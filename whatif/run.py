@@ -27,6 +27,7 @@ from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 from engine.traces.trace import TracePin, TraceRequest
 from engine.workloads.bound import Budget, bound
 from engine.workloads.oracle import oracle
+from whatif.budget import Deadline, Limits, check, estimate, size_of
 from whatif.recording import RecordedRequest, Recording
 from whatif.report import SettingResult, WhatIfReport
 from whatif.settings import WhatIfSetting, apply, check_memory, ran_configs
@@ -80,6 +81,7 @@ class Replayed(NamedTuple):
 
     hits: list[int]
     max_in_flight: int
+    unplaced: dict[str, str] = {}  # pin id -> why this setting could not place it
 
 
 class Synthetic(NamedTuple):
@@ -88,16 +90,18 @@ class Synthetic(NamedTuple):
     items: list[TracePin | TraceRequest]
     outputs: dict[str, list[int]]  # request id -> its output tokens
     scripts: dict[str, list[int]]  # request id -> its whole sequence
+    names: dict[str, str]  # pin id -> the pin's name as its user knows it (its label)
 
 
 def synthetic(recording: Recording) -> Synthetic:
     items: list[TracePin | TraceRequest] = []
-    outputs, scripts = {}, {}
+    outputs, scripts, names = {}, {}, {}
     for line, request in enumerate(recording.requests, 1):
         tokens = synthesize(request, recording.unit)
         prompt = tokens[: request.num_prompt_tokens]
         if request.pin:
             items.append(TracePin(line, request.id, prompt, None))
+            names[request.id] = request.name or request.id
             continue
         offsets = tuple(p for p in request.checkpoint_offsets if 0 < p <= len(prompt))
         items.append(
@@ -108,7 +112,7 @@ def synthetic(recording: Recording) -> Synthetic:
         )  # fmt: skip
         outputs[request.id] = tokens[request.num_prompt_tokens :]
         scripts[request.id] = tokens
-    return Synthetic(items, outputs, scripts)
+    return Synthetic(items, outputs, scripts, names)
 
 
 def replay_setting(
@@ -117,17 +121,21 @@ def replay_setting(
     scheduler: SchedulerConfig,
     progress: Callable[[int], None] | None = None,
     prepared: Synthetic | None = None,
+    deadline: Deadline | None = None,
 ) -> Replayed:
     """Run the recording through an engine with these configs; `progress(n)` after every
-    `n` requests finished."""
+    `n` requests finished; `deadline` checked at every step (`WhatIfTimedOut` past it)."""
     prepared = prepared or synthetic(recording)
     engine = Engine(
         cache, scheduler, ModelConfig(), runner=ScriptedRunner(prepared.scripts), sink=NullSink()
     )
     hits: dict[str, int] = {}
+    unplaced: dict[str, str] = {}
     most = 0
     in_flight = 0
-    for finished in _run(engine, recording, prepared):
+    for finished in _run(engine, recording, prepared, unplaced):
+        if deadline is not None:
+            deadline.check()
         in_flight = len(engine.scheduler.requests)
         most = max(most, in_flight)
         for request in finished:
@@ -135,12 +143,15 @@ def replay_setting(
                 hits[request.request_id] = request.num_cached_tokens or 0
         if progress is not None and finished:
             progress(len(finished))
-    return Replayed([hits[r.id] for r in recording.requests if not r.pin], most)
+    return Replayed([hits[r.id] for r in recording.requests if not r.pin], most, unplaced)
 
 
-def _run(engine: Engine, recording: Recording, prepared: Synthetic) -> Iterator[list]:
+def _run(
+    engine: Engine, recording: Recording, prepared: Synthetic, unplaced: dict[str, str]
+) -> Iterator[list]:
     """Add the requests where they arrived and step the engine; yields each step's finished
-    requests (after the step, with the newly added ones in flight)."""
+    requests (after the step, with the newly added ones in flight). A pin the engine cannot
+    place goes into `unplaced` with the reason, and the replay goes on without it."""
     items = prepared.items
     window = recording.concurrency
     next_item = 0
@@ -149,7 +160,7 @@ def _run(engine: Engine, recording: Recording, prepared: Synthetic) -> Iterator[
         if window is None:
             now = engine.scheduler.step_id
             while next_item < len(items) and _arrival_step(recording, next_item) <= now:
-                _submit(engine, items[next_item])
+                _submit(engine, items[next_item], unplaced)
                 next_item += 1
         elif not (after_pin and engine.has_unfinished()):
             after_pin = False
@@ -161,7 +172,7 @@ def _run(engine: Engine, recording: Recording, prepared: Synthetic) -> Iterator[
                     after_pin = True
                 elif len(engine.scheduler.requests) >= window:
                     break
-                _submit(engine, item)
+                _submit(engine, item, unplaced)
                 next_item += 1
                 if after_pin:
                     break
@@ -178,9 +189,12 @@ def _arrival_step(recording: Recording, index: int) -> int:
     return step
 
 
-def _submit(engine: Engine, item: TracePin | TraceRequest) -> None:
+def _submit(engine: Engine, item: TracePin | TraceRequest, unplaced: dict[str, str]) -> None:
     if isinstance(item, TracePin):
-        engine.pin(item.pin_id, item.token_ids)
+        try:
+            engine.pin(item.pin_id, item.token_ids)
+        except ValueError as exc:  # as a live engine refuses it: the traffic goes on without
+            unplaced[item.pin_id] = str(exc).removeprefix(f"pin {item.pin_id!r}: ")
         return
     engine.add_request(
         item.token_ids,
@@ -197,13 +211,19 @@ def _result(
     prepared: Synthetic,
 ) -> SettingResult:
     unit = cache.match_unit
-    requests = [item for item in prepared.items if isinstance(item, TraceRequest)]
-    best = oracle(prepared.items, unit, cache.eagle, prepared.outputs)
+    # a pin the setting could not place never ran: the oracle and the bound go without it too
+    items = [
+        item
+        for item in prepared.items
+        if not (isinstance(item, TracePin) and item.pin_id in replayed.unplaced)
+    ]
+    requests = [item for item in items if isinstance(item, TraceRequest)]
+    best = oracle(items, unit, cache.eagle, prepared.outputs)
     # the bound drops pin lines: a pin's prefill enters it as a request of its own, which the
     # offline policy may keep as the engine keeps the pin, and whose hit is not counted
-    pins = {item.pin_id for item in prepared.items if isinstance(item, TracePin)}
+    pins = {item.pin_id for item in items if isinstance(item, TracePin)}
     offline = bound(
-        [_as_request(item) for item in prepared.items],
+        [_as_request(item) for item in items],
         unit,
         cache.attention_block_size,
         Budget(cache.num_blocks, cache.mamba_num_blocks),
@@ -222,6 +242,10 @@ def _result(
         oracle_tokens=best.num_oracle_tokens,
         bound_tokens=bound_tokens,
         hits=replayed.hits,
+        pins_not_placed=[
+            {"pin": prepared.names[pin_id], "reason": reason}
+            for pin_id, reason in replayed.unplaced.items()
+        ],
     )
 
 
@@ -251,10 +275,13 @@ def run_whatif(
     settings: Sequence[WhatIfSetting],
     progress: Callable[[int, int], None] | None = None,
     base: tuple[CacheConfig, SchedulerConfig] | None = None,
+    limits: Limits | None = None,
 ) -> WhatIfReport:
     """Replay `recording` with its own settings, then with each of `settings`;
     `progress(done, total)` counts the requests replayed over all of them. A setting that
-    cannot be tried raises `ValueError` naming it before anything runs.
+    cannot be tried raises `ValueError` naming it before anything runs; so does a run whose
+    estimate is over `limits` (`whatif.budget.WhatIfTooLarge`), and one that runs past
+    `limits.max_seconds` is stopped (`WhatIfTimedOut`).
 
     A bridged peer's recording (`geometry.kind`) has no Junction settings of its own: its
     recorded hits stand as what ran, unreplayed, and each setting applies to `base` (default:
@@ -267,6 +294,12 @@ def run_whatif(
     configs = [apply(setting, ran_cache, recording.unit) for setting in settings]
     for setting, cache in zip(settings, configs, strict=True):
         check_fits(recording, cache, setting.name())
+    deadline = None
+    if limits is not None:
+        named = [(s.name(), c) for s, c in zip(settings, configs, strict=True)]
+        named += [] if peer is not None else [("as ran", ran_cache)]
+        check(estimate(size_of(recording), named), limits, len(named))
+        deadline = Deadline(limits.max_seconds)
     prepared = synthetic(recording)
     total = recording.num_requests * (len(configs) + (peer is None))
     done = 0
@@ -283,11 +316,11 @@ def run_whatif(
         replayed = Replayed(recorded, 1)
     else:
         as_ran_setting = WhatIfSetting(label="as ran")
-        replayed = replay_setting(recording, ran_cache, ran_scheduler, advance, prepared)
+        replayed = replay_setting(recording, ran_cache, ran_scheduler, advance, prepared, deadline)
     as_ran = _result(as_ran_setting, ran_cache, replayed, prepared)
     results = []
     for setting, cache in zip(settings, configs, strict=True):
-        replayed = replay_setting(recording, cache, ran_scheduler, advance, prepared)
+        replayed = replay_setting(recording, cache, ran_scheduler, advance, prepared, deadline)
         results.append(_result(setting, cache, replayed, prepared))
     return WhatIfReport(
         num_requests=recording.num_requests,

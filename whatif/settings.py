@@ -25,7 +25,8 @@ WHATIF_MODES: tuple[str, ...] = (*(m for m in MODES if m != "pins"), "vllm")
 #: vLLM's prefix caching for hybrid models as the benchmarks' peer model has it
 VLLM_OPTIONS = {**MODE_CACHE_OPTIONS["aligned"], "eviction": "lru"}
 MAX_TOKENS = 1 << 20
-MAX_BLOCKS = 1 << 24
+#: 4,194,304 blocks a pool, past any engine's; what a run may hold is `whatif.budget`'s bound
+MAX_BLOCKS = 1 << 22
 
 Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
 Blocks = Annotated[int, Field(gt=0, le=MAX_BLOCKS)]
@@ -127,6 +128,7 @@ def check_memory(cache: CacheConfig, longest: int, pins: list[int], label: str) 
     refuse it for)."""
     needs = blocks_needed(max(longest, 1), cache, len(pins))
     needs[ATTENTION] += sum(-(-n // cache.attention_block_size) for n in pins)  # held pinned
+    needs[MAMBA] += len(pins)  # each pin holds its boundary's state slot pinned
     has = {ATTENTION: cache.num_blocks, MAMBA: cache.mamba_num_blocks}
     for group, need in needs.items():
         if need > has[group]:

@@ -38,6 +38,13 @@ def report_table(report: WhatIfReport) -> Table:
     table.add_row(*_cells(report, report.as_ran), end_section=True)
     for result in report.ranked():
         table.add_row(*_cells(report, result))
+    unplaced = [
+        f"{result.label}: pin {pin['pin']!r} not placed ({pin['reason']})"
+        for result in [report.as_ran, *report.ranked()]
+        for pin in result.pins_not_placed
+    ]
+    if unplaced:  # that setting ran without the pin; the others are whole
+        table.caption, table.caption_justify = "\n".join(unplaced), "left"
     return table
 
 

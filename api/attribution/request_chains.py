@@ -51,6 +51,7 @@ def keep(
                 "pin": False,
                 "units": pack(chain),
                 "finished_ts": event.finished_ts,
+                "pin_id": None,
             }
     for pin, ts, chain in pins:
         if chain and pin.arrival_index not in rows:
@@ -66,6 +67,7 @@ def keep(
                 "pin": True,
                 "units": pack(chain),
                 "finished_ts": ts,
+                "pin_id": pin.pin_id,
             }
     bulk.insert_missing(session, CHAINS, list(rows.values()))
 

@@ -326,6 +326,7 @@ class RequestChain(Base):
     pin: Mapped[bool] = mapped_column(Boolean, default=False)
     units: Mapped[bytes] = mapped_column(LargeBinary)
     finished_ts: Mapped[float] = mapped_column(Float)
+    pin_id: Mapped[str | None] = mapped_column(Text)  # a pin's id (None: a request's chain)
 
 
 class DeadLetter(Base):

@@ -8,7 +8,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.attribution.unit_salt import unpack
-from api.store.models import Engine, RequestChain
+from api.store.models import Engine, Pin, RequestChain
+from whatif.budget import RunSize
 from whatif.recording import RecordedRequest, Recording
 
 #: The requests a what-if replays at most (the epoch's newest): `JUNCTION_WHATIF_MAX_REQUESTS`
@@ -92,6 +93,29 @@ def request_sizes(session: Session, engine_id: str, epoch: int) -> tuple[int, li
     return int(longest), list(pins)
 
 
+def recorded_size(session: Session, engine_id: str, epoch: int, limit: int) -> RunSize:
+    """The tokens and unit hashes a what-if of the epoch replays (its pins and newest `limit`
+    requests, as `load_recording` reads them), summed in the database: what a run's estimate
+    needs (`whatif.budget`) without loading a chain."""
+    of_epoch = (RequestChain.engine_id == engine_id, RequestChain.epoch == epoch)
+    sizes = (
+        RequestChain.num_prompt_tokens + RequestChain.num_output_tokens,
+        func.length(RequestChain.units) / 8,
+    )
+    newest = (
+        select(*(size.label(f"s{i}") for i, size in enumerate(sizes)))
+        .where(*of_epoch, RequestChain.pin.is_(False))
+        .order_by(RequestChain.arrival_index.desc())
+        .limit(limit)
+        .subquery()
+    )
+    tokens, units = session.execute(select(func.sum(newest.c.s0), func.sum(newest.c.s1))).one()
+    pin_tokens, pin_units = session.execute(
+        select(func.sum(sizes[0]), func.sum(sizes[1])).where(*of_epoch, RequestChain.pin.is_(True))
+    ).one()
+    return RunSize(int((tokens or 0) + (pin_tokens or 0)), int((units or 0) + (pin_units or 0)))
+
+
 def load_recording(
     session: Session, engine_id: str, epoch: int | None = None, limit: int = DEFAULT_LIMIT
 ) -> Recording:
@@ -107,17 +131,17 @@ def load_recording(
         .order_by(RequestChain.arrival_index.desc())
         .limit(limit)
     )
-    pins = select(RequestChain).where(*of_epoch, RequestChain.pin.is_(True))
-    rows = [*session.scalars(pins), *session.scalars(newest)]
-    rows.sort(key=lambda row: row.arrival_index)
-    return Recording(
-        geometry,
-        geometry.prefix_match_unit,
-        [_recorded(row) for row in rows],
-    )
+    pins = select(RequestChain, Pin.label).outerjoin(Pin, Pin.pin_id == RequestChain.pin_id)
+    pin_rows = session.execute(pins.where(*of_epoch, RequestChain.pin.is_(True))).all()
+    rows = [*(_recorded(row, label) for row, label in pin_rows)]
+    rows += [_recorded(row) for row in session.scalars(newest)]
+    rows.sort(key=lambda request: request.arrival_index)
+    return Recording(geometry, geometry.prefix_match_unit, rows)
 
 
-def _recorded(row: RequestChain) -> RecordedRequest:
+def _recorded(row: RequestChain, label: str | None = None) -> RecordedRequest:
+    """A stored chain as a what-if replays it; a pin is named by its label (the name its user
+    gave it), else its id, else where it arrived (a chain kept before pins were named)."""
     return RecordedRequest(
         id=str(row.arrival_index),
         units=unpack(row.units),
@@ -128,4 +152,5 @@ def _recorded(row: RequestChain) -> RecordedRequest:
         arrival_step=row.arrival_step,
         checkpoint_offsets=list(row.checkpoint_offsets or []),
         pin=row.pin,
+        name=(label or row.pin_id or f"pin at arrival {row.arrival_index}") if row.pin else None,
     )

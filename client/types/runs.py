@@ -89,6 +89,7 @@ class SettingOutcome(Body):
     share_of_oracle: float = 0.0
     share_of_bound: float = 0.0
     gain_tokens: int = 0
+    pins_not_placed: list[dict[str, Any]] = []  # {"pin": its label, "reason"}: ran without
 
     def pool(self, name: str) -> int | None:
         """A pool's size in its `config` ("num_blocks", "num_mamba_blocks"); None if unset."""

@@ -155,6 +155,9 @@ def show_run(run: WhatIfRunOut) -> None:
         return
     report = run.report
     st.markdown(f"**{agreement_text(report)}**")
+    for result in report.results:
+        for pin in result.pins_not_placed:
+            st.warning(f"{result.label}: pin {pin['pin']!r} not placed ({pin['reason']})")
     frame = results_frame(report)
     if curve_families(frame):
         st.markdown("**Token hit rate against memory** (each setting tried at several memories)")

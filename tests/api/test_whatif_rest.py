@@ -189,3 +189,33 @@ def test_a_bridged_engine_is_409_saying_how_to_ask_it(client, session):
     assert response.status_code == 409
     detail = response.json()["detail"]
     assert "does not report its match unit" in detail and "--recording-out" in detail
+
+
+def test_a_run_over_the_memory_bound_is_refused_before_it_is_queued(client, recorded):
+    """Issue 47, item 11: the largest settings the schema took (32 x 2^24 blocks) held a
+    worker at 7.8 GB for about 50 minutes; now the schema stops at 2^22 blocks a pool, and a
+    run whose estimate is over JUNCTION_WHATIF_MAX_BYTES (2 GiB) is 422 naming it."""
+    huge = {"settings": [{"num_blocks": 1 << 24, "num_mamba_blocks": 1 << 24}] * 32}
+    response = client.post(url(recorded), json=huge)
+    assert response.status_code == 422, response.text
+    assert "num_blocks: Input should be less than or equal to 4194304" in response.text
+    largest = {"label": "big", "num_blocks": 1 << 22, "num_mamba_blocks": 1 << 22}
+    response = client.post(url(recorded), json={"settings": [{}, largest]})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert "would hold about 4.30 GB at once, over JUNCTION_WHATIF_MAX_BYTES (2.15 GB)" in detail
+    assert "its largest setting, 'big', has 8,388,608 blocks and slots" in detail
+    assert client.get(url(recorded)).json()["total"] == 0
+    fits = {"label": "fits", "num_blocks": 1 << 20, "num_mamba_blocks": 1 << 16}
+    assert client.post(url(recorded), json={"settings": [fits]}).status_code == 202
+
+
+def test_a_run_over_the_time_bound_is_refused_before_it_is_queued(settings, recorded):
+    brief = settings.model_copy(update={"whatif_max_seconds": 0.001})
+    with TestClient(create_app(brief), headers=AUTH) as client:
+        response = client.post(url(recorded), json={"settings": [{}, {"eviction": "lru"}]})
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert "its 3 replays would take about" in detail
+        assert "over JUNCTION_WHATIF_MAX_SECONDS (0.001 s)" in detail
+        assert client.get(url(recorded)).json()["total"] == 0

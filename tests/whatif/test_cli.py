@@ -46,3 +46,24 @@ def test_what_cannot_be_tried_is_said_with_exit_2(tmp_path, capsys):
     bad.write_text('{"geometry": {}, "unit": 16}\n{"id": 3}\n')
     assert main(["whatif", "--recording", str(bad)]) == 2
     assert "recording line 2 (a request)" in capsys.readouterr().err
+
+
+def test_a_run_over_its_bounds_is_refused_before_it_starts(tmp_path, capsys, monkeypatch):
+    """Issue 47, item 11: the estimate of a run's bytes and seconds is held to --max-bytes and
+    --max-seconds (else JUNCTION_WHATIF_MAX_BYTES, _SECONDS): exit 2 naming the bound."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(build_workload({"kind": "multi_turn"}).jsonl())
+    base = ["whatif", "--trace", str(trace), "--num-blocks", "600", "--quiet"]
+    big = ["--try", "label=big,num_blocks=4194304,num_mamba_blocks=4194304"]
+    assert main([*base, *big]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "over JUNCTION_WHATIF_MAX_BYTES (2.15 GB); its largest setting, 'big'" in err
+    assert main([*base, "--try", "eviction=lru", "--max-bytes", "100000"]) == 2
+    assert "over JUNCTION_WHATIF_MAX_BYTES (0.1 MB)" in capsys.readouterr().err
+    monkeypatch.setenv("JUNCTION_WHATIF_MAX_SECONDS", "0.001")
+    assert main([*base, "--try", "eviction=lru"]) == 2
+    assert "over JUNCTION_WHATIF_MAX_SECONDS (0.001 s)" in capsys.readouterr().err
+    assert main([*base, "--try", "eviction=lru", "--max-seconds", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-seconds (JUNCTION_WHATIF_MAX_SECONDS) must be positive, got -1.0" in err
+    assert main([*base, "--try", "eviction=lru", "--max-seconds", "60"]) == 0

@@ -175,3 +175,33 @@ def test_a_recording_round_trips_through_its_lines_and_a_bad_line_is_named():
         load_lines([b"{"])
     with pytest.raises(ValueError, match="the recording is empty"):
         load_lines([])
+
+
+def test_a_pin_a_setting_cannot_place_is_said_and_the_run_goes_on():
+    """An 80-token pin on a 16-token grid: "as vLLM would" hits on 512-token Mamba blocks only,
+    so it cannot place the pin; that setting runs without it, by name in the report and the
+    table (issue 47, item 14)."""
+    from rich.console import Console
+
+    from whatif.table import report_table
+
+    rng = random.Random(0)
+    system = [rng.randrange(1, 30000) for _ in range(80)]
+    items = [TracePin(1, "support", system, None)]
+    items += [
+        TraceRequest(i + 2, f"r{i}", system + [rng.randrange(1, 30000) for _ in range(40)], 8,
+                     None, 1.0, 1.0, None)
+        for i in range(6)
+    ]  # fmt: skip
+    recording, recorded = record(items, CacheConfig(num_blocks=200, num_mamba_blocks=40), 1)
+    vllm = WhatIfSetting(label="As vLLM would", mode="vllm")
+    report = run_whatif(recording, [vllm, WhatIfSetting(eviction="lru")])
+    assert report.as_ran.hits == recorded and report.as_ran.pins_not_placed == []
+    by_label = {result.label: result for result in report.results}
+    [unplaced] = by_label["As vLLM would"].pins_not_placed
+    assert unplaced["pin"] == "support"
+    assert "80 tokens floor to a boundary of 0" in unplaced["reason"]
+    assert by_label["lru"].pins_not_placed == [] and by_label["lru"].hit_tokens > 0
+    console = Console(width=200, record=True)
+    console.print(report_table(report))
+    assert "As vLLM would: pin 'support' not placed (its 80 tokens" in console.export_text()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from sqlalchemy.orm import Session
 
 from api.deps import MAX_INT64, READ, EngineDep, Offset, RequireWrite, SessionDep, StateDep
 from api.guards import json_body
@@ -22,10 +23,12 @@ from api.openapi import (
 )
 from api.runs.broker import BrokerUnavailable, send_whatif
 from api.schemas import WhatIfBody, WhatIfRunOut, WhatIfRunPage, WhatIfStatus
-from api.store.models import WhatIfRun
+from api.settings import Settings
+from api.store.models import Engine, WhatIfRun
 from api.whatif import runs
-from api.whatif.recording import NoRecording, request_sizes, resolve_epoch
-from whatif.settings import apply, check_memory, parse_settings, ran_configs
+from api.whatif.recording import NoRecording, recorded_size, request_sizes, resolve_epoch
+from whatif import budget
+from whatif.settings import WhatIfSetting, apply, check_memory, parse_settings, ran_configs
 
 router = APIRouter(tags=["whatif"], dependencies=[READ])
 MAX_LIMIT = 1000
@@ -52,7 +55,9 @@ Body = Annotated[WhatIfBody, Depends(json_body.JsonBody(WhatIfBody))]
             "cannot be replayed"
         ),
         422: error(
-            "a setting is not valid, or cannot be tried (`detail` names it)", ValidationErrorOut
+            "a setting is not valid or cannot be tried, or the run's estimate is over "
+            "JUNCTION_WHATIF_MAX_BYTES or JUNCTION_WHATIF_MAX_SECONDS (`detail` names it)",
+            ValidationErrorOut,
         ),
         429: error("JUNCTION_WHATIF_MAX_RUNS runs are queued or running"),
         503: error("the store's database or the Celery broker is unreachable; nothing was queued"),
@@ -72,20 +77,7 @@ def create_whatif(
         epoch = resolve_epoch(session, engine.engine_id, body.epoch)
     except NoRecording as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
-    geometry = engine.geometry
-    try:
-        ran, _scheduler = ran_configs(geometry)
-    except ValueError as exc:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT, f"the engine's settings cannot be replayed: {exc}"
-        ) from exc
-    longest, pins = request_sizes(session, engine.engine_id, epoch)
-    for setting in settings:
-        try:
-            config = apply(setting, ran, geometry.prefix_match_unit)
-            check_memory(config, longest, pins, setting.name())
-        except ValueError as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    _check_settings(session, engine, epoch, settings, state.settings)
     broker_url = state.settings.broker_url
     try:
         run = runs.submit_run(
@@ -103,6 +95,32 @@ def create_whatif(
             status.HTTP_503_SERVICE_UNAVAILABLE, f"{exc}; the what-if was not queued"
         ) from exc
     return WhatIfRunOut.model_validate(run)
+
+
+def _check_settings(
+    session: Session, engine: Engine, epoch: int, settings: list[WhatIfSetting], config: Settings
+) -> None:
+    """409 when the engine's own settings cannot be replayed; 422 naming the setting that
+    cannot be tried, or the bound (`JUNCTION_WHATIF_MAX_BYTES`, `_SECONDS`) the run's
+    estimate is over (`whatif.budget`)."""
+    geometry = engine.geometry
+    try:
+        ran, _scheduler = ran_configs(geometry)
+    except ValueError as exc:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"the engine's settings cannot be replayed: {exc}"
+        ) from exc
+    longest, pins = request_sizes(session, engine.engine_id, epoch)
+    named = [("as ran", ran)]
+    try:
+        for setting in settings:
+            named.append((setting.name(), apply(setting, ran, geometry.prefix_match_unit)))
+            check_memory(named[-1][1], longest, pins, setting.name())
+        size = recorded_size(session, engine.engine_id, epoch, config.whatif_max_requests)
+        limits = budget.Limits(config.whatif_max_bytes, config.whatif_max_seconds)
+        budget.check(budget.estimate(size, named), limits, len(named))
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
 
 
 @router.get(
