@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from client.settings import ControlPlaneSettings
 from engine.setup.options import EXIT_BAD_INPUT
+from protocol.connections.options import add_connection_options, bounds_from_args
 from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
@@ -97,6 +98,7 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         help="how long to wait at start for an --engine to answer before giving up "
         f"(default {DEFAULT_START_TIMEOUT_S:g})",
     )
+    add_connection_options(route)
     route.add_argument("--seed", type=int, default=None, help="the random policy's seed")
     route.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
@@ -137,6 +139,7 @@ def cmd_route(args: argparse.Namespace) -> int:
         if not args.start_timeout > 0:
             raise ValueError(f"--start-timeout must be positive, got {args.start_timeout:g}")
         policy = make_policy(args.policy, args.seed, args.min_hit_share)
+        args.bounds = bounds_from_args(args)
         from engine.model.hf.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(args.model)
@@ -149,6 +152,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) -> int:
     import uvicorn
 
+    from protocol.connections.guarded import guarded_protocol
     from router.app import create_app
     from router.discovery import discover, keep_discovering
     from router.engines import FleetEngine, follow
@@ -201,9 +205,15 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         file=sys.stderr,
         flush=True,
     )
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        http=guarded_protocol(args.bounds),  # idle sockets give way to requests
+        backlog=args.bounds.within_open_files().backlog,
     )
+    server = uvicorn.Server(config)
     try:
         await server.serve()
     finally:

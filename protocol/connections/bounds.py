@@ -21,6 +21,7 @@ DEFAULT_MAX_IDLE_CONNECTIONS_PER_IP = 64
 #: (the router's pool of up to 100, feeds), logs, the database; at least this many, or a
 #: quarter of the limit
 MIN_RESERVED_FILES = 64
+DEFAULT_BACKLOG = 2048  # uvicorn's
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class ConnectionBounds:
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # at once: waiting, serving, websockets
     max_idle: int = DEFAULT_MAX_IDLE_CONNECTIONS  # waiting for a request, in all
     max_idle_per_ip: int = DEFAULT_MAX_IDLE_CONNECTIONS_PER_IP  # waiting, of one client IP
+    # the listen queue, and so the most connections asyncio accepts in one go, before any of
+    # them can close an idle one: it must fit in the files left beside `max_connections`
+    backlog: int = DEFAULT_BACKLOG
 
     def __post_init__(self) -> None:
         if not self.header_timeout_s > 0:
@@ -45,14 +49,17 @@ class ConnectionBounds:
 
     def within_open_files(self) -> ConnectionBounds:
         """These bounds with `max_connections` lowered to what the process's open-file limit
-        (`ulimit -n`) leaves for clients: past it, accept() fails and every client waits,
-        while under it a new connection closes an idle one to take its place."""
+        (`ulimit -n`) leaves for clients, and `backlog` to half of what it keeps apart: past
+        the limit, accept() fails and every client waits, while under it a new connection
+        closes an idle one to take its place. The server passes `backlog` to uvicorn."""
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return self
-        room = soft - max(MIN_RESERVED_FILES, soft // 4)
+        reserved = max(MIN_RESERVED_FILES, soft // 4)
+        fitted = replace(self, backlog=max(min(self.backlog, reserved // 2), 8))
+        room = soft - reserved
         if room >= self.max_connections:
-            return self
+            return fitted
         room = max(room, 1)
         log.warning(
             "serving at most %d connections, not JUNCTION_MAX_CONNECTIONS=%d: the open-file "
@@ -61,4 +68,4 @@ class ConnectionBounds:
             self.max_connections,
             soft,
         )
-        return replace(self, max_connections=room, max_idle=min(self.max_idle, room))
+        return replace(fitted, max_connections=room, max_idle=min(self.max_idle, room))
