@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from client.settings import ControlPlaneSettings
 from engine.setup.options import EXIT_BAD_INPUT
 from protocol.connections.options import add_connection_options, bounds_from_args
+from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
@@ -98,6 +99,15 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         help="how long to wait at start for an --engine to answer before giving up "
         f"(default {DEFAULT_START_TIMEOUT_S:g})",
     )
+    route.add_argument(
+        "--read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_S,
+        metavar="SECONDS",
+        help="the longest an engine may send nothing while answering (a non-streamed answer "
+        "comes whole at its end); then the client is answered 502 and the request is not "
+        f"sent again (default {DEFAULT_READ_TIMEOUT_S:g})",
+    )
     add_connection_options(route)
     route.add_argument("--seed", type=int, default=None, help="the random policy's seed")
     route.add_argument(
@@ -136,6 +146,8 @@ def cmd_route(args: argparse.Namespace) -> int:
             raise ValueError(f"--max-index-keys must be positive, got {args.max_index_keys}")
         if args.running_cost < 0:
             raise ValueError(f"--running-cost must be >= 0, got {args.running_cost}")
+        if not args.read_timeout > 0:
+            raise ValueError(f"--read-timeout must be positive, got {args.read_timeout:g}")
         if not args.start_timeout > 0:
             raise ValueError(f"--start-timeout must be positive, got {args.start_timeout:g}")
         policy = make_policy(args.policy, args.seed, args.min_hit_share)
@@ -198,7 +210,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         return []
 
     tokens = tuple(t for t in (args.token, settings.read_token) if t)
-    app = create_app(fleet, tokenizer, tokens, background)
+    app = create_app(fleet, tokenizer, tokens, background, read_timeout_s=args.read_timeout)
     print(
         f"junction route: {args.policy} over {len(fleet.engines)} engines "
         f"({len(fleet.up())} up) at http://{args.host}:{args.port}/v1",

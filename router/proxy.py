@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from protocol.errors import OpenAIError
 from protocol.sse import DONE, event
-from router.engines import FleetEngine
+from router.engines import DEFAULT_READ_TIMEOUT_S, FleetEngine
 from router.fleet import Decision, Fleet, NoEngineError
 from router.metrics import RouterMetrics
 
@@ -41,7 +41,9 @@ class Proxy:
         metrics: RouterMetrics,
         client: httpx.AsyncClient,
         finish_wait_s: float = FINISH_WAIT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
+        self.read_timeout_s = read_timeout_s
         self.fleet = fleet
         self.metrics = metrics
         self.client = client
@@ -75,6 +77,8 @@ class Proxy:
                 self.metrics.failovers.labels(decision.url).inc()
                 refused.append(decision.url)
                 continue
+            except httpx.ReadTimeout as exc:
+                raise self._failed(decision, self._silent()) from exc
             except httpx.HTTPError as exc:
                 raise self._failed(decision, f"failed under the request: {exc!r}") from exc
             break
@@ -125,6 +129,9 @@ class Proxy:
             ) from None
         self.metrics.routed(decision)
         return decision
+
+    def _silent(self) -> str:
+        return f"sent nothing for {self.read_timeout_s:g} s (the router's --read-timeout)"
 
     def _failed(self, decision: Decision, reason: str) -> OpenAIError:
         self.fleet.fail(decision, reason)
@@ -178,7 +185,8 @@ class Proxy:
                             continue
                     yield f"data: {payload}\n\n"
             except (httpx.HTTPError, ValueError) as exc:
-                error = self._failed(decision, f"failed mid-stream: {exc!r}")
+                why = self._silent() if isinstance(exc, httpx.ReadTimeout) else f"{exc!r}"
+                error = self._failed(decision, f"failed mid-stream: {why}")
                 yield event(error.body())
                 yield DONE
                 return
