@@ -159,11 +159,12 @@ class FleetEngine:
             self.end(request_id)
 
     def mark_unreachable(self, reason: str) -> None:
-        """Its OpenAI server refused a connection. An engine's feed goes down with it (and its
-        next snapshot brings it back); a bridged peer's feed does not, so the peer is tried
-        again `RETRY_UNREACHABLE_S` later, while its feed still speaks."""
+        """Its OpenAI server refused a connection or closed it without an answer. A dead
+        engine's feed goes down with it (and its next snapshot brings it back); an engine
+        whose feed still speaks (a bridged peer, or one whose HTTP side alone fails) is tried
+        again `RETRY_UNREACHABLE_S` later: one request each time, which fails over again."""
         self.mark_down(reason)
-        if self.hello is not None and self.hello.serve_url:
+        if self.hello is not None:
             self.retry_at = time.monotonic() + RETRY_UNREACHABLE_S
 
     # ------------------------------------------------------------------ the feed
