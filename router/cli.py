@@ -91,6 +91,17 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         help="the most keys the router indexes for one engine (default "
         f"{DEFAULT_MAX_KEYS:,}, about 200 MB); an engine that announces more is left out",
     )
+    add_timeout_options(route)
+    add_connection_options(route)
+    route.add_argument("--seed", type=int, default=None, help="the random policy's seed")
+    route.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
+    route.set_defaults(func=cmd_route)
+
+
+def add_timeout_options(route: argparse.ArgumentParser) -> None:
+    """How long the router waits for engines: at start, and for an answer."""
     route.add_argument(
         "--start-timeout",
         type=float,
@@ -108,12 +119,6 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         "comes whole at its end); then the client is answered 502 and the request is not "
         f"sent again (default {DEFAULT_READ_TIMEOUT_S:g})",
     )
-    add_connection_options(route)
-    route.add_argument("--seed", type=int, default=None, help="the random policy's seed")
-    route.add_argument(
-        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
-    )
-    route.set_defaults(func=cmd_route)
 
 
 def check_urls(urls: list[str]) -> list[str]:
