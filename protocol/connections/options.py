@@ -45,11 +45,26 @@ FLAGS = {
 }
 
 
+def checked(flag: str, env: str, kind: type) -> object:
+    """argparse's type for `flag`: `kind`, or an error naming the flag and its variable."""
+
+    def convert(value: str) -> float | int:
+        try:
+            return kind(value)
+        except ValueError:
+            what = "a number of seconds" if kind is float else "a whole number"
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not {what} (set {flag} or {env} to one above 0)"
+            ) from None
+
+    return convert
+
+
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     for flag, (env, default, kind, text) in FLAGS.items():
         parser.add_argument(
             flag,
-            type=kind,
+            type=checked(flag, env, kind),
             default=os.environ.get(env, str(default)),  # argparse checks it as it does a flag
             metavar="SECONDS" if kind is float else "NUM",
             help=f"{text} (default {default:g}; {env})",
