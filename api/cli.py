@@ -89,6 +89,7 @@ def run_api(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.fleet.replicas import SingleProcessStore, claim_sqlite
+    from api.guards.idle_connections import bounds_of
     from api.guards.token import TokenError, resolve_token, where
     from api.main import create_app
     from api.settings import get_settings
@@ -136,6 +137,7 @@ def run_api(args: argparse.Namespace) -> int:
         # requests (uvicorn's `limit_concurrency` counts idle sockets against requests: unset),
         # the head's size, idle keep-alive connections
         http="api.guards.idle_connections:GuardedProtocol",
+        backlog=bounds_of(settings).backlog,  # an accept burst fits in the open files
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from engine.model.tokenizer import Tokenizer
 from protocol.errors import install_error_handlers
 from router.deps import RouterState
+from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import Fleet
 from router.proxy import Proxy
 from router.routes import fleet as fleet_routes
@@ -29,18 +30,20 @@ def create_app(
     tokens: tuple[str, ...],
     background: Callable[[], list[Coroutine[Any, Any, None]]] = list,
     client: httpx.AsyncClient | None = None,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> FastAPI:
     """`tokens` are the bearer tokens `/fleet` takes; `background()` gives the coroutines that
-    run while the app serves (each engine's feed follower, discovery)."""
+    run while the app serves (each engine's feed follower, discovery); `read_timeout_s` is
+    the longest an engine may send nothing of an answer (`--read-timeout`)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state: RouterState = app.state.router
         http = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(connect=2.0, read=None, write=60.0, pool=10.0),
+            timeout=httpx.Timeout(connect=2.0, read=read_timeout_s, write=60.0, pool=10.0),
             limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
         )
-        state.proxy = Proxy(fleet, state.metrics, http)
+        state.proxy = Proxy(fleet, state.metrics, http, read_timeout_s=read_timeout_s)
         tasks = [asyncio.create_task(coroutine) for coroutine in background()]
         try:
             yield

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from client.settings import ControlPlaneSettings
 from engine.setup.options import EXIT_BAD_INPUT
+from protocol.connections.options import add_connection_options, bounds_from_args
+from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
@@ -89,6 +91,17 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         help="the most keys the router indexes for one engine (default "
         f"{DEFAULT_MAX_KEYS:,}, about 200 MB); an engine that announces more is left out",
     )
+    add_timeout_options(route)
+    add_connection_options(route)
+    route.add_argument("--seed", type=int, default=None, help="the random policy's seed")
+    route.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
+    route.set_defaults(func=cmd_route)
+
+
+def add_timeout_options(route: argparse.ArgumentParser) -> None:
+    """How long the router waits for engines: at start, and for an answer."""
     route.add_argument(
         "--start-timeout",
         type=float,
@@ -97,11 +110,15 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         help="how long to wait at start for an --engine to answer before giving up "
         f"(default {DEFAULT_START_TIMEOUT_S:g})",
     )
-    route.add_argument("--seed", type=int, default=None, help="the random policy's seed")
     route.add_argument(
-        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+        "--read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_S,
+        metavar="SECONDS",
+        help="the longest an engine may send nothing while answering (a non-streamed answer "
+        "comes whole at its end); then the client is answered 502 and the request is not "
+        f"sent again (default {DEFAULT_READ_TIMEOUT_S:g})",
     )
-    route.set_defaults(func=cmd_route)
 
 
 def check_urls(urls: list[str]) -> list[str]:
@@ -134,9 +151,12 @@ def cmd_route(args: argparse.Namespace) -> int:
             raise ValueError(f"--max-index-keys must be positive, got {args.max_index_keys}")
         if args.running_cost < 0:
             raise ValueError(f"--running-cost must be >= 0, got {args.running_cost}")
+        if not args.read_timeout > 0:
+            raise ValueError(f"--read-timeout must be positive, got {args.read_timeout:g}")
         if not args.start_timeout > 0:
             raise ValueError(f"--start-timeout must be positive, got {args.start_timeout:g}")
         policy = make_policy(args.policy, args.seed, args.min_hit_share)
+        args.bounds = bounds_from_args(args)
         from engine.model.hf.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(args.model)
@@ -149,6 +169,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) -> int:
     import uvicorn
 
+    from protocol.connections.guarded import guarded_protocol
     from router.app import create_app
     from router.discovery import discover, keep_discovering
     from router.engines import FleetEngine, follow
@@ -194,16 +215,22 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         return []
 
     tokens = tuple(t for t in (args.token, settings.read_token) if t)
-    app = create_app(fleet, tokenizer, tokens, background)
+    app = create_app(fleet, tokenizer, tokens, background, read_timeout_s=args.read_timeout)
     print(
         f"junction route: {args.policy} over {len(fleet.engines)} engines "
         f"({len(fleet.up())} up) at http://{args.host}:{args.port}/v1",
         file=sys.stderr,
         flush=True,
     )
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        http=guarded_protocol(args.bounds),  # idle sockets give way to requests
+        backlog=args.bounds.within_open_files().backlog,
     )
+    server = uvicorn.Server(config)
     try:
         await server.serve()
     finally:

@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 DEFAULT_SILENCE_S = 1.5  # no frame for this long: the engine is down (taken out within 2 s)
 MAX_RECENT_FINISHED = 4096
 RETRY_UNREACHABLE_S = 2.0  # a bridged peer whose server refused a connection, tried again
+CLOSE_TIMEOUT_S = 0.5  # the close handshake with an engine that went silent: it may be frozen
+#: the longest an engine may send nothing while answering (a non-streamed answer comes whole
+#: at its end, so this bounds a whole generation's time too): then the client is answered 502
+#: (the request was sent and may have run: it is never sent again). `--read-timeout`.
+DEFAULT_READ_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -154,11 +159,12 @@ class FleetEngine:
             self.end(request_id)
 
     def mark_unreachable(self, reason: str) -> None:
-        """Its OpenAI server refused a connection. An engine's feed goes down with it (and its
-        next snapshot brings it back); a bridged peer's feed does not, so the peer is tried
-        again `RETRY_UNREACHABLE_S` later, while its feed still speaks."""
+        """Its OpenAI server refused a connection or closed it without an answer. A dead
+        engine's feed goes down with it (and its next snapshot brings it back); an engine
+        whose feed still speaks (a bridged peer, or one whose HTTP side alone fails) is tried
+        again `RETRY_UNREACHABLE_S` later: one request each time, which fails over again."""
         self.mark_down(reason)
-        if self.hello is not None and self.hello.serve_url:
+        if self.hello is not None:
             self.retry_at = time.monotonic() + RETRY_UNREACHABLE_S
 
     # ------------------------------------------------------------------ the feed
@@ -213,13 +219,20 @@ async def follow(
                 additional_headers={"Authorization": f"Bearer {token}"},
                 open_timeout=silence_s,
                 max_size=feed_frame_bytes(engine.max_index_keys),
-                ping_interval=None,
+                ping_interval=None,  # its heartbeats, every 0.5 s, are the liveness check
+                close_timeout=CLOSE_TIMEOUT_S,
             ) as socket:
                 engine.index = None
                 if engine.status != "down":  # a down engine stays down until its snapshot
                     engine.status = "connecting"
                 while True:
-                    data = await asyncio.wait_for(socket.recv(), silence_s)
+                    try:
+                        data = await asyncio.wait_for(socket.recv(), silence_s)
+                    except TimeoutError:
+                        # down now, not after the close handshake a frozen engine never
+                        # answers (`close_timeout`: it took 10 s more, issue 47, item 7)
+                        engine.mark_down(f"no word on its cache feed for {silence_s:g} s")
+                        raise
                     if isinstance(data, str):
                         raise FeedGapError("a text frame on the cache feed")
                     engine.apply(data)

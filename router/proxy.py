@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from protocol.errors import OpenAIError
 from protocol.sse import DONE, event
-from router.engines import FleetEngine
+from router.engines import DEFAULT_READ_TIMEOUT_S, FleetEngine
 from router.fleet import Decision, Fleet, NoEngineError
 from router.metrics import RouterMetrics
 
@@ -41,7 +41,9 @@ class Proxy:
         metrics: RouterMetrics,
         client: httpx.AsyncClient,
         finish_wait_s: float = FINISH_WAIT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
+        self.read_timeout_s = read_timeout_s
         self.fleet = fleet
         self.metrics = metrics
         self.client = client
@@ -67,17 +69,27 @@ class Proxy:
             decision = self._route(token_ids, model, refused, num_tokens_held)
             engine = self.fleet.engines[decision.url]
             request = self.client.build_request("POST", engine.openai_url + path, json=body)
-            try:
-                response = await self.client.send(request, stream=stream)
+            try:  # returns at the answer's head: the body is read below
+                response = await self.client.send(request, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                self.fleet.fail(decision, f"refused the connection: {exc}")
-                engine.mark_unreachable(f"refused a connection: {exc}")
-                self.metrics.failovers.labels(decision.url).inc()
-                refused.append(decision.url)
+                self._fail_over(decision, engine, f"refused the connection: {exc}", refused)
                 continue
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                reason = f"closed the connection without a byte of an answer: {exc!r}"
+                self._fail_over(decision, engine, reason, refused)
+                continue
+            except httpx.ReadTimeout as exc:
+                raise self._failed(decision, self._silent()) from exc
             except httpx.HTTPError as exc:
                 raise self._failed(decision, f"failed under the request: {exc!r}") from exc
             break
+        if not stream:
+            try:
+                await response.aread()
+            except httpx.ReadTimeout as exc:
+                raise self._failed(decision, self._silent()) from exc
+            except httpx.HTTPError as exc:
+                raise self._failed(decision, f"failed while answering: {exc!r}") from exc
         if response.status_code != 200:
             content = await response.aread()
             await response.aclose()
@@ -125,6 +137,18 @@ class Proxy:
             ) from None
         self.metrics.routed(decision)
         return decision
+
+    def _fail_over(
+        self, decision: Decision, engine: FleetEngine, reason: str, refused: list[str]
+    ) -> None:
+        """The engine never took the request: out for a while, and the request goes on."""
+        self.fleet.fail(decision, reason)
+        engine.mark_unreachable(reason)
+        self.metrics.failovers.labels(decision.url).inc()
+        refused.append(decision.url)
+
+    def _silent(self) -> str:
+        return f"sent nothing for {self.read_timeout_s:g} s (the router's --read-timeout)"
 
     def _failed(self, decision: Decision, reason: str) -> OpenAIError:
         self.fleet.fail(decision, reason)
@@ -178,7 +202,8 @@ class Proxy:
                             continue
                     yield f"data: {payload}\n\n"
             except (httpx.HTTPError, ValueError) as exc:
-                error = self._failed(decision, f"failed mid-stream: {exc!r}")
+                why = self._silent() if isinstance(exc, httpx.ReadTimeout) else f"{exc!r}"
+                error = self._failed(decision, f"failed mid-stream: {why}")
                 yield event(error.body())
                 yield DONE
                 return

@@ -24,6 +24,7 @@ from engine.setup.options import (
     describe_tiers,
     tier_config_from_args,
 )
+from protocol.connections.options import add_connection_options, bounds_from_args
 from publish.streaming import (
     add_control_plane_options,
     connect,
@@ -62,6 +63,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="the most bytes a request body may hold; a larger one is answered 413 before it "
         f"is read (default {DEFAULT_MAX_BODY_BYTES:,}; JUNCTION_MAX_BODY_BYTES)",
     )
+    add_connection_options(serve)
     add_control_plane_options(serve)
     serve.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
@@ -128,6 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         cache, scheduler, model = configs_from_args(args)
+        bounds = bounds_from_args(args)
         tiers = tier_config_from_args(args, cache, model)
         check_port(args.host, args.port)  # before the model loads, which can take a while
         tokenizer = load_tokenizer(model.model_dir)
@@ -148,6 +151,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from engine.engine import Engine
     from engine.feed import FeedHub, FeedSink
+    from protocol.connections.guarded import guarded_protocol
     from serve.app import create_app
     from serve.async_engine import AsyncEngine
 
@@ -187,7 +191,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
     )
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            http=guarded_protocol(bounds),  # idle sockets give way to requests
+            backlog=bounds.within_open_files().backlog,
+        )
     finally:
         if publisher is not None:
             # after the engine loop stopped: a last flush of its events

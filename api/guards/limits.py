@@ -12,7 +12,7 @@ Before a byte of the body is read:
 While the body streams (chunked, or a client that sends less than it announced), more bytes
 than the limit are a 413, and a wait of more than `body_timeout_s` for the next chunk a 408.
 Both answers close the connection: the rest of the body is never read. (A client that is slow
-with its headers never reaches the app: `api.guards.header_timeout` cuts it.)
+with its headers never reaches the app: `protocol.connections.header_timeout` cuts it.)
 
 `refuse_nul_parameters`, a dependency of every route (it needs the route's path parameters),
 answers a NUL character in a path or query parameter with a 422 naming it: PostgreSQL's text

@@ -1,4 +1,4 @@
-"""Idle sockets cannot keep requests out (`api.guards.waiting_room`,
+"""Idle sockets cannot keep requests out (`protocol.connections.waiting_room`,
 `api.guards.idle_connections`): the issue's case over real sockets against `junction api` on
 PostgreSQL, the bounds at accept on a uvicorn in this process, and the room against a model."""
 
@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from api.guards.idle_connections import GuardedProtocol
-from api.guards.waiting_room import ALL_SETTING, PER_PEER_SETTING, WaitingRoom
 from api.settings import get_settings
+from protocol.connections.waiting_room import ALL_SETTING, PER_PEER_SETTING, WaitingRoom
 from tests.api.conftest import Postgres, api_on_postgres
 from tests.api.processes import AUTH, ApiProcess
 from tests.polling import wait_until

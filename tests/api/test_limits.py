@@ -1,4 +1,4 @@
-"""The control plane's limits (`api.guards.limits`, `api.guards.header_timeout`,
+"""The control plane's limits (`api.guards.limits`, `protocol.connections.header_timeout`,
 `api.guards.json_body`, the 422
 handler of `api.guards.errors`): big, slow and malformed requests are refused with a 4xx, early and
 cheaply, never with a 500 or by reading what they send.

@@ -162,14 +162,22 @@ def test_every_engine_refusing_answers_503_naming_them() -> None:
     assert sorted(calls) == URLS and all(url in error["message"] for url in URLS)
 
 
+class BrokenBody(httpx.AsyncByteStream):
+    """An answer's body that breaks after its first bytes."""
+
+    async def __aiter__(self):
+        yield b'{"id": "cmpl-'
+        raise httpx.ReadError("connection reset")
+
+
 def test_a_request_that_failed_after_it_was_sent_is_never_sent_again() -> None:
-    """The engine took the request and then broke: it may have run it, so the router answers
-    502 `engine_failed` and sends it nowhere else, though the other engine is up."""
+    """The engine began its answer and then broke: it may have run the request, so the router
+    answers 502 `engine_failed` and sends it nowhere else, though the other engine is up."""
     calls: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(f"http://{request.url.host}")
-        raise httpx.RemoteProtocolError("server disconnected without a response", request=request)
+        return httpx.Response(200, stream=BrokenBody())
 
     with router([up_engine(url) for url in URLS], handler) as client:
         response = post(client)
@@ -180,6 +188,26 @@ def test_a_request_that_failed_after_it_was_sent_is_never_sent_again() -> None:
         (decision,) = decisions(client)
         assert decision["status"] == "failed" and decision["failed_over_from"] == []
         assert decision["url"] == calls[0] and calls[0] in error["message"]
+
+
+def test_a_connection_closed_without_a_byte_of_an_answer_fails_over() -> None:
+    """An engine that closes the connection before any byte of an answer (a pooled
+    connection to a killed engine, a port that does not serve OpenAI) never took the request:
+    it goes to the other engine, and the first is taken out (issue 47, item 12)."""
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(f"http://{request.url.host}")
+        if len(calls) == 1:
+            raise httpx.RemoteProtocolError("server disconnected without a response")
+        return completion(request)
+
+    with router([up_engine(url) for url in URLS], handler) as client:
+        response = post(client)
+        assert response.status_code == 200, response.text
+        assert len(calls) == 2 and calls[0] != calls[1]
+        served = [d for d in decisions(client) if d["url"] == calls[1]]
+        assert [d["failed_over_from"] for d in served] == [[calls[0]]]
 
 
 # ---------------------------------------------------------------------- max_request_tokens

@@ -6,12 +6,12 @@ trickles its headers a byte at a time, is kept for good: a slowloris (20,000 suc
 in the issue, were never closed). `HeaderTimeoutProtocol` is uvicorn's h11 protocol with one
 timer more, armed while the connection waits for a request's headers (from the moment it
 opens, and from the first byte of each later request) and disarmed once they are complete;
-when it fires, the connection is answered 408 and closed. The body's own timeout is
-`api.guards.limits`' (the app reads the body).
+when it fires, the connection is answered 408 and closed. The body's own timeout is the
+app's (`api.guards.limits` in `junction api`).
 
-`junction api` serves its subclass, `api.guards.idle_connections.GuardedProtocol` (which adds
-the bounds on idle connections); uvicorn builds it from its own config, so it reads its
-timeout, `JUNCTION_HEADER_TIMEOUT_S`, from `get_settings()`.
+Servers serve its subclass, `protocol.connections.guarded.GuardedProtocol` (which adds the
+bounds on idle connections); uvicorn builds it with its own arguments, so the timeout is the
+class's `bounds` (`JUNCTION_HEADER_TIMEOUT_S` in each server).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from api.settings import get_settings
+from protocol.connections.bounds import ConnectionBounds
 
 MESSAGE = b"the request's headers did not come in time (JUNCTION_HEADER_TIMEOUT_S)\n"
 REQUEST_TIMEOUT = (
@@ -33,11 +33,13 @@ REQUEST_TIMEOUT = (
 
 class HeaderTimeoutProtocol(H11Protocol):
     """uvicorn's h11 protocol, closing a connection that takes more than `header_timeout_s`
-    to send a request's headers."""
+    to send a request's headers (`bounds.header_timeout_s`)."""
+
+    bounds = ConnectionBounds()  # a server's subclass sets its own
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.header_timeout_s = get_settings().header_timeout_s
+        self.header_timeout_s = self.bounds.header_timeout_s
         self.header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

@@ -9,7 +9,7 @@ pushes out the oldest of the peer that holds the most (`victim`). So a client th
 idle sockets as fast as they are closed only pushes out its own, and a client that sends its
 request right after connecting (it leaves the room then) is not pushed out by another's
 flood, whatever its rate: only by as many peers as the room holds, each with one socket, or
-by its own (`api.guards.idle_connections` closes what is pushed out).
+by its own (`protocol.connections.guarded` closes what is pushed out).
 """
 
 from __future__ import annotations
