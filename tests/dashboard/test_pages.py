@@ -38,7 +38,7 @@ def open_page(page: str, write_token: str | None = None, **query: str) -> AppTes
         at.session_state[WRITE_TOKEN] = write_token
     at.run()
     at.query_params.update(query)
-    at.switch_page(f"pages/{page}.py").run()
+    at.switch_page(f"views/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -472,8 +472,8 @@ def test_a_write_token_entered_in_the_sidebar_enables_the_writes(dashboard_env: 
     at = open_page("checkpoints")
     at.sidebar.text_input(key="write_token_field").input(TOKEN).run()
     assert not at.button[0].disabled
-    at.switch_page("pages/overview.py").run()  # kept for the session, across pages
-    at.switch_page("pages/benchmarks.py").run()
+    at.switch_page("views/overview.py").run()  # kept for the session, across pages
+    at.switch_page("views/benchmarks.py").run()
     assert not at.exception
     assert at.sidebar.text_input(key="write_token_field").value == TOKEN
     assert "Enter the write token" not in texts(at)
