@@ -274,7 +274,10 @@ def test_checkpoints_pins_junctions_and_the_form(dashboard_env: Stack):
     shown = texts(at)
     assert f"**{system['tokens_saved']:,} tokens saved**" in shown
     assert system["tokens_saved"] == 6 * 560
-    assert f"{REPLAY_ENGINE}: **materialized** at token 560" in shown
+    # the replay's engine has stopped: its pin was materialized, and is held nowhere now
+    assert dashboard_env.get(f"/engines/{REPLAY_ENGINE}")["connected"] is False
+    assert f"{REPLAY_ENGINE}: **not held: engine stopped** at token 560" in shown
+    assert "materialized" not in shown.replace("materializes", "")
     assert f"Boundary **{junction['boundary']:,}** tokens" in shown
     assert f"saved **{junction['tokens_saved']:,}** tokens" in shown
 
