@@ -96,6 +96,6 @@ def problems_message(errors: list[dict[str, Any]]) -> str:
 
 
 def _shown(value: Any) -> str:
-    """A short rendering of the input (already cut short by `brief_error`'s preview)."""
-    text = repr(value) if not isinstance(value, dict | list) else str(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """The input as `brief_error` kept it: already short (its preview, about `PREVIEW_CHARS`
+    characters, for a long one)."""
+    return repr(value) if not isinstance(value, dict | list) else str(value)
