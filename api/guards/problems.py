@@ -72,7 +72,14 @@ def problem_line(error: dict[str, Any]) -> str:
         what = "not a field of this request"
     elif what.startswith("Input should be "):
         what = "must be " + what.removeprefix("Input should be ")
-    if "input" in error and kind not in ("missing", "json_invalid", "extra_forbidden"):
+    elif kind == "value_error":  # the model's own sentence, which says what it was given
+        what = what.removeprefix("Value error, ")
+    if "input" in error and kind not in (
+        "missing",
+        "json_invalid",
+        "extra_forbidden",
+        "value_error",
+    ):
         what += f", got {_shown(error['input'])}"
     todo = _WHAT_TO_DO.get(kind)
     line = f"{field}: {what}" if field else what
