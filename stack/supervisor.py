@@ -135,16 +135,18 @@ class Supervisor:
         """Until the control plane lists the engine connected: its `/health` answers before
         its feed's hello is welcomed, and "Junction is up" printed seconds before it was."""
         part = running.part
-        control_plane, token = (
-            self.env.get(f"JUNCTION_{k}") for k in ("CONTROL_PLANE_URL", "API_TOKEN")
-        )
+        control_plane = self.env.get("JUNCTION_CONTROL_PLANE_URL")
+        token = self.env.get("JUNCTION_API_TOKEN")
         if not control_plane or not token:
             return  # a stack with no control plane of its own to ask
         url = f"{control_plane}/api/v1/engines/{part.engine_id}"
         headers = {"Authorization": f"Bearer {token}"}
         while time.monotonic() < deadline and not self.stopping.is_set():
             if running.process.poll() is not None:
-                return  # said by the caller's next look, or by `watch`
+                raise PartFailed(
+                    f"{part.name} exited with code {running.process.returncode} before the "
+                    "control plane accepted it (its log is above)"
+                )
             try:
                 answer = httpx.get(url, headers=headers, timeout=2)
                 if answer.status_code == 200 and answer.json().get("connected"):
