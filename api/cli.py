@@ -108,6 +108,8 @@ def run_api(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if settings.log_level != "debug":  # its INFO lines (plugins, DDL mode) ask nothing of anyone
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     if not upgrade_or_say("api", settings.database_url):
         return EXIT_BAD_INPUT
     if not settings.database_url.startswith("sqlite"):  # replicas share one token

@@ -48,9 +48,11 @@ class FieldError(BaseModel):
 
 
 class ValidationErrorOut(BaseModel):
-    """A 422: the request's fields that failed validation (a list), or, for a request that
-    validated but cannot be done as asked, one sentence saying why."""
+    """A 422: the request's fields that failed validation (a list, with `message` saying them
+    one line a problem), or, for a request that validated but cannot be done as asked, one
+    sentence saying why."""
 
+    message: str | None = None
     detail: list[FieldError] | str
 
 

@@ -185,11 +185,17 @@ class ApiClient(JsonClient):
 
 
 def error_detail(response: httpx.Response) -> str:
-    """What a failed answer says was wrong: FastAPI's `detail` as it is when a message, each
-    validation error as `where: what` when pydantic's list (`where` the field's dotted path,
-    without the leading `body`), else the body's text (or the status's reason phrase)."""
+    """What a failed answer says was wrong: a 422's `message` (its problems, one line each,
+    joined here with "; "), FastAPI's `detail` as it is when a message, each validation error
+    as `where: what` when pydantic's list (an older control plane's 422: `where` the field's
+    dotted path, without the leading `body`), else the body's text (or the status's reason
+    phrase)."""
     try:
-        detail = response.json()["detail"]
+        body = response.json()
+        message = body.get("message") if isinstance(body, dict) else None
+        if isinstance(message, str) and message:  # a 422's problems, one line each
+            return message.replace("\n", "; ")
+        detail = body["detail"]
     except (ValueError, KeyError, TypeError):
         return body_text(response)
     if isinstance(detail, list):

@@ -19,9 +19,22 @@ REASONS = {
 }
 #: What each policy ranks the engines by.
 SCORES = {
-    "hybrid": "score = max(usable hybrid hit, hit in flight) − load",
-    "attention": "score = attention match − load (matches no recurrent state backs count too)",
+    "hybrid": "score = gain counted − load + credit, the gain being max(usable hybrid hit, hit "
+    "in flight) and the credit the load of the prefill that hit in flight is waiting for",
+    "attention": "score = gain counted − load, the gain being the attention match (matches no "
+    "recurrent state backs count too)",
 }
+
+
+def score_terms(d: Decision) -> str:
+    """How the decision's scores add up, and why a hit can count as 0: a gain under the
+    router's minimum (`--min-hit-share` of the prompt) is none, so "hit 16, load 0" scores 0."""
+    if d.policy not in SCORES:
+        return "this policy does not score: every score is 0"
+    return (
+        f"{SCORES[d.policy]}; a gain under {d.min_hit:,} tokens (the router's "
+        f"`--min-hit-share` of this {d.num_prompt_tokens:,}-token prompt) counts as 0"
+    )
 
 
 def decisions_frame(decisions: list[Decision]) -> pd.DataFrame:

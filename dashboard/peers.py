@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from client.types import EngineOut
 
-PEER_PAGE = "pages/peer_cache.py"
+PEER_PAGE = "views/peer_cache.py"
 PEER_PAGE_LABEL = "Peer cache: its prefix tree, tiers, churn, hit rate and suggested junctions"
 KIND_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 

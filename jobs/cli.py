@@ -20,6 +20,7 @@ def add_jobs_parsers(commands: argparse._SubParsersAction) -> None:
         "--concurrency", type=int, default=None, help="worker processes (default: CPU count)"
     )
     worker.add_argument("--loglevel", default="info")
+    worker.add_argument("--quiet", action="store_true", help="no start-up banner")
     worker.add_argument("-Q", "--queues", default=None, help="comma-separated queues to consume")
     worker.add_argument(
         "--pool", default=None, help="prefork (the default), solo, or threads (Celery's -P)"
@@ -34,6 +35,7 @@ def add_jobs_parsers(commands: argparse._SubParsersAction) -> None:
         "JUNCTION_BENCHMARK_SCHEDULE (a crontab, UTC) and the sweep of lost runs.",
     )
     beat.add_argument("--loglevel", default="info")
+    beat.add_argument("--quiet", action="store_true", help="no start-up banner")
     beat.add_argument(
         "--schedule",
         default="celerybeat-schedule",
@@ -43,7 +45,8 @@ def add_jobs_parsers(commands: argparse._SubParsersAction) -> None:
 
 
 def worker_argv(args: argparse.Namespace) -> list[str]:
-    argv = ["worker", f"--loglevel={args.loglevel}"]
+    argv = ["--quiet"] if getattr(args, "quiet", False) else []  # Celery's own, before `worker`
+    argv += ["worker", f"--loglevel={args.loglevel}"]
     if args.concurrency is not None:
         argv.append(f"--concurrency={args.concurrency}")
     if args.queues:
@@ -86,5 +89,6 @@ def run_beat(args: argparse.Namespace) -> int:
     if problem := schedule_problem():
         print(f"junction beat: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    app.start(["beat", f"--loglevel={args.loglevel}", f"--schedule={args.schedule}"])
+    quiet = ["--quiet"] if args.quiet else []  # Celery's own, before `beat`
+    app.start([*quiet, "beat", f"--loglevel={args.loglevel}", f"--schedule={args.schedule}"])
     return 0

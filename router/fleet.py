@@ -32,7 +32,9 @@ class EngineScore:
     attention: int  # its attention match
     in_flight: int  # the hit a request in flight there leaves
     load: int  # its queue in prefill tokens
-    score: int  # what the policy ranked by
+    score: int  # what the policy ranked by: gain - load + credit
+    gain: int = 0  # the gain the policy counted: 0 below the decision's `min_hit`
+    credit: int = 0  # load not held against it (the producer's prefill this request reuses)
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Decision:
     engine_request_id: str | None = None
     realised_hit: int | None = None  # what the engine reported, once it finished
     status: str = "routed"  # "routed", "finished", "failed"
+    min_hit: int = 0  # the least gain the policy counts (`--min-hit-share` of the prompt)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -143,10 +146,21 @@ class Fleet:
             predicted_hit=predicted,
             route_s=time.perf_counter() - started,
             scores=[
-                EngineScore(url, self.engines[url].engine_id, h, a, f, load, choice.scores[url])
+                EngineScore(
+                    url,
+                    self.engines[url].engine_id,
+                    h,
+                    a,
+                    f,
+                    load,
+                    choice.scores[url],
+                    gain=choice.gains.get(url, 0),
+                    credit=choice.credits.get(url, 0),
+                )
                 for url, (_, h, a, f, load) in details.items()
             ],
             failed_over_from=list(exclude),
+            min_hit=choice.least_gain,
         )
         chosen.num_routed += 1
         chosen.num_prompt_tokens += num_tokens

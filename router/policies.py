@@ -16,6 +16,7 @@ One class per policy, chosen by name from `POLICIES`. Every policy sees the same
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from typing import NamedTuple, Protocol
 
@@ -33,6 +34,11 @@ class Choice(NamedTuple):
     key: str
     reason: str  # "hit", "in_flight", "least_loaded", "round_robin", "random"
     scores: dict[str, int]  # each candidate's score, by key
+    # The score's terms, so a reader can add them up (score = gain - load + credit): the gain
+    # counted (0 below `least_gain`), the load not held against it, and that least gain.
+    gains: dict[str, int] = {}
+    credits: dict[str, int] = {}
+    least_gain: int = 0
 
 
 class Policy(Protocol):
@@ -68,10 +74,8 @@ class _ScoredPolicy:
     def choose(self, candidates: list[Candidate], num_tokens: int) -> Choice:
         least = self.min_hit_share * num_tokens
         gains = {c.key: g if (g := self.gain(c)) >= least else 0 for c in candidates}
-        scores = {
-            c.key: gains[c.key] - c.load + (self.credit(c) if gains[c.key] else 0)
-            for c in candidates
-        }
+        credits = {c.key: self.credit(c) if gains[c.key] else 0 for c in candidates}
+        scores = {c.key: gains[c.key] - c.load + credits[c.key] for c in candidates}
         best = max(candidates, key=lambda c: (scores[c.key], -c.load, -c.num_routed))
         if gains[best.key] <= 0:
             reason = "least_loaded"
@@ -79,7 +83,7 @@ class _ScoredPolicy:
             reason = "in_flight"
         else:
             reason = "hit"
-        return Choice(best.key, reason, scores)
+        return Choice(best.key, reason, scores, gains, credits, math.ceil(least))
 
 
 class HybridPolicy(_ScoredPolicy):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 from typing import TYPE_CHECKING
@@ -124,6 +125,15 @@ def describe_prices(costs: TierCosts, tiers: TierConfig) -> str:
     )
 
 
+def exit_on_sigterm(signum: int, frame: object) -> None:
+    """uvicorn stops on SIGTERM, then raises the signal again for the handler there before it:
+    the default one killed the process at that point, before the `finally` that flushes the
+    events and says the feed's goodbye (1001), so the control plane held the engine id for
+    `JUNCTION_ENGINE_LEASE_S` and a restart within it was refused as "in use" (issue 47, item
+    15). This one exits through the `finally` instead, with code 0."""
+    raise SystemExit(0)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.model.hf.tokenizer import load_tokenizer
     from engine.setup.model_card import describe, model_card
@@ -190,6 +200,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         feed_token=args.token,
         max_body_bytes=args.max_body_bytes,
     )
+    signal.signal(signal.SIGTERM, exit_on_sigterm)  # so the `finally` below runs
     try:
         uvicorn.run(
             app,

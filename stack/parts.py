@@ -10,6 +10,9 @@ from dataclasses import dataclass
 #: suite's presets run for minutes) starts at once instead of waiting for it. Each is one
 #: replay process; more would only share the same cores.
 WORKER_CONCURRENCY = 2
+#: Celery's worker and beat under `junction up`: their banners (50 lines after the URLs) left
+#: out, their log at warnings and errors (`junction worker`/`beat` alone keep Celery's).
+QUIET = ("--loglevel", "warning", "--quiet")
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,9 @@ class Part:
     port: int | None = None  # the port it listens on (checked free before anything starts)
     url: str | None = None  # what an operator opens
     ready_url: str | None = None  # 200 once it serves
+    # an engine's id: ready only once the control plane accepted its feed under it (its own
+    # `/health` answers before its hello is welcomed, or refused)
+    engine_id: str | None = None
 
 
 def api_url(host: str, ports: Ports) -> str:
@@ -76,7 +82,7 @@ def plan(
             serve += ["--device", device]
         serve += serve_args  # last: what the operator passed through wins
         url = f"http://{host}:{port}"
-        return Part(name, junction(*serve), port, f"{url}/v1", f"{url}/health")
+        return Part(name, junction(*serve), port, f"{url}/v1", f"{url}/health", engine_id)
 
     parts = [
         Part(
@@ -107,11 +113,9 @@ def plan(
     )
     if with_jobs:
         parts += [
-            Part(
-                "worker",
-                junction("worker", "--concurrency", str(WORKER_CONCURRENCY), "--loglevel", "info"),
-            ),
-            Part("beat", junction("beat")),  # its schedule file in the working directory
+            # no banners, warnings and errors only: the URLs stay the last thing printed
+            Part("worker", junction("worker", "--concurrency", str(WORKER_CONCURRENCY), *QUIET)),
+            Part("beat", junction("beat", *QUIET)),  # its schedule file in the working directory
         ]
     return parts
 

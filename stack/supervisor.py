@@ -120,6 +120,8 @@ class Supervisor:
             try:
                 if httpx.get(running.part.ready_url, timeout=2).status_code == 200:
                     self.say(running.part.name, f"ready at {running.part.url}")
+                    if running.part.engine_id is not None:
+                        self._wait_accepted(running, deadline)
                     return
             except httpx.HTTPError:
                 pass
@@ -127,6 +129,36 @@ class Supervisor:
         if not self.stopping.is_set():
             raise PartFailed(
                 f"{running.part.name} did not answer {running.part.ready_url} in {timeout_s:g} s"
+            )
+
+    def _wait_accepted(self, running: Running, deadline: float) -> None:
+        """Until the control plane lists the engine connected: its `/health` answers before
+        its feed's hello is welcomed, and "Junction is up" printed seconds before it was."""
+        part = running.part
+        control_plane = self.env.get("JUNCTION_CONTROL_PLANE_URL")
+        token = self.env.get("JUNCTION_API_TOKEN")
+        if not control_plane or not token:
+            return  # a stack with no control plane of its own to ask
+        url = f"{control_plane}/api/v1/engines/{part.engine_id}"
+        headers = {"Authorization": f"Bearer {token}"}
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            if running.process.poll() is not None:
+                raise PartFailed(
+                    f"{part.name} exited with code {running.process.returncode} before the "
+                    "control plane accepted it (its log is above)"
+                )
+            try:
+                answer = httpx.get(url, headers=headers, timeout=2)
+                if answer.status_code == 200 and answer.json().get("connected"):
+                    self.say(part.name, f"accepted by the control plane as {part.engine_id}")
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.25)
+        if not self.stopping.is_set():
+            raise PartFailed(
+                f"the control plane did not accept {part.name} as {part.engine_id} in time "
+                "(its log above says why)"
             )
 
     def watch(self) -> str | None:
@@ -156,7 +188,16 @@ class Supervisor:
                     running.process.wait(10)
             # the rest of its group (a worker's pool processes, streamlit's children)
             _signal_group(running.process, signal.SIGKILL)
-            self.say(running.part.name, f"stopped (exit code {running.process.returncode})")
+            self.say(running.part.name, stopped_text(running.process.returncode))
+
+
+def stopped_text(code: int | None) -> str:
+    """How a part this stack stopped ended: 0, or death by the SIGTERM or SIGINT `stop` sent
+    (uvicorn raises the signal again once it has shut down), is a clean stop; anything else
+    is said with its code."""
+    if code in (0, -signal.SIGTERM, -signal.SIGINT):
+        return "stopped"
+    return f"stopped (exit code {code})"
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

@@ -58,7 +58,7 @@ FOLDERS = tuple(package for package in PACKAGES if package != "benchmarks")
 SCRIPTS = ("benchmarks", "tests")
 #: Modules the walk does not import: `dashboard/app.py` is the Streamlit script `junction
 #: dashboard` runs, and importing it runs the navigation outside Streamlit (the pages under
-#: `dashboard/pages/` are scripts, in no package, so the walk never meets them). Both are
+#: `dashboard/views/` are scripts, in no package, so the walk never meets them). Both are
 #: still read by the import-statement checks.
 NOT_IMPORTED = ("dashboard.app",)
 #: What the engine's core must never load: web, database, broker and dashboard libraries.
@@ -192,7 +192,7 @@ class Import(NamedTuple):
 
 
 def project_modules(root: Path) -> dict[str, Path]:
-    """Every .py file of the project, by module name (`dashboard.pages.overview` for a page
+    """Every .py file of the project, by module name (`dashboard.views.overview` for a page
     script and `benchmarks.fleet` for a benchmark, though no package holds them)."""
     modules = {}
     for folder in (*FOLDERS, *SCRIPTS):

@@ -26,6 +26,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from api.guards.problems import problems_message
+
 log = logging.getLogger(__name__)
 PREVIEW_CHARS = 200
 MAX_ERRORS = 20
@@ -56,12 +58,15 @@ async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """`message`, one line per problem for a person (`api.guards.problems`), and `detail`,
+    pydantic's list made small, for programs."""
     errors = exc.errors()
     detail = [brief_error(error) for error in errors[:MAX_ERRORS]]
     if len(errors) > MAX_ERRORS:
         more = f"and {len(errors) - MAX_ERRORS} more errors, not listed"
         detail.append({"type": "too_many_errors", "loc": [], "msg": more})
-    return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+    body = {"message": problems_message(detail), "detail": detail}
+    return JSONResponse(body, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
 def brief_error(error: Any) -> dict[str, Any]:

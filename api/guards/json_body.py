@@ -67,11 +67,15 @@ def decode(raw: bytes) -> Any:
     try:
         value = json.loads(raw, parse_constant=_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
-        raise _invalid("json_invalid", (exc.pos,), f"JSON decode error: {exc.msg}", None) from None
+        where = f"line {exc.lineno}, column {exc.colno}"  # a person's place, beside the offset
+        message = f"the request body is not valid JSON ({where}): {exc.msg}"
+        raise _invalid("json_invalid", (exc.pos,), message, None) from None
     except RecursionError:
-        raise _invalid("json_invalid", (), "the JSON nests too deeply", None) from None
+        message = "the request body's JSON nests too deeply"
+        raise _invalid("json_invalid", (), message, None) from None
     except ValueError as exc:  # a non-finite number, an int of too many digits, not UTF-8
-        raise _invalid("json_invalid", (), f"JSON decode error: {exc}", None) from None
+        message = f"the request body is not valid JSON: {exc}"
+        raise _invalid("json_invalid", (), message, None) from None
     if SUSPECT.search(raw):
         errors = [_invalid_string(loc, text) for loc, text in _bad_strings(value)]
         if errors:

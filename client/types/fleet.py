@@ -58,7 +58,9 @@ class EngineScore(Body):
     attention: int  # its attention match
     in_flight: int  # the hit a request in flight there leaves
     load: int  # its queue in prefill tokens
-    score: int  # what the policy ranked by
+    score: int  # what the policy ranked by: gain - load + credit
+    gain: int = 0  # the gain the policy counted: 0 below the decision's `min_hit`
+    credit: int = 0  # load not held against it (the producer's prefill this request reuses)
 
 
 class Decision(Body):
@@ -80,6 +82,7 @@ class Decision(Body):
     engine_request_id: str | None = None
     realised_hit: int | None = None
     status: str = "routed"  # "routed", "finished", "failed"
+    min_hit: int = 0  # the least gain the policy counts (`--min-hit-share` of the prompt)
 
 
 class DecisionPage(Body):

@@ -1,6 +1,7 @@
 """One routing decision (from `GET /fleet/decisions/{id}`): each engine's score and what it was
 made of: the usable hybrid hit, the attention match, the hit a request in flight there will
-leave, and the load subtracted from them."""
+leave, the gain the policy counted of them (none below the decision's minimum hit), the load
+subtracted and the load credited back, so the columns add up to the score."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ import plotly.graph_objects as go
 from client.types import Decision
 from dashboard.figures.fleet import engine_label
 
-SCORE_COLUMNS = ["engine", "url", "hit", "attention", "in_flight", "load", "score", "chosen"]
+SCORE_COLUMNS = [
+    "engine",
+    "url",
+    "hit",
+    "attention",
+    "in_flight",
+    "gain counted",  # score = gain counted - load + credit
+    "load",
+    "credit",
+    "score",
+    "chosen",
+]
 #: The parts of a score, as the decision chart draws them: (column, legend name, colour).
 COMPONENTS = [
     ("hit", "usable hybrid hit", "#2a9d5c"),
@@ -24,8 +36,8 @@ CHOSEN_COLOR, OTHER_COLOR = "#1b1b1b", "#a8a8a8"
 def scores_frame(decision: Decision) -> pd.DataFrame:
     """One row per engine the decision scored, `chosen` marking where the request went."""
     rows = [
-        [engine_label(s.engine_id, s.url), s.url, s.hit, s.attention]
-        + [s.in_flight, s.load, s.score, s.url == decision.url]
+        [engine_label(s.engine_id, s.url), s.url, s.hit, s.attention, s.in_flight]
+        + [s.gain, s.load, s.credit, s.score, s.url == decision.url]
         for s in decision.scores
     ]
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)

@@ -7,12 +7,13 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from client.schema import ATTENTION, MAMBA
-from client.types import FleetEngine, FleetView
+from client.types import FleetView
 
 ENGINE_COLUMNS = [
     "engine",
     "url",
     "status",
+    "why down",  # in full: the status column is sized to its short words
     "routed",
     "routed share",
     "hit rate",
@@ -34,11 +35,14 @@ def engine_label(engine_id: str | None, url: str) -> str:
     return engine_id or url
 
 
-def status_text(engine: FleetEngine) -> str:
-    """`up`, `connecting`, or `down: <why>`."""
-    if engine.status == "down" and engine.down_reason:
-        return f"down: {engine.down_reason}"
-    return engine.status
+def down_reasons(fleet: FleetView) -> list[str]:
+    """Each down engine's reason in full, as a line below the table: in a cell, the grid sizes
+    the column to its first rows and cut a reason after `up` rows to "down: c"."""
+    return [
+        f"**{engine_label(e.engine_id, e.url)}** ({e.url}) is down: {e.down_reason}"
+        for e in fleet.engines
+        if e.status == "down" and e.down_reason
+    ]
 
 
 def engines_frame(fleet: FleetView) -> pd.DataFrame:
@@ -50,7 +54,8 @@ def engines_frame(fleet: FleetView) -> pd.DataFrame:
             [
                 engine_label(e.engine_id, e.url),
                 e.url,
-                status_text(e),
+                e.status,
+                (e.down_reason or "") if e.status == "down" else "",
                 e.num_routed,
                 e.routed_share,
                 e.hit_rate,

@@ -10,7 +10,7 @@ from client.schema import ATTENTION, MAMBA, CacheGeometry
 from client.types import GroupUsage, JunctionOut
 from dashboard.figures.reasons import REASONS
 
-CHECKPOINTS_PAGE = "pages/checkpoints.py"
+CHECKPOINTS_PAGE = "views/checkpoints.py"
 CHECKPOINTS_LINK = "Checkpoints: suggested junctions and the pin form"
 POOL_FLAGS = {ATTENTION: "--num-blocks", MAMBA: "--num-mamba-blocks"}
 

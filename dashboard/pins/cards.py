@@ -10,7 +10,7 @@ import streamlit as st
 
 from client.rest import ApiClient
 from client.types import JunctionOut, PinOut
-from dashboard.pins.text import FELL_SHORT, PREVIEW_CHARS, token_preview
+from dashboard.pins.text import FELL_SHORT, PREVIEW_CHARS, pin_state, target_state, token_preview
 from dashboard.pins.writes import act
 
 NO_TOKEN_NO_TEXT = (
@@ -19,20 +19,21 @@ NO_TOKEN_NO_TEXT = (
 )
 
 
-def pin_card(pin: PinOut, writer: ApiClient | None) -> None:
-    """An active pin: its state on each engine, the tokens it saved, an unpin button."""
+def pin_card(pin: PinOut, writer: ApiClient | None, connected: set[str] | None) -> None:
+    """An active pin: its state on each engine (one not `connected` holds nothing), the tokens
+    it saved, an unpin button."""
     with st.container(border=True):
         left, right = st.columns([5, 1])
         left.markdown(
             f"**{pin.label}** · `{pin.pin_id}` · {pin.num_tokens:,} tokens · "
-            f"**{pin.state}** · {pin.num_hits} hits · "
+            f"**{pin_state(pin, connected)}** · {pin.num_hits} hits · "
             f"**{pin.tokens_saved:,} tokens saved**"
             + (" · reported by an engine" if pin.origin == "engine" else "")
         )
         for target in pin.engines or []:
             boundary = target.boundary
             left.markdown(
-                f"- {target.engine_id}: **{target.state}**"
+                f"- {target.engine_id}: **{target_state(target, connected)}**"
                 + (f" at token {boundary:,}" if boundary is not None else "")
                 + (f" ({target.reason})" if target.reason else "")
                 + f" · {target.tokens_saved:,} tokens saved"

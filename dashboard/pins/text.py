@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from client.schema import ByteTokenizer
-from client.types import PinOut
+from client.types import PinOut, PinTargetOut
 
 PREVIEW_CHARS = 80
 FELL_SHORT = (
@@ -50,6 +50,29 @@ def pins_frame(pins: list[PinOut]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=PIN_COLUMNS)
+
+
+#: A target the API last heard was materialized, on an engine that is not connected now: a
+#: stopped engine holds nothing (its cache went with it), and gets the pin again when it
+#: reconnects, so "materialized" would claim tokens saved that no engine can save.
+NOT_HELD = "not held: engine stopped"
+
+
+def target_state(target: PinTargetOut, connected: set[str] | None) -> str:
+    """A pin's state on one engine, as the page shows it: `NOT_HELD` for a materialized
+    pin on an engine not in `connected` (None: the connected engines are not known)."""
+    if target.state == "materialized" and connected is not None:
+        if target.engine_id not in connected:
+            return NOT_HELD
+    return target.state
+
+
+def pin_state(pin: PinOut, connected: set[str] | None) -> str:
+    """The pin's state, `NOT_HELD` when it is materialized only on engines not connected."""
+    states = {target_state(t, connected) for t in pin.engines}
+    if pin.state == "materialized" and states and "materialized" not in states:
+        return NOT_HELD
+    return pin.state
 
 
 def pin_line(pin: PinOut | None) -> str:

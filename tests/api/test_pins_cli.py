@@ -153,12 +153,12 @@ def test_pin_pins_unpin(server: str, capsys, monkeypatch, tmp_path: Path) -> Non
         (
             ["pin", "--text", "", "--label", "x"],
             2,
-            "HTTP 422: prefix: Value error, the prefix is empty (text has no tokens)",
+            "HTTP 422: prefix: the prefix is empty (text has no tokens)",
         ),
         (
             ["pin", "--segments", '[{"seed": 1, "len": -3}]', "--label", "x"],
             2,
-            "HTTP 422: prefix.segments.0.len: Input should be greater than 0",
+            "HTTP 422: prefix.segments[0].len: must be greater than 0, got -3: send a larger value",
         ),
         (["pin", "--token-ids", "1,two", "--label", "x"], 2, "comma-separated integers"),
         (["pin", "--segments", "[{", "--label", "x"], 2, "--segments is not valid JSON"),

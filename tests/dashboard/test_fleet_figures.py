@@ -10,7 +10,7 @@ from dashboard.figures.decision_scores import (
     scores_figure,
     scores_frame,
 )
-from dashboard.figures.fleet import engines_frame, share_figure
+from dashboard.figures.fleet import down_reasons, engines_frame, share_figure
 from tests.dashboard.bodies import body
 
 
@@ -83,7 +83,9 @@ def test_engines_frame_names_each_engine_and_why_one_is_down():
     assert frame.loc["http://a:8000", "engine"] == "a"
     assert frame.loc["http://b:8000", "engine"] == "http://b:8000"  # no id yet: its URL
     assert frame.loc["http://a:8000", "status"] == "up"
-    assert frame.loc["http://b:8000", "status"] == "down: cannot reach its cache feed"
+    assert frame.loc["http://b:8000", "status"] == "down"
+    assert frame.loc["http://b:8000", "why down"] == "cannot reach its cache feed"
+    assert frame.loc["http://a:8000", "why down"] == ""
     assert frame.loc["http://a:8000", "queued prefill tokens"] == 300
     assert frame.loc["http://a:8000", "mamba usage"] == 0.5
     assert frame.loc["http://a:8000", "attention keys"] == 78
@@ -140,3 +142,16 @@ def test_scores_figure_marks_an_engine_chosen_without_a_score():
     assert list(score_bar.marker.line.width) == [3, 0, 0]
     (note,) = fig.layout.annotations
     assert (note.x, note.text) == ("a", "chosen: round_robin")
+
+
+def test_a_down_engines_reason_is_said_in_full_below_the_table():
+    """Issue 47, item 17: after an `up` row the grid sized the status column to "up" and cut
+    "down: cannot reach ..." to "down: c". The status is a word now, the reason a line."""
+    reason = "cannot reach its cache feed: [Errno 111] Connection refused (retrying in 2 s)"
+    view = fleet()
+    view["engines"][1]["down_reason"] = reason
+    frame = engines_frame(body(FleetView, view))
+    assert set(frame["status"]) == {"up", "down"}
+    assert down_reasons(body(FleetView, view)) == [
+        f"**http://b:8000** (http://b:8000) is down: {reason}"
+    ]

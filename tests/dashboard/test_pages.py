@@ -38,7 +38,7 @@ def open_page(page: str, write_token: str | None = None, **query: str) -> AppTes
         at.session_state[WRITE_TOKEN] = write_token
     at.run()
     at.query_params.update(query)
-    at.switch_page(f"pages/{page}.py").run()
+    at.switch_page(f"views/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -274,7 +274,10 @@ def test_checkpoints_pins_junctions_and_the_form(dashboard_env: Stack):
     shown = texts(at)
     assert f"**{system['tokens_saved']:,} tokens saved**" in shown
     assert system["tokens_saved"] == 6 * 560
-    assert f"{REPLAY_ENGINE}: **materialized** at token 560" in shown
+    # the replay's engine has stopped: its pin was materialized, and is held nowhere now
+    assert dashboard_env.get(f"/engines/{REPLAY_ENGINE}")["connected"] is False
+    assert f"{REPLAY_ENGINE}: **not held: engine stopped** at token 560" in shown
+    assert "materialized" not in shown.replace("materializes", "")
     assert f"Boundary **{junction['boundary']:,}** tokens" in shown
     assert f"saved **{junction['tokens_saved']:,}** tokens" in shown
 
@@ -472,8 +475,8 @@ def test_a_write_token_entered_in_the_sidebar_enables_the_writes(dashboard_env: 
     at = open_page("checkpoints")
     at.sidebar.text_input(key="write_token_field").input(TOKEN).run()
     assert not at.button[0].disabled
-    at.switch_page("pages/overview.py").run()  # kept for the session, across pages
-    at.switch_page("pages/benchmarks.py").run()
+    at.switch_page("views/overview.py").run()  # kept for the session, across pages
+    at.switch_page("views/benchmarks.py").run()
     assert not at.exception
     assert at.sidebar.text_input(key="write_token_field").value == TOKEN
     assert "Enter the write token" not in texts(at)

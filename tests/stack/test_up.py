@@ -33,7 +33,10 @@ class Up:
     def __init__(self, cwd: Path, *args: str, **settings: str) -> None:
         self.lines: list[str] = []
         env = {k: v for k, v in os.environ.items() if not k.startswith("JUNCTION_")}
-        env |= {"JUNCTION_LOG_LEVEL": "warning", **settings}
+        # this tree's code: `cwd` is a scratch folder, where `-m cli.main` would import the
+        # installed checkout's instead
+        root = str(Path(__file__).parents[2])
+        env |= {"JUNCTION_LOG_LEVEL": "warning", "PYTHONPATH": root, **settings}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", *args],
             cwd=cwd,

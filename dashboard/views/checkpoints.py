@@ -39,6 +39,11 @@ def engine_options() -> list[str]:
         return []
 
 
+def connected_engines() -> set[str]:
+    """The engines connected now: a pin on any other is not held, whatever it last was."""
+    return {e.engine_id for e in api_client().engines() if e.connected}
+
+
 engines = engine_options()  # read before the form: a run without a token stops here
 with st.form("pin_form", clear_on_submit=True):
     writer = write_client()  # None: the operator has not entered the write token
@@ -110,8 +115,9 @@ def body() -> None:
                 "No pin yet: paste a system prompt above and press Pin, or run "
                 "`junction pin --text ...`. Every connected engine materializes it."
             )
+        connected = connected_engines() if active else None
         for pin in active:
-            pin_card(pin, writer)
+            pin_card(pin, writer, connected)
         released = [p for p in pins if p not in active]
         if released:
             with st.expander(f"{len(released)} released pins"):

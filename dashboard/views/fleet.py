@@ -7,9 +7,9 @@ import streamlit as st
 
 from client.transport import ApiError
 from client.types import Decision, FleetView
-from dashboard.decisions import SCORES, decision_text, decisions_frame
+from dashboard.decisions import decision_text, decisions_frame, score_terms
 from dashboard.figures.decision_scores import scores_figure, scores_frame
-from dashboard.figures.fleet import engine_label, engines_frame, share_figure
+from dashboard.figures.fleet import down_reasons, engine_label, engines_frame, share_figure
 from dashboard.live import live
 from dashboard.router_connection import router_client, router_errors
 
@@ -17,10 +17,10 @@ NO_DECISIONS = (
     "The router at {url} has routed no request yet: send one to its OpenAI endpoint "
     "(`{url}/v1/chat/completions`) and it shows here why it went where it went."
 )
-PERCENTS = dict.fromkeys(
+COLUMNS = dict.fromkeys(
     ("routed share", "hit rate", "attention usage", "mamba usage"),
     st.column_config.NumberColumn(format="percent"),
-)
+) | {"why down": st.column_config.TextColumn(width="large")}
 
 st.title("Fleet")
 limit = st.sidebar.number_input("Decisions listed", 10, 1000, 100, step=10, key="fleet_limit")
@@ -44,7 +44,9 @@ def fleet_section(fleet: FleetView) -> None:
         st.info(f"The router at {router_client().base_url} lists no engine yet.")
         return
     frame = engines_frame(fleet)
-    st.dataframe(frame, hide_index=True, column_config=PERCENTS)
+    st.dataframe(frame, hide_index=True, column_config=COLUMNS)
+    for line in down_reasons(fleet):
+        st.warning(line)
     st.plotly_chart(share_figure(frame), key="fleet_share")
 
 
@@ -88,7 +90,7 @@ def decision_section(decisions: list[Decision]) -> None:
     reason = decision.reason.partition("; failed: ")[0]
     st.plotly_chart(scores_figure(frame, reason), key="fleet_scores")
     st.caption(
-        SCORES.get(decision.policy, "this policy does not score: every score is 0")
+        score_terms(decision)
         + "; the load is the engine's queue in prefill tokens, running requests weighted."
     )
     st.dataframe(frame.drop(columns="url"), hide_index=True)
