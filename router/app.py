@@ -14,6 +14,8 @@ import httpx
 from fastapi import FastAPI
 
 from engine.model.tokenizer import Tokenizer
+from protocol.body_limit import BodyLimit
+from protocol.body_size import DEFAULT_MAX_BODY_BYTES, MAX_BODY_SETTING
 from protocol.errors import install_error_handlers
 from router.deps import RouterState
 from router.engines import DEFAULT_READ_TIMEOUT_S
@@ -31,10 +33,12 @@ def create_app(
     background: Callable[[], list[Coroutine[Any, Any, None]]] = list,
     client: httpx.AsyncClient | None = None,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """`tokens` are the bearer tokens `/fleet` takes; `background()` gives the coroutines that
     run while the app serves (each engine's feed follower, discovery); `read_timeout_s` is
-    the longest an engine may send nothing of an answer (`--read-timeout`)."""
+    the longest an engine may send nothing of an answer (`--read-timeout`); a body over
+    `max_body_bytes` is refused 413 before it is held (`protocol.body_limit`)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,6 +65,7 @@ def create_app(
     )
     app.state.router = RouterState(fleet, tokenizer, tokens, background)
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, setting=MAX_BODY_SETTING)
 
     for module in (openai_routes, fleet_routes, ops_routes):
         app.include_router(module.router)

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from client.settings import ControlPlaneSettings
 from engine.setup.options import EXIT_BAD_INPUT
+from protocol.body_size import add_max_body_option
 from protocol.connections.options import add_connection_options, bounds_from_args
 from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import DEFAULT_RUNNING_COST
@@ -93,6 +94,7 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_timeout_options(route)
     add_connection_options(route)
+    add_max_body_option(route)
     route.add_argument("--seed", type=int, default=None, help="the random policy's seed")
     route.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
@@ -215,7 +217,14 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         return []
 
     tokens = tuple(t for t in (args.token, settings.read_token) if t)
-    app = create_app(fleet, tokenizer, tokens, background, read_timeout_s=args.read_timeout)
+    app = create_app(
+        fleet,
+        tokenizer,
+        tokens,
+        background,
+        read_timeout_s=args.read_timeout,
+        max_body_bytes=args.max_body_bytes,
+    )
     print(
         f"junction route: {args.policy} over {len(fleet.engines)} engines "
         f"({len(fleet.up())} up) at http://{args.host}:{args.port}/v1",

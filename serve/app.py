@@ -18,11 +18,11 @@ from engine.feed import FeedHub
 from engine.model.tokenizer import Tokenizer
 from engine.setup.model_card import model_card
 from protocol.body_limit import BodyLimit
+from protocol.body_size import DEFAULT_MAX_BODY_BYTES, MAX_BODY_SETTING
 from publish.publisher import EventPublisher
 from serve.async_engine import AsyncEngine
 from serve.deps import ServerState
 from serve.errors import install_error_handlers
-from serve.limits import DEFAULT_MAX_BODY_BYTES, MAX_BODY_SETTING
 from serve.metrics import ServerMetrics
 from serve.routes import chat, completions, models, ops
 from serve.routes import feed as feed_routes

@@ -7,7 +7,6 @@ only when the command runs, so the rest of the command line stays light.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import socket
 import sys
@@ -25,6 +24,7 @@ from engine.setup.options import (
     describe_tiers,
     tier_config_from_args,
 )
+from protocol.body_size import add_max_body_option
 from protocol.connections.options import add_connection_options, bounds_from_args
 from publish.streaming import (
     add_control_plane_options,
@@ -32,7 +32,6 @@ from publish.streaming import (
     finish_publishing,
     make_publisher,
 )
-from serve.limits import DEFAULT_MAX_BODY_BYTES, positive_bytes
 
 if TYPE_CHECKING:
     from engine.tiers.tiering import TierCosts
@@ -56,14 +55,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="the model name clients must send (default: the --model directory's name, or "
         "junction-hybrid-tiny)",
     )
-    serve.add_argument(
-        "--max-body-bytes",
-        type=positive_bytes,
-        default=os.environ.get("JUNCTION_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES)),
-        metavar="BYTES",
-        help="the most bytes a request body may hold; a larger one is answered 413 before it "
-        f"is read (default {DEFAULT_MAX_BODY_BYTES:,}; JUNCTION_MAX_BODY_BYTES)",
-    )
+    add_max_body_option(serve)
     add_connection_options(serve)
     add_control_plane_options(serve)
     serve.add_argument(

@@ -1,10 +1,10 @@
 """`/v1/completions`, `/v1/chat/completions` and `/v1/models` of the router.
 
-A request is read (at most `MAX_BODY_BYTES`), validated with the engine's own schemas,
-checked against what the fleet serves (first by the fewest tokens its text can be, so a prompt
-over every engine's limit is refused before it is tokenized), tokenized with the engine's own
-code (its tokenizer and chat template), checked again, then routed and relayed
-(`router.proxy`)."""
+A request is read (its size bounded by `protocol.body_limit`, `--max-body-bytes`), validated
+with the engine's own schemas, checked against what the fleet serves (first by the fewest
+tokens its text can be, so a prompt over every engine's limit is refused before it is
+tokenized), tokenized with the engine's own code (its tokenizer and chat template), checked
+again, then routed and relayed (`router.proxy`)."""
 
 from __future__ import annotations
 
@@ -20,23 +20,13 @@ from protocol.prompts import chat_prompt, fewest_chat_tokens, fewest_tokens, pro
 from protocol.schemas import DEFAULT_MAX_TOKENS, ChatCompletionRequest, CompletionRequest
 from router.deps import RouterState, StateDep
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
-
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
 async def _json_body(request: Request) -> dict:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise OpenAIError(f"the body is over {MAX_BODY_BYTES} bytes", 413, code="too_large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise OpenAIError(f"the body is over {MAX_BODY_BYTES} bytes", 413, code="too_large")
-        chunks.append(chunk)
+    raw = await request.body()  # bounded by the app's `BodyLimit`
     try:
-        body = await asyncio.to_thread(json.loads, b"".join(chunks))
+        body = await asyncio.to_thread(json.loads, raw)
     except ValueError as exc:
         raise OpenAIError(
             f"the request body is not valid JSON: {exc}", code="invalid_json"

@@ -121,6 +121,33 @@ def test_a_prompt_over_every_engines_limit_is_refused_before_it_is_tokenized() -
 
 
 # ---------------------------------------------------------------------- failover
+def test_a_body_over_max_body_bytes_is_refused_before_it_is_held() -> None:
+    """The router bounds a body as the engine does (`--max-body-bytes`, its own flag now,
+    not a constant): 413 `request_too_large` naming the setting, nothing sent to an engine,
+    for a declared length and for a chunked body alike."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return completion(request)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    fleet = Fleet([up_engine(URLS[0])], make_policy("hybrid"))
+    app = create_app(fleet, load_tokenizer(None), (TOKEN,), client=client, max_body_bytes=4096)
+    with TestClient(app) as test_client:
+        chunked = test_client.post(
+            "/v1/completions",
+            content=iter([b'{"model": "m", "prompt": [', b"1, " * 2000, b"1]}"]),
+            headers={"content-type": "application/json"},
+        )
+        for refused in (post(test_client, prompt=list(range(2000))), chunked):
+            assert refused.status_code == 413, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "request_too_large" and "--max-body-bytes" in error["message"]
+        assert seen == []
+        assert post(test_client).status_code == 200 and len(seen) == 1
+
+
 def test_a_refused_connection_fails_over_and_is_recorded() -> None:
     """The first engine tried refuses the connection (its feed still speaks): the request was
     never sent there, so the other engine answers it, and the decision names the refuser."""
