@@ -31,6 +31,7 @@ from publish.streaming import (
     make_publisher,
 )
 from serve.limits import DEFAULT_MAX_BODY_BYTES, positive_bytes
+from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S, positive_seconds
 
 if TYPE_CHECKING:
     from engine.tiers.tiering import TierCosts
@@ -61,6 +62,14 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         metavar="BYTES",
         help="the most bytes a request body may hold; a larger one is answered 413 before it "
         f"is read (default {DEFAULT_MAX_BODY_BYTES:,}; JUNCTION_MAX_BODY_BYTES)",
+    )
+    serve.add_argument(
+        "--feed-send-timeout",
+        type=positive_seconds,
+        default=os.environ.get("JUNCTION_FEED_SEND_TIMEOUT_S", str(DEFAULT_FEED_SEND_TIMEOUT_S)),
+        metavar="SECONDS",
+        help="a cache feed reader that takes no data for this long is dropped (default "
+        f"{DEFAULT_FEED_SEND_TIMEOUT_S:g}; JUNCTION_FEED_SEND_TIMEOUT_S)",
     )
     add_control_plane_options(serve)
     serve.add_argument(
@@ -185,6 +194,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         feed=feed,
         feed_token=args.token,
         max_body_bytes=args.max_body_bytes,
+        feed_send_timeout_s=args.feed_send_timeout,
     )
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
