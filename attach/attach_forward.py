@@ -6,9 +6,13 @@ batches it no longer holds, the bridge sends an empty snapshot and then its whol
 (`PeerTable.events`), so the store's guarantees hold end to end. A bridge start is a new
 epoch: the store drops the old table, and the replay (asked from seq 0) rebuilds it.
 
-Batches, live or the table's, are cut to fit one frame (`frames`). A stored event too large
-for a frame alone (a block of a million tokens) goes without its token ids: the store keeps
-its blocks whole, with no token sample (it keeps only a sample anyway).
+Batches, live or the table's, are cut to fit one frame and a share of the outbox (`frames`).
+A stored event too large for that alone (a block of a million tokens, a small `--outbox-bytes`)
+goes without its token ids, counted (`bad_frames{reason="too_large"}`): the store keeps its
+blocks whole, with no token sample (it keeps only a sample anyway). Were it put whole, no
+outbox could ever hold it, and the table (which holds its tokens) would be sent again every
+round for good, the batches after it never stored (issue 47, item 2). A table that does not
+fit is sent again at most once a `RESEND_RETRY_S`, not every round.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -35,7 +40,10 @@ TABLE_EVENTS_PER_BATCH = 5000
 #: a frame's share of the outbox's frame limit the events put in one batch may take (the
 #: sizes below are estimates from above: msgpack ints of up to 5 bytes, hashes as strings)
 FRAME_SHARE = 0.5
+#: the outbox's bytes one batch may take: a quarter, so a batch always fits beside others
+OUTBOX_SHARE = 0.25
 EVENT_OVERHEAD_BYTES = 256
+RESEND_RETRY_S = 1.0  # the least time between two tries of a table that did not fit
 
 
 def event_bytes(event: CacheEvent) -> int:
@@ -45,9 +53,16 @@ def event_bytes(event: CacheEvent) -> int:
     return EVENT_OVERHEAD_BYTES + 5 * len(tokens) + sum(len(h) + 5 for h in hashes)
 
 
-def frames(events: list[CacheEvent], max_bytes: int, max_events: int) -> list[list]:
+def frames(
+    events: list[CacheEvent],
+    max_bytes: int,
+    max_events: int,
+    bound: str = "one frame",
+    on_stripped: Callable[[PeerBlockStored], None] | None = None,
+) -> list[list]:
     """`events` in order, cut into batches of at most `max_events` whose estimated bytes stay
-    within `max_bytes`; an event larger than that alone loses its token ids (logged)."""
+    within `max_bytes`; an event larger than that alone loses its token ids (logged, naming
+    `bound`, the setting `max_bytes` comes from, and handed to `on_stripped`)."""
     batches: list[list] = []
     batch: list = []
     size = 0
@@ -55,11 +70,16 @@ def frames(events: list[CacheEvent], max_bytes: int, max_events: int) -> list[li
         n = event_bytes(event)
         if n > max_bytes and isinstance(event, PeerBlockStored):
             log.warning(
-                "a stored event of %d blocks and %d token ids is too large for one frame: "
-                "forwarded without its token ids",
+                "a stored event of %d blocks and %d token ids (about %d bytes) is larger than "
+                "a batch may be (%d bytes: %s): forwarded without its token ids",
                 len(event.block_hashes),
                 len(event.token_ids),
+                n,
+                max_bytes,
+                bound,
             )
+            if on_stripped is not None:
+                on_stripped(event)
             event = msgspec.structs.replace(event, token_ids=[])
             n = event_bytes(event)
         if batch and (size + n > max_bytes or len(batch) >= max_events):
@@ -79,10 +99,31 @@ class Forwarder:
     def __init__(self, bridge: Bridge, outbox: Outbox, engine_id: str, epoch: int) -> None:
         self.bridge, self.outbox = bridge, outbox
         self.engine_id, self.epoch = engine_id, epoch
+        self.retry_at = 0.0  # a table that did not fit is tried again from then on
 
     @property
     def frame_bytes(self) -> int:
-        return int(self.outbox.max_frame_bytes * FRAME_SHARE)
+        return min(
+            int(self.outbox.max_frame_bytes * FRAME_SHARE),
+            int(self.outbox.max_bytes * OUTBOX_SHARE),
+        )
+
+    @property
+    def bound(self) -> str:
+        """The setting a batch's bytes come from, as the log names it."""
+        frame = int(self.outbox.max_frame_bytes * FRAME_SHARE)
+        if self.frame_bytes < frame:
+            return f"a quarter of --outbox-bytes {self.outbox.max_bytes}"
+        return f"half the {self.outbox.max_frame_bytes}-byte frame limit"
+
+    def _batches(self, events: list[CacheEvent], max_events: int, count: bool) -> list[list]:
+        """`frames` of `events`; the stored events it had to strip are counted when `count`
+        (live ones: the table's were counted when they came)."""
+        stripped: list[PeerBlockStored] = []
+        batches = frames(events, self.frame_bytes, max_events, self.bound, stripped.append)
+        if stripped and count:
+            self.bridge.stats.bad_frames.labels("too_large").inc(len(stripped))
+        return batches
 
     def _put(self, events: list[CacheEvent], ts: float) -> bool:
         from engine.wire import Batch
@@ -94,12 +135,12 @@ class Forwarder:
         )
 
     def __call__(self, events: list[CacheEvent]) -> None:
-        if self.outbox.needs_snapshot:
+        if self.outbox.needs_snapshot and time.monotonic() >= self.retry_at:
             self.resend_table()
         if not events:
             return
         ts = time.time()
-        for batch in frames(events, self.frame_bytes, len(events)):
+        for batch in self._batches(events, len(events), True):
             if not self._put(batch, ts):
                 break
             self.bridge.stats.forwarded.inc(len(batch))
@@ -112,7 +153,8 @@ class Forwarder:
             "event outbox full (%d frames unacknowledged): sending the table again instead",
             self.outbox.num_buffered,
         )
-        self.resend_table()
+        if time.monotonic() >= self.retry_at:
+            self.resend_table()
         kept = [e for e in events if type(e) in (PeerResync, PeerMetrics)]
         if kept:
             self._put(kept, ts)
@@ -126,15 +168,17 @@ class Forwarder:
         events = self.bridge.table.events(ranks)
         self.bridge.stats.table_resends.inc()
         log.warning("sending the whole table again: %d hashes", len(events) - len(ranks))
-        for chunk in frames(events, self.frame_bytes, TABLE_EVENTS_PER_BATCH):
+        for chunk in self._batches(events, TABLE_EVENTS_PER_BATCH, False):
             if not self._put(chunk, ts):
                 log.error(
                     "the table (%d events) does not fit the outbox (%d bytes, %d frames): "
-                    "raise --outbox-bytes or --outbox-batches; trying again",
+                    "raise --outbox-bytes or --outbox-batches; trying again in %.0f s",
                     len(events),
                     self.outbox.max_bytes,
                     self.outbox.max_batches,
+                    RESEND_RETRY_S,
                 )
+                self.retry_at = time.monotonic() + RESEND_RETRY_S
                 return
 
 

@@ -26,6 +26,7 @@ from serve.errors import install_error_handlers
 from serve.metrics import ServerMetrics
 from serve.routes import chat, completions, models, ops
 from serve.routes import feed as feed_routes
+from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S, SendTimeout
 
 logger = logging.getLogger("junction.serve")
 
@@ -39,12 +40,14 @@ def create_app(
     feed: FeedHub | None = None,
     feed_token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    feed_send_timeout_s: float = DEFAULT_FEED_SEND_TIMEOUT_S,
 ) -> FastAPI:
     """`model_name` is the name clients must send (default: the engine's model config);
     `publisher`, the engine's stream to a control plane, if any, shows in `/metrics`;
     `tokenizer` and `card` (`/v1/models`' details) default to the engine's model's; `feed`, the
     engine's cache feed (`engine.feed`), is served to routers holding `feed_token`; a request
-    body over `max_body_bytes` is refused before it is held (`protocol.body_limit`)."""
+    body over `max_body_bytes` is refused before it is held (`protocol.body_limit`); a feed
+    reader that takes no data for `feed_send_timeout_s` is dropped (`serve.send_timeout`)."""
     engine = async_engine.engine
     model_name = model_name or engine.model_config.name
     if tokenizer is None:
@@ -86,6 +89,7 @@ def create_app(
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, setting=MAX_BODY_SETTING)
+    app.add_middleware(SendTimeout, timeout_s=feed_send_timeout_s)
     for module in (completions, chat, models, ops, feed_routes):
         app.include_router(module.router)
     return app

@@ -7,6 +7,7 @@ only when the command runs, so the rest of the command line stays light.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import sys
@@ -32,6 +33,7 @@ from publish.streaming import (
     finish_publishing,
     make_publisher,
 )
+from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S, positive_seconds
 
 if TYPE_CHECKING:
     from engine.tiers.tiering import TierCosts
@@ -57,6 +59,14 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_max_body_option(serve)
     add_connection_options(serve)
+    serve.add_argument(
+        "--feed-send-timeout",
+        type=positive_seconds,
+        default=os.environ.get("JUNCTION_FEED_SEND_TIMEOUT_S", str(DEFAULT_FEED_SEND_TIMEOUT_S)),
+        metavar="SECONDS",
+        help="a cache feed reader that takes no data for this long is dropped (default "
+        f"{DEFAULT_FEED_SEND_TIMEOUT_S:g}; JUNCTION_FEED_SEND_TIMEOUT_S)",
+    )
     add_control_plane_options(serve)
     serve.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
@@ -191,6 +201,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         feed=feed,
         feed_token=args.token,
         max_body_bytes=args.max_body_bytes,
+        feed_send_timeout_s=args.feed_send_timeout,
     )
     signal.signal(signal.SIGTERM, exit_on_sigterm)  # so the `finally` below runs
     try:

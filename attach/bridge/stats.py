@@ -15,6 +15,7 @@ BAD_REASONS = (
     "unstorable",  # an event the store could not hold (a hash too long, ...)
     "seq_backwards",  # a seq below the last one seen, not a duplicate of a replayed batch
     "replay",  # a replay answer the bridge could not read
+    "too_large",  # a stored event larger than a frame or the outbox: sent without token ids
 )
 
 

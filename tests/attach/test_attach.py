@@ -221,4 +221,5 @@ def test_an_event_larger_than_a_frame_alone_goes_without_its_token_ids(caplog) -
     Forwarder(bridge, outbox, "peer-1", 5)([event, _stored("0b")])
     (batch,) = _drain(outbox)
     assert batch.events == [msgspec.structs.replace(event, token_ids=[]), _stored("0b")]
-    assert "too large for one frame: forwarded without its token ids" in caplog.text
+    assert "is larger than a batch may be" in caplog.text
+    assert "frame limit): forwarded without its token ids" in caplog.text
