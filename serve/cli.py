@@ -159,11 +159,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"junction serve: {describe(card)}", file=sys.stderr, flush=True)
     print(f"junction serve: {describe_tiers(tiers)}", file=sys.stderr, flush=True)
 
-    import uvicorn
-
     from engine.engine import Engine
     from engine.feed import FeedHub, FeedSink
-    from protocol.connections.guarded import guarded_protocol
     from serve.app import create_app
     from serve.async_engine import AsyncEngine
 
@@ -203,6 +200,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         feed_send_timeout_s=args.feed_send_timeout,
     )
+    run_until_stopped(app, args, bounds, publisher)
+    return 0
+
+
+def run_until_stopped(app, args: argparse.Namespace, bounds, publisher) -> None:
+    """Serve `app` until SIGTERM or Ctrl-C, then flush the publisher's last events."""
+    import uvicorn
+
+    from protocol.connections.guarded import guarded_protocol
+
     signal.signal(signal.SIGTERM, exit_on_sigterm)  # so the `finally` below runs
     try:
         uvicorn.run(
@@ -217,4 +224,3 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if publisher is not None:
             # after the engine loop stopped: a last flush of its events
             finish_publishing(publisher, "serve", timeout_s=5.0, quiet=True)
-    return 0
