@@ -132,7 +132,7 @@ def shapes_part(console: Console, num_requests: int, rate: float) -> dict:
     for name, shape in tqdm(SHAPES, desc="shapes", leave=False):
         stream = block_stream(conversations(num_requests, seed=11, **shape))
         sizes = default_sizes(stream, 24)
-        exact, exact_s = timed(lambda: lru_curve(stream, sizes))
+        exact, exact_s = timed(lambda stream=stream, sizes=sizes: lru_curve(stream, sizes))
         errors = np.array([family_shards_curve(stream, sizes, rate, seed).hit_rates
                            - exact.hit_rates for seed in range(SHAPE_SEEDS)]) * 100  # fmt: skip
         worst = np.abs(errors).max(axis=0)

@@ -87,14 +87,17 @@ def test_few_families_of_long_prompts_are_not_overestimated() -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_a_windows_prefix_blocks_are_the_brute_force_ones(data) -> None:
-    """`_Windows.blocks(low, high)`: the prefix lengths of the hot families with a request in
+    """`_Windows.blocks((low, high))`: the prefix lengths of the hot families with a request in
     `[low, high)`, each once, against a walk over the window."""
     num_requests = data.draw(st.integers(1, 60))
     num_families = data.draw(st.integers(1, 6))
-    family_of = np.asarray(data.draw(st.lists(st.integers(-1, num_families - 1),
-                                              min_size=num_requests, max_size=num_requests)))  # fmt: skip
-    lengths = np.asarray(data.draw(st.lists(st.integers(1, 50), min_size=num_families,
-                                            max_size=num_families)))  # fmt: skip
+    family_ids = st.integers(-1, num_families - 1)
+    family_of = np.asarray(
+        data.draw(st.lists(family_ids, min_size=num_requests, max_size=num_requests))
+    )
+    lengths = np.asarray(
+        data.draw(st.lists(st.integers(1, 50), min_size=num_families, max_size=num_families))
+    )
     members = np.flatnonzero(family_of >= 0)
     family = family_of[members]
     families = shards.Families(members, family, np.zeros(num_requests, np.int64), lengths,
