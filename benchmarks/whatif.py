@@ -298,8 +298,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=0.01, help="the SHARDS rate to judge")
-    parser.add_argument("--shape-requests", type=int, default=100_000,
-                        help="requests of each other traffic shape")
+    parser.add_argument(
+        "--shape-requests", type=int, default=100_000, help="requests of each other traffic shape"
+    )
     parser.add_argument("--replay-requests", type=int, default=2000)
     parser.add_argument("--replay-rate", type=float, default=0.25)
     parser.add_argument("--json", type=Path, help="write the figures here")
