@@ -197,7 +197,10 @@ class EventPublisher:
         try:
             events = engine.sink.drain()
             if self.outbox.needs_snapshot:
-                self.enqueue_snapshot(engine)
+                if events:  # the snapshot holds their blocks; their requests ride in it
+                    self.outbox.hold_requests(events)
+                if self.outbox.snapshot_due():
+                    self.enqueue_snapshot(engine)
                 return
             if not events:
                 return
@@ -215,7 +218,8 @@ class EventPublisher:
                 self.outbox.num_buffered,
                 self.outbox.num_buffered_bytes,
             )
-            self.enqueue_snapshot(engine)
+            if self.outbox.snapshot_due():
+                self.enqueue_snapshot(engine)
         except Exception:
             self.outbox.ask_snapshot()  # events may be lost: the next call sends the table
             log.exception("event publisher failed to batch a step's events")
