@@ -41,3 +41,18 @@ def test_bodies_over_the_limit_are_refused_before_they_are_held() -> None:
         assert "--max-body-bytes" in streamed.json()["error"]["message"]
         answer = httpx.post(f"{url}/v1/completions", json=small, timeout=10)
         assert answer.status_code == 200  # the engine still serves after them
+
+
+def test_the_control_planes_body_bound_is_not_the_engines(monkeypatch) -> None:
+    """compose gives every part one `.env`: the control plane's `JUNCTION_MAX_BODY_BYTES`
+    (1 MiB of REST body, as `.env.example` sets it) must not bound an engine's or a router's
+    prompts; theirs is `JUNCTION_OPENAI_MAX_BODY_BYTES`."""
+    from cli.main import build_parser
+
+    monkeypatch.setenv("JUNCTION_MAX_BODY_BYTES", "1048576")
+    monkeypatch.delenv("JUNCTION_OPENAI_MAX_BODY_BYTES", raising=False)
+    for command in (["serve"], ["route", "--engine", "http://127.0.0.1:9"]):
+        assert build_parser().parse_args(command).max_body_bytes == 32 << 20
+    monkeypatch.setenv("JUNCTION_OPENAI_MAX_BODY_BYTES", "4096")
+    for command in (["serve"], ["route", "--engine", "http://127.0.0.1:9"]):
+        assert build_parser().parse_args(command).max_body_bytes == 4096
