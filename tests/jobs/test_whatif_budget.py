@@ -7,51 +7,17 @@ run whose estimate is over it, the run failed naming the setting. A run in bound
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
 from api.settings import get_settings
-from api.store.db import make_engine, make_sessionmaker
-from api.store.models import WhatIfRun
-from api.whatif import runs as store
-from engine.engine import Engine
 from jobs import whatif
-from tests.api import factories
+from tests.jobs.test_whatif_runs import engine_run, load, queue, sessions  # noqa: F401
 from whatif.budget import Limits, WhatIfTimedOut, WhatIfTooLarge
 from whatif.run import run_whatif
 
 
-@pytest.fixture(scope="module")
-def engine_run() -> Engine:
-    return factories.run_engine(engine_id="whatif-budget")
-
-
-@pytest.fixture
-def sessions(database_url: str, engine_run: Engine) -> Iterator[sessionmaker[Session]]:
-    db = make_engine(database_url)
-    made = make_sessionmaker(db)
-    with made() as session:
-        factories.ingest(session, engine_run)
-    yield made
-    db.dispose()
-
-
-def queue(sessions: sessionmaker[Session], engine: Engine, settings: list[dict]) -> int:
-    with sessions() as session:
-        run = store.submit_run(
-            session, engine.engine_id, engine.epoch, settings, lambda *_: None, 100
-        )
-        return run.id
-
-
-def load(sessions: sessionmaker[Session], run_id: int) -> WhatIfRun:
-    with sessions() as session:
-        return session.get(WhatIfRun, run_id)
-
-
-def test_a_run_past_its_seconds_is_stopped_and_failed_saying_why(sessions, engine_run):
+def test_a_run_past_its_seconds_is_stopped_and_failed_saying_why(sessions, engine_run):  # noqa: F811
     """The replay itself is real; the machine is slow (each progress report takes 0.2 s), so
     a run estimated well under its 0.5 s takes longer, and the deadline stops it."""
     run_id = queue(sessions, engine_run, [{"eviction": "lru"}, {"mode": "vllm"}])
@@ -74,7 +40,7 @@ def test_a_run_past_its_seconds_is_stopped_and_failed_saying_why(sessions, engin
     assert 0 < run.progress_done < run.progress_total
 
 
-def test_the_worker_holds_a_run_to_junction_whatif_max_bytes(sessions, engine_run, monkeypatch):
+def test_the_worker_holds_a_run_to_max_bytes(sessions, engine_run, monkeypatch):  # noqa: F811
     monkeypatch.setenv("JUNCTION_WHATIF_MAX_BYTES", "1000000")
     get_settings.cache_clear()
     try:
