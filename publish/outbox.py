@@ -158,25 +158,10 @@ class Outbox:
             self._needs_snapshot = True
             return False
 
-    def snapshot_due(self) -> bool:
-        """Whether the snapshot asked for should be built now. Not while the store, connected,
-        still has frames of ours in flight: it is busy, and a snapshot built then replaces
-        what it is about to commit and carries those requests again; built at every overflow,
-        each costs it the whole table (issue 47, item 3: after an outage the store, applying
-        the first, fell further behind at each, and requests were dropped long after it was
-        back). So the engine holds its steps' requests (`hold_requests`) until the store
-        drained, or until they reach `max_request_bytes`."""
-        with self.cond:
-            if not self._is_connected:
-                return True
-            if self._num_carried_bytes - self._applying_bytes() >= self.max_request_bytes:
-                return True
-            frames = self._frames
-            return not (frames and frames[0].seq < self._send_seq)  # none sent, unacked
-
     def hold_requests(self, events: list) -> None:
-        """Keep a step's finished requests for the snapshot that is not yet due; its other
-        events the snapshot's table covers (counted as a batch dropped)."""
+        """Keep a step's finished requests for the snapshot it builds (its other events the
+        table covers; counted as a batch dropped): before, a step that built the snapshot
+        asked for lost its own finished requests, neither carried nor counted."""
         with self.cond:
             seq = self._next_seq
             held = [
@@ -305,7 +290,7 @@ class Outbox:
                     log.warning("the store wants seq %d, no longer buffered", self._send_seq)
                     self._needs_snapshot = True
                     self.cond.notify_all()  # a flush waiting on the engine thread builds it
-                if self._needs_snapshot and may_ask and self.snapshot_due():
+                if self._needs_snapshot and may_ask:
                     return ASK_SNAPSHOT
                 self.cond.wait(1.0)
             return None

@@ -199,8 +199,7 @@ class EventPublisher:
             if self.outbox.needs_snapshot:
                 if events:  # the snapshot holds their blocks; their requests ride in it
                     self.outbox.hold_requests(events)
-                if self.outbox.snapshot_due():
-                    self.enqueue_snapshot(engine)
+                self.enqueue_snapshot(engine)
                 return
             if not events:
                 return
@@ -218,8 +217,7 @@ class EventPublisher:
                 self.outbox.num_buffered,
                 self.outbox.num_buffered_bytes,
             )
-            if self.outbox.snapshot_due():
-                self.enqueue_snapshot(engine)
+            self.enqueue_snapshot(engine)
         except Exception:
             self.outbox.ask_snapshot()  # events may be lost: the next call sends the table
             log.exception("event publisher failed to batch a step's events")
