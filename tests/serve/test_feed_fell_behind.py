@@ -53,8 +53,8 @@ class FedServer:
         return self.async_engine.submit(fn).result(timeout=30)
 
 
-@pytest.fixture
-def fed_server() -> Iterator[FedServer]:
+def fed_engine() -> tuple[FeedHub, AsyncEngine]:
+    """An engine of one-block steps whose feed hub keeps no events for a publisher."""
     hub = FeedHub()
     engine = Engine(
         CacheConfig(block_size=16, mamba_block_size=64, num_blocks=512),
@@ -64,6 +64,12 @@ def fed_server() -> Iterator[FedServer]:
     )
     hub.attach(engine, MODEL)
     async_engine = AsyncEngine(engine)
+    return hub, async_engine
+
+
+@pytest.fixture
+def fed_server() -> Iterator[FedServer]:
+    hub, async_engine = fed_engine()
     app = create_app(async_engine, MODEL, feed=hub, feed_token=TOKEN)
     loops: list[asyncio.AbstractEventLoop] = []
 

@@ -16,15 +16,15 @@ from collections.abc import Iterator
 import pytest
 import uvicorn
 
-from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
-from engine.feed import FeedHub, FeedSink
+from engine.feed import FeedHub
 from engine.request import SamplingParams
 from serve.app import create_app
 from serve.async_engine import AsyncEngine
 from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S
 from tests.polling import wait_until
-from tests.serve.conftest import MAX_MODEL_LEN, MODEL
+from tests.serve.conftest import MODEL
+from tests.serve.test_feed_fell_behind import fed_engine
 
 TOKEN = "feed-token-0123456789"
 SEND_TIMEOUT_S = 1.0
@@ -34,15 +34,7 @@ TCP_ESTABLISHED = 1
 
 @pytest.fixture
 def fed() -> Iterator[tuple[str, AsyncEngine, FeedHub]]:
-    hub = FeedHub()
-    engine = Engine(
-        CacheConfig(block_size=16, mamba_block_size=64, num_blocks=512),
-        SchedulerConfig(max_num_batched_tokens=16, max_model_len=MAX_MODEL_LEN),
-        sink=FeedSink(hub, keep_events=False),
-        engine_id="fed",
-    )
-    hub.attach(engine, MODEL)
-    async_engine = AsyncEngine(engine)
+    hub, async_engine = fed_engine()
     app = create_app(
         async_engine, MODEL, feed=hub, feed_token=TOKEN, feed_send_timeout_s=SEND_TIMEOUT_S
     )
