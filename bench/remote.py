@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from bench.run import BenchmarkError, timings, workload_summary
 from bench.spec import BenchmarkSpec
 from engine.traces.trace import TraceRequest
-from engine.workloads import oracle
-from engine.workloads.base import SegmentSource
+from workloads import oracle
+from workloads.base import SegmentSource
 
 Progress = Callable[[float, str], None]
 

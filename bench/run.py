@@ -9,7 +9,7 @@ tokens per second of wall time); and the peak, over steps, of each group's block
 The oracle of the `pins` mode counts the pinned prefixes (a pin is made before any request, so
 even a group's first request shares it); every other mode's oracle does not.
 
-Beside the oracle, the bound under memory (`engine.workloads.bound`): what an offline policy
+Beside the oracle, the bound under memory (`workloads.bound`): what an offline policy
 that knows the future keeps in the spec's pools (`num_blocks`, `num_mamba_blocks`) at its
 concurrency, pins ignored. Every mode's row carries it as `bound_hit_rate`, the same number for
 every mode (the `pins` mode may pass it: its pins are not in the bound).
@@ -35,8 +35,8 @@ from engine.tiers.moves import UnitLoad, UnitSave
 from engine.tiers.unit import TierUnit
 from engine.traces.replay import replay
 from engine.traces.trace import TraceItem
-from engine.workloads import Workload, oracle
-from engine.workloads.bound import BoundResult, Budget, bound
+from workloads import Workload, oracle
+from workloads.bound import BoundResult, Budget, bound
 
 Progress = Callable[[float, str], None]
 

@@ -33,7 +33,7 @@ from engine.config import (
 )
 from engine.modes import MODES, Mode, RunnerName
 from engine.setup.model_dir import resolve_model_dir
-from engine.workloads import WorkloadParams, WorkloadSpec, parse_workload
+from workloads import WorkloadParams, WorkloadSpec, parse_workload
 
 Runner = RunnerName
 

@@ -50,7 +50,7 @@ if str(ROOT) not in sys.path:  # run as a script: `benchmarks.ports` is beside i
 
 from benchmarks.ports import free_port  # noqa: E402
 from engine.traces.trace import TraceRequest, segment_tokens  # noqa: E402
-from engine.workloads.oracle import oracle  # noqa: E402
+from workloads.oracle import oracle  # noqa: E402
 
 JUNCTION = [sys.executable, "-m", "cli.main"]
 MODEL = "junction-hybrid-tiny"

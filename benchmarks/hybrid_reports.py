@@ -63,7 +63,7 @@ from engine.engine import Engine  # noqa: E402
 from engine.setup.options import add_model_options, model_config_from_args  # noqa: E402
 from engine.traces.replay import replay  # noqa: E402
 from engine.traces.trace import TraceRequest  # noqa: E402
-from engine.workloads import OracleResult, build_workload, oracle  # noqa: E402
+from workloads import OracleResult, build_workload, oracle  # noqa: E402
 
 #: the reports' numbers, before `--scale`
 PROMPT_LEN = 2200
@@ -128,7 +128,7 @@ class Pools(NamedTuple):
 
 @dataclass(frozen=True)
 class Scenario:
-    """One report's case: a workload of `engine.workloads` (kinds `seed_shared_prefix` and
+    """One report's case: a workload of `workloads` (kinds `seed_shared_prefix` and
     `seed_eagle_resend`; the resend's geometry here has no EAGLE)."""
 
     name: str

@@ -27,7 +27,7 @@ from bench import STANDARD_SUITE
 from bench.run import StepMeter, build_engine
 from bench.spec import BenchmarkSpec
 from engine.traces.replay import replay
-from engine.workloads import oracle
+from workloads import oracle
 
 
 def run(spec: BenchmarkSpec, interval: int, concurrency: int, mamba_blocks: int | None) -> dict:

@@ -7,7 +7,7 @@ Junction's engine once per policy of `EVICTION_NAMES` (defaults otherwise, the n
 and vLLM 0.33's scheduler (the peer, `make peer`) twice: by blocks (its one pool gets both
 budgets' blocks) and by bytes (pages of `Bm` tokens holding the same bytes, as vLLM runs real
 hybrids; `pressure_cells.py` says how). It prints hit tokens as % of the bound under memory
-(`engine.workloads.bound`: Belady's offline eviction, a reference, not a proven optimum; a cell
+(`workloads.bound`: Belady's offline eviction, a reference, not a proven optimum; a cell
 above 100% is printed as it is) beside the memory-free oracle, and each policy's hit tokens
 over vLLM's. Beside the bound, the order-blind reference (`bound(..., order_blind=True)`: the
 same model knowing how often each item is read again but not when) says how much of the bound

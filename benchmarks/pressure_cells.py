@@ -1,7 +1,7 @@
 """The cells of `benchmarks/pressure.py`: a workload family at a memory level and a concurrency,
 run through every eviction policy and through vLLM, beside the bound and the oracle.
 
-A level is a share of the family's working set (`engine.workloads.bound.working_set`: every
+A level is a share of the family's working set (`workloads.bound.working_set`: every
 distinct attention block and resume state the trace has, plus what is in flight), both pools
 scaled alike, and never below the floor the engine needs to run the requests in flight: the
 blocks the bound's in-flight window holds (and one request's blocks), and the Mamba slots it
@@ -27,8 +27,8 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.traces.replay import replay
 from engine.traces.trace import TraceRequest
-from engine.workloads import build_workload, oracle
-from engine.workloads.bound import Budget, bound, in_flight_need, working_set
+from workloads import build_workload, oracle
+from workloads.bound import Budget, bound, in_flight_need, working_set
 
 BLOCK_SIZE, MAMBA_BLOCK_SIZE, UNIT = 16, 512, 16  # Ba, Bm, U (docs/rules.md)
 LEVELS = (0.25, 0.5, 1.0)  # shares of the working set

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.workloads import build_workload
+from workloads import build_workload
 
 
 def write_trace(directory: Path, num_requests: int) -> Path:

@@ -43,9 +43,9 @@ from engine.setup.footprint import footprint
 from engine.tiers.tiering import TieringStats
 from engine.traces.replay import replay
 from engine.traces.trace import TraceRequest, parse_line
-from engine.workloads import oracle
-from engine.workloads.base import SegmentSource, interleave_sessions, request_line
-from engine.workloads.bound import Budget
+from workloads import oracle
+from workloads.base import SegmentSource, interleave_sessions, request_line
+from workloads.bound import Budget
 
 LEVEL = 0.25  # the device pools' share of the working set
 HOST_MULTIPLES = (0, 2, 8)  # host tier bytes over the device pools' bytes

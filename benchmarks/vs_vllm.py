@@ -47,7 +47,7 @@ from engine.hashing import hash_prefix  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from engine.traces.replay import replay  # noqa: E402
 from engine.traces.trace import TraceRequest, read_trace  # noqa: E402
-from engine.workloads import build_workload, oracle  # noqa: E402
+from workloads import build_workload, oracle  # noqa: E402
 
 HIT_WORKLOAD = {
     "kind": "generated_shared_prefix",

@@ -42,7 +42,6 @@ from benchmarks.whatif_traffic import conversations  # noqa: E402
 from engine.config import CacheConfig, SchedulerConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.traces.replay import replay  # noqa: E402
-from engine.workloads import build_workload  # noqa: E402
 from whatif.curves import (  # noqa: E402
     block_stream,
     default_sizes,
@@ -54,6 +53,7 @@ from whatif.recording import ChainSink, from_events  # noqa: E402
 from whatif.run import run_whatif  # noqa: E402
 from whatif.settings import WhatIfSetting, apply  # noqa: E402
 from whatif.shards import family_shards_curve  # noqa: E402
+from workloads import build_workload  # noqa: E402
 
 SPEEDUP_TARGET = 20.0
 ERROR_TARGET = 2.0  # hit-rate points

@@ -14,8 +14,8 @@ from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer
 from engine.modes import MODES, RUNNER_NAMES
 from engine.setup.model_card import STATE_LAYERS
-from engine.workloads import build_workload
 from whatif.settings import WHATIF_MODES
+from workloads import build_workload
 
 __all__ = [
     "ATTENTION",

@@ -3,7 +3,7 @@ with a test that breaks it on purpose in a made-up project and sees the check fa
 
 The packages depend one way, bottom to top:
 
-    engine (the core) < protocol, bench, whatif < client < publish < serve, attach
+    engine (the core) < workloads < protocol, bench, whatif < client < publish < serve, attach
     < api, router, dashboard < jobs < stack < cli < benchmarks
 
 1. No package imports one above it, nor a peer of its own tier.
@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Bottom to top: a package may import the tiers below its own, none above, no peer.
 TIERS = (
     ("engine",),
+    ("workloads",),
     ("protocol", "bench", "whatif"),
     ("client",),
     ("publish",),
@@ -85,7 +86,6 @@ API_MAY_IMPORT = {
     "engine.wire": "the frames of the ingest socket",
     "engine.geometry": "the hello's cache geometry",
     "engine.modes": "the cache modes a benchmark run replays",
-    "engine.workloads.oracle": "the hit a request could have had: miss attribution's oracle",
     "engine.model.tokenizer": "a pin's text to token ids, rendered as the engine renders it",
     "engine.traces.trace": "a pin's segments to token ids, as a trace's lines are read",
 }

@@ -25,12 +25,12 @@ from engine.request import SamplingParams
 from engine.runners.null import NullRunner
 from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
 from engine.traces.trace import TracePin, TraceRequest
-from engine.workloads.bound import Budget, bound
-from engine.workloads.oracle import oracle
 from whatif.budget import Deadline, Limits, check, estimate, size_of
 from whatif.recording import RecordedRequest, Recording
 from whatif.report import SettingResult, WhatIfReport
 from whatif.settings import WhatIfSetting, apply, check_memory, ran_configs
+from workloads.bound import Budget, bound
+from workloads.oracle import oracle
 
 _HALF = 0xFFFFFFFF
 _TAIL = 1 << 31  # the tokens past a chain count down from here, apart from any unit's

@@ -37,7 +37,7 @@ from api.store import bulk
 from api.store.models import Attribution, PendingAttribution
 from engine.events import ATTENTION, PinUpdated, RequestFinished
 from engine.geometry import CacheGeometry
-from engine.workloads.oracle import capped_hit
+from workloads.oracle import capped_hit
 
 PENDING: Table = PendingAttribution.__table__
 ATTRIBUTIONS: Table = Attribution.__table__

@@ -6,7 +6,7 @@ real websocket to `junction api` on PostgreSQL, and the REST API says why each r
    to the online oracle's shared length: a family diverging inside a Mamba block with junction
    checkpoints off (no_state), a flood that evicts a shared prefix (evicted), a burst of one
    family at once (in_flight), an exact resend (held_back).
-2. The online oracle agrees with the benchmark oracle (`engine.workloads.oracle`, given the
+2. The online oracle agrees with the benchmark oracle (`workloads.oracle`, given the
    requests' outputs) on every trace of the standard suite, built as the bench builds it,
    request by request.
 """
@@ -25,11 +25,11 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.traces.replay import replay
-from engine.workloads import oracle
 from publish.publisher import EventPublisher
 from tests.api.conftest import api_on_postgres
 from tests.api.processes import AUTH, TOKEN, ApiProcess
 from tests.polling import wait_for
+from workloads import oracle
 
 SHARED = 600  # a family's shared prefix: 37 units of 16 (592 tokens), inside a Mamba block
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from benchmarks.pressure import level_shares, targets
 from benchmarks.pressure_cells import Cell
-from engine.workloads.bound import Budget
+from workloads.bound import Budget
 
 
 def cell(level: float, bound: int, ours: int, vllm: int, family: str = "f") -> Cell:

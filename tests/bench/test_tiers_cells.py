@@ -10,7 +10,7 @@ from benchmarks.tiers_cells import (
     run_restart,
     tenant_requests,
 )
-from engine.workloads import oracle
+from workloads import oracle
 
 RATES = Rates(prefill_tokens_per_s=1e3, host_bytes_per_s=1e10, disk_bytes_per_s=1e9)
 

@@ -7,7 +7,7 @@ import time
 
 from bench import run_benchmark
 from dashboard.forms.benchmark import QUICK, QUICK_SIZE, estimate
-from engine.workloads import build_workload
+from workloads import build_workload
 
 
 def test_the_quick_preset_runs_in_seconds() -> None:

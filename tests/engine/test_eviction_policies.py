@@ -611,7 +611,7 @@ def test_a_replay_under_pressure_keeps_every_invariant_with_each_policy(policy: 
     from engine.config import CacheConfig, SchedulerConfig
     from engine.engine import Engine
     from engine.traces.replay import replay
-    from engine.workloads import build_workload
+    from workloads import build_workload
 
     workload = build_workload(
         {"kind": "agentic", "num_sessions": 4, "num_steps": 3, "system_prompt_len": 96,
@@ -808,7 +808,7 @@ def shared_prompt_checkpoints(policy: str, num_mamba_blocks: int) -> list[tuple[
     from engine.config import CacheConfig, SchedulerConfig
     from engine.engine import Engine
     from engine.traces.replay import replay
-    from engine.workloads import build_workload
+    from workloads import build_workload
 
     workload = build_workload(
         {"kind": "generated_shared_prefix", "num_groups": 4, "prompts_per_group": 4,

@@ -13,8 +13,8 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.traces.replay import replay
-from engine.workloads import build_workload, oracle
 from tests.engine.conftest import tokens
+from workloads import build_workload, oracle
 
 GEOMETRY = {"block_size": 16, "mamba_block_size": 512, "prefix_match_unit": 16}
 

@@ -13,7 +13,7 @@ from engine.engine import Engine
 from engine.model.tokenizer import ByteTokenizer, message_ends, render_chat
 from engine.request import SamplingParams
 from engine.traces.trace import TraceError, parse_line
-from engine.workloads import build_workload, oracle
+from workloads import build_workload, oracle
 
 SYSTEM = "You are a careful assistant. Answer briefly. " * 22  # 990 characters
 

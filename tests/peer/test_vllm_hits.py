@@ -87,7 +87,7 @@ def test_under_pool_pressure_the_defaults_hit_at_least_vllms_total(vllm, num_blo
     requests preempted on both sides; Junction's total hit stays at or above vLLM's (whose
     one pool holds both groups' blocks, as many as Junction's two together)."""
     from benchmarks.peer.client import expanded_request
-    from engine.workloads import build_workload
+    from workloads import build_workload
 
     requests = [expanded_request(item) for item in build_workload(AGENTS).items()]
     geometry = {
@@ -108,7 +108,7 @@ def test_the_pressure_benchmark_runs_vllm_by_bytes_in_pages_of_the_mamba_block(v
     with fewer pages (the same bytes) it keeps no more than with a state costing one block."""
     from benchmarks.pressure_cells import MAMBA_BLOCK_SIZE, same_bytes_pages, vllm_tokens
     from engine.traces.trace import TraceRequest
-    from engine.workloads.bound import Budget
+    from workloads.bound import Budget
 
     requests = [
         TraceRequest(i + 1, f"r{i}", ids, 4, None, 0.0, 1.0, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from cli.main import main
-from engine.workloads import build_workload
+from workloads import build_workload
 
 
 def test_a_trace_is_recorded_then_replayed_under_each_setting(tmp_path, capsys):

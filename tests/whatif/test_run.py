@@ -16,11 +16,11 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.traces.replay import replay
 from engine.traces.trace import TracePin, TraceRequest
-from engine.workloads import build_workload
 from tests.engine.test_properties import geometries
 from whatif.recording import ChainSink, Recording, dump_lines, from_events, load_lines
 from whatif.run import run_whatif, synthesize
 from whatif.settings import WhatIfSetting, apply, parse_settings
+from workloads import build_workload
 
 
 def record(items, cache: CacheConfig, concurrency: int | None, window: int = 1):

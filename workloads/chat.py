@@ -16,10 +16,10 @@ from typing import Literal
 import numpy as np
 
 from engine.model.tokenizer import ASSISTANT_HEADER, ByteTokenizer, message_ends, render_chat
-from engine.workloads.agentic import Agentic
-from engine.workloads.base import Segment, SegmentSource, Workload, interleave_sessions
-from engine.workloads.multi_turn import MultiTurn
-from engine.workloads.shared_prefix import GeneratedSharedPrefix
+from workloads.agentic import Agentic
+from workloads.base import Segment, SegmentSource, Workload, interleave_sessions
+from workloads.multi_turn import MultiTurn
+from workloads.shared_prefix import GeneratedSharedPrefix
 
 Message = dict[str, str]
 ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz      .,", dtype=np.uint8)

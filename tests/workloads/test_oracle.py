@@ -8,7 +8,7 @@ import random
 import pytest
 
 from engine.traces.trace import parse_line
-from engine.workloads import capped_hit, oracle
+from workloads import capped_hit, oracle
 
 
 def trace(*lines: dict) -> list:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from engine.workloads.base import (
+from workloads.base import (
     Count,
     Length,
     SegmentSource,

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from engine.workloads.base import (
+from workloads.base import (
     Count,
     Length,
     SegmentSource,

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from engine.traces.trace import TracePin, TraceRequest, parse_line
-from engine.workloads import WORKLOAD_KINDS, build_workload, parse_workload
+from workloads import WORKLOAD_KINDS, build_workload, parse_workload
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

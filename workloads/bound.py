@@ -58,9 +58,9 @@ from typing import NamedTuple
 
 from engine.hashing import BlockHash
 from engine.traces.trace import TraceItem
-from engine.workloads.belady import NEVER, BeladyPool
-from engine.workloads.bound_plan import Plan, plan_requests
-from engine.workloads.oracle import capped_hit
+from workloads.belady import NEVER, BeladyPool
+from workloads.bound_plan import Plan, plan_requests
+from workloads.oracle import capped_hit
 
 
 class Budget(NamedTuple):

@@ -18,7 +18,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
-from engine.workloads.base import (
+from workloads.base import (
     Length,
     SegmentSource,
     Workload,

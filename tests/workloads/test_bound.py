@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.traces.trace import parse_line
-from engine.workloads import oracle
-from engine.workloads.bound import Budget, bound, in_flight_need, working_set
+from workloads import oracle
+from workloads.bound import Budget, bound, in_flight_need, working_set
 
 UNIT, BA = 2, 4
 

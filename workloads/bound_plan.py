@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from engine.hashing import BlockHash, hash_prefix
 from engine.traces.trace import TraceItem, TraceRequest
-from engine.workloads.oracle import oracle
+from workloads.oracle import oracle
 
 
 class Block(NamedTuple):

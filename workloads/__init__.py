@@ -1,6 +1,6 @@
 """Seeded, reproducible workloads in the replay trace format, and the oracle.
 
-from engine.workloads import WorkloadSpec, build_workload, oracle
+from workloads import WorkloadSpec, build_workload, oracle
 workload = build_workload({"kind": "generated_shared_prefix", "num_groups": 4})
 workload.jsonl(with_pins=True)  # a trace `junction replay` reads
 """
@@ -11,14 +11,14 @@ from typing import Annotated
 
 from pydantic import Field, TypeAdapter
 
-from engine.workloads.agentic import Agentic
-from engine.workloads.base import Workload, WorkloadParams
-from engine.workloads.chat import ChatAgentic, ChatMultiTurn, ChatSharedPrefix
-from engine.workloads.multi_turn import MultiTurn
-from engine.workloads.oracle import OracleHit, OracleResult, capped_hit, oracle
-from engine.workloads.prefix_repetition import PrefixRepetition
-from engine.workloads.seeds import SeedDcp, SeedEagleResend, SeedMultiTurn, SeedSharedPrefix
-from engine.workloads.shared_prefix import GeneratedSharedPrefix
+from workloads.agentic import Agentic
+from workloads.base import Workload, WorkloadParams
+from workloads.chat import ChatAgentic, ChatMultiTurn, ChatSharedPrefix
+from workloads.multi_turn import MultiTurn
+from workloads.oracle import OracleHit, OracleResult, capped_hit, oracle
+from workloads.prefix_repetition import PrefixRepetition
+from workloads.seeds import SeedDcp, SeedEagleResend, SeedMultiTurn, SeedSharedPrefix
+from workloads.shared_prefix import GeneratedSharedPrefix
 
 WORKLOAD_KINDS: dict[str, type[WorkloadParams]] = {
     cls.model_fields["kind"].default: cls
