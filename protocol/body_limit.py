@@ -2,7 +2,8 @@
 
 A `Content-Length` above the limit is answered 413 before a byte of the body is read; a body
 that streams past the limit (chunked, or longer than it announced) is refused as soon as it
-does. Both answers are OpenAI errors (`protocol.errors`, code `request_too_large`) that name
+does. Both answers are OpenAI errors (`protocol.errors`, code `request_too_large`; Anthropic's shape
+on its Messages path) that name
 the limit and the setting that raises it, and close the connection: the rest is never read.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from protocol.errors import OpenAIError
+from protocol.errors import OpenAIError, shaped
 
 TOO_LARGE = "request_too_large"
 
@@ -47,8 +48,7 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             text = f"{int(declared):,} bytes" if declared.isdigit() else "of an unreadable length"
-            response = self._error(text).response()
-            response.headers["connection"] = "close"
+            response = shaped(scope["path"], self._error(text), {"connection": "close"})
             await response(scope, receive, send)
             return
         received = 0

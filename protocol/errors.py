@@ -2,8 +2,10 @@
 
 Routes raise `OpenAIError`; FastAPI's validation errors (422), unknown paths and methods are
 translated into the same body, so an OpenAI client raises its usual `BadRequestError` and
-friends with the message. The engine's own refusals are the server's to translate
-(`serve/errors.py`); the router answers in the same body.
+friends with the message. Under Anthropic's Messages path the same failures answer in
+Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`, a bad body a 400, the
+field named in the message), so its client raises its own errors. The engine's own refusals
+are the server's to translate (`serve/errors.py`); the router answers in the same body.
 """
 
 from __future__ import annotations
@@ -45,6 +47,40 @@ def error_body(
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+#: Anthropic's error types by status (its API's own table); other statuses: "api_error".
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+ANTHROPIC_PATHS = ("/v1/messages",)
+
+
+def is_anthropic(path: str) -> bool:
+    return path.startswith(ANTHROPIC_PATHS)
+
+
+def anthropic_body(message: str, status_code: int, param: str | None = None) -> dict:
+    """The error as Anthropic answers it: the field, if any, leads the message."""
+    if param is not None and not message.startswith(param):
+        message = f"{param}: {message}"
+    kind = ANTHROPIC_TYPES.get(status_code, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def shaped(path: str, error: OpenAIError, headers: dict | None = None) -> JSONResponse:
+    """`error` in the shape of the API whose `path` the request called."""
+    if not is_anthropic(path):
+        return JSONResponse(error.body(), status_code=error.status_code, headers=headers)
+    status = 400 if error.status_code == 422 else error.status_code  # Anthropic: a bad body
+    body = anthropic_body(error.message, status, error.param)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 _TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
 
 
@@ -73,7 +109,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 async def _on_openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
-    return exc.response()
+    return shaped(request.url.path, exc)
 
 
 def _invalid_json(exc: RequestValidationError) -> OpenAIError | None:
@@ -93,19 +129,17 @@ def _invalid_json(exc: RequestValidationError) -> OpenAIError | None:
 
 async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     if (invalid_json := _invalid_json(exc)) is not None:
-        return invalid_json.response()
+        return shaped(request.url.path, invalid_json)
     message, param = _validation_message(exc)
-    return OpenAIError(message, 422, param=param, code="invalid_value").response()
+    error = OpenAIError(message, 422, param=param, code="invalid_value")
+    return shaped(request.url.path, error)
 
 
 async def _on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
     kind = INVALID_REQUEST if exc.status_code < 500 else "server_error"
     code = getattr(exc, "code", None)  # a subclass that names its code (`protocol.body_limit`)
-    return JSONResponse(
-        error_body(str(exc.detail), kind, code=code),
-        status_code=exc.status_code,
-        headers=exc.headers,
-    )
+    error = OpenAIError(str(exc.detail), exc.status_code, code=code, type=kind)
+    return shaped(request.url.path, error, headers=exc.headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

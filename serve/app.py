@@ -24,7 +24,7 @@ from serve.async_engine import AsyncEngine
 from serve.deps import ServerState
 from serve.errors import install_error_handlers
 from serve.metrics import ServerMetrics
-from serve.routes import chat, completions, models, ops
+from serve.routes import chat, completions, messages, models, ops
 from serve.routes import feed as feed_routes
 from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S, SendTimeout
 
@@ -90,6 +90,6 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, setting=MAX_BODY_SETTING)
     app.add_middleware(SendTimeout, timeout_s=feed_send_timeout_s)
-    for module in (completions, chat, models, ops, feed_routes):
+    for module in (completions, chat, messages, models, ops, feed_routes):
         app.include_router(module.router)
     return app

@@ -22,6 +22,7 @@ class TextStream:
         self._text = ""  # decoded so far, cut at a matched stop string
         self._num_sent = 0  # characters of `_text` already returned
         self.is_stopped = False  # a stop string matched: the output ends here
+        self.stop_string: str | None = None  # the one that matched first
 
     @property
     def text(self) -> str:
@@ -46,9 +47,10 @@ class TextStream:
         # a stop string may straddle the old and new text, but not what was already sent
         start = max(self._num_sent, len(self._text) - max(map(len, self._stop), default=0) + 1)
         self._text += new_text
-        found = [i for i in (self._text.find(s, start) for s in self._stop) if i >= 0]
+        found = [(i, s) for s in self._stop if (i := self._text.find(s, start)) >= 0]
         if found:
-            self._text = self._text[: min(found)]
+            at, self.stop_string = min(found)
+            self._text = self._text[:at]
             self.is_stopped = True
 
     def _held_back(self) -> int:
