@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig, TierConfig
 from engine.events import EventSink, ListSink
 from engine.geometry import CacheGeometry
-from engine.pins import Pin
+from engine.hashing import hash_prefix
+from engine.pins import Pin, PinLeases, lease_id
 from engine.request import Request, SamplingParams
 from engine.runners import make_runner
 from engine.runners.base import Runner
@@ -67,6 +68,8 @@ class Engine:
         self.stats = EngineStats()
         self.epoch = time.time_ns()  # an engine start is a new epoch of its event stream
         self.step_listeners: list[Callable[[Engine], None]] = []
+        self.leases = PinLeases()  # pins held for a TTL (`lease_pin`)
+        self.clock: Callable[[], float] = time.monotonic  # the leases' (a test moves it)
 
     def add_request(
         self,
@@ -99,6 +102,34 @@ class Engine:
         self.notify_listeners()
         return pin
 
+    def lease_pin(
+        self, token_ids: Sequence[int], ttl_s: float, cache_salt: str | None = None
+    ) -> Pin | None:
+        """Pin the prefix of `token_ids` on the hit grid for `ttl_s` seconds (a client's cache
+        breakpoint), renewing the lease if that prefix is leased already; its blocks count
+        against `pin_max_share` like any pin's. None when `MAX_LEASES` other prefixes are held;
+        `ValueError` when the prefix floors to nothing."""
+        alignment = self.cache_config.hit_alignment
+        boundary = len(token_ids) // alignment * alignment
+        if boundary == 0:
+            raise ValueError(f"{len(token_ids)} tokens floor to 0 on the {alignment}-token grid")
+        prefix = list(token_ids[:boundary])
+        pin_id = lease_id(hash_prefix(prefix, self.cache_config.match_unit, cache_salt)[-1])
+        if not self.leases.has_room(pin_id):
+            return None
+        pin = self.pins.get(pin_id)
+        if pin is None or not pin.is_active:
+            pin = self.pin(pin_id, prefix, cache_salt)
+        self.leases.lease(pin_id, ttl_s, self.clock())
+        return pin
+
+    def _end_leases(self) -> None:
+        """Release the pins whose lease ended; they leave the list (a released event said so)."""
+        for pin_id in self.leases.ended(self.clock()):
+            if pin_id in self.pins and self.pins[pin_id].is_active:
+                self.scheduler.remove_pin(pin_id)
+            self.pins.pop(pin_id, None)
+
     def unpin(self, pin_id: str) -> Pin:
         pin = self.scheduler.remove_pin(pin_id)
         self.notify_listeners()
@@ -118,6 +149,8 @@ class Engine:
 
     def step(self) -> list[Request]:
         """Run one step; returns the requests that finished in it."""
+        if self.leases.ends_at:
+            self._end_leases()
         out = self.scheduler.schedule()
         result = self.runner.execute(out)
         finished = self.scheduler.update(out, result)
@@ -127,6 +160,8 @@ class Engine:
         self.last_result = result
         for request in finished:
             self.stats.record(request)
+            if request.pin_hits and self.leases.ends_at:
+                self.leases.renew(request.pin_hits, self.clock())
         self.notify_listeners()
         return finished
 

@@ -6,6 +6,8 @@ keeps a state exactly where the client said a prefix is worth keeping. Usage rep
 prompt as Anthropic splits it: `cache_read_input_tokens` (the hit), then
 `cache_creation_input_tokens` (from the hit up to the last breakpoint, on the match-unit
 grid: what this request computed for later ones to read), then `input_tokens` (the rest).
+Once the request is done, each breakpoint's prefix is pinned for its TTL (5 minutes, or an
+hour), renewed by every request that hits it (`Engine.lease_pin`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
+from engine.engine import Engine
 from protocol.errors import OpenAIError
 from protocol.messages import MessagesPrompt, MessagesRequest, messages_prompt
 from protocol.sse import anthropic_sse_response
-from serve.deps import StateDep
+from serve.deps import ServerState, StateDep
 from serve.generation import Generation, check_model, sampling_params, start_generation
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
@@ -42,14 +45,31 @@ async def create_message(body: MessagesRequest, http_request: Request, state: St
     )
     head = {"id": message_id, "type": "message", "role": "assistant", "model": state.model_name}
     if body.stream:
-        return anthropic_sse_response(_events(generation, head, prompt, match_unit))
+        return anthropic_sse_response(_events(state, generation, head, prompt, match_unit))
     text = await generation.text(http_request)
+    await _lease(state, prompt)
     return {
         **head,
         "content": [{"type": "text", "text": text}],
         **_stop(generation),
         "usage": usage(generation, prompt, match_unit),
     }
+
+
+async def _lease(state: ServerState, prompt: MessagesPrompt) -> None:
+    """Hold each breakpoint's prefix for its TTL, renewed by every hit (`Engine.lease_pin`):
+    after the request, which left its blocks and states cached, so the pin costs no prefill."""
+    if not prompt.breakpoints:
+        return
+
+    def lease(engine: Engine) -> None:
+        for breakpoint in prompt.breakpoints:
+            try:
+                engine.lease_pin(prompt.token_ids[: breakpoint.position], breakpoint.ttl_s)
+            except ValueError:  # below the engine's hit grid: nothing to pin
+                pass
+
+    await state.async_engine.call(lease)
 
 
 def usage(generation: Generation, prompt: MessagesPrompt, match_unit: int) -> dict:
@@ -74,7 +94,11 @@ def _stop(generation: Generation) -> dict:
 
 
 async def _events(
-    generation: Generation, head: dict, prompt: MessagesPrompt, match_unit: int
+    state: ServerState,
+    generation: Generation,
+    head: dict,
+    prompt: MessagesPrompt,
+    match_unit: int,
 ) -> AsyncIterator[dict]:
     """Anthropic's event sequence; `message_start` waits for the first output, which carries
     the hit its usage reports."""
@@ -102,6 +126,7 @@ async def _events(
     if not started:
         for event in start():
             yield event
+    await _lease(state, prompt)
     yield {"type": "content_block_stop", "index": 0}
     final = usage(generation, prompt, match_unit)
     yield {"type": "message_delta", "delta": _stop(generation), "usage": final}

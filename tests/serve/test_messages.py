@@ -9,6 +9,7 @@ import anthropic
 import pytest
 
 from engine.model.tokenizer import render_message
+from tests.polling import wait_until
 from tests.serve.conftest import MODEL, LiveServer, text_prompt
 
 UNIT = 16  # the live server's match unit; its Mamba blocks are 64 tokens
@@ -117,3 +118,39 @@ def test_a_body_the_schema_refuses_and_an_unknown_model_answer_as_anthropic_does
             model="claude-none", max_tokens=1, messages=[{"role": "user", "content": "hi"}]
         )
     assert info.value.body["error"]["type"] == "not_found_error"
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_breakpoint_pins_its_prefix_for_its_ttl_renewed_by_hits(claude, live_server):
+    engine = live_server.async_engine.engine
+    clock = Clock(engine.clock())
+    engine.clock, before = clock, engine.clock
+    try:
+        shared = text_prompt(620, 300)
+        earlier = set(engine.pins)  # the module's server: other tests' leases
+        claude.messages.create(model=MODEL, max_tokens=1, messages=turn(shared, "one"))
+        leased = [pin for pin_id, pin in engine.pins.items() if pin_id not in earlier]
+        assert [pin.pin_id[:4] for pin in leased] == ["ttl-"]
+        assert wait_until(lambda: leased[0].state.value == "materialized", 10)
+        clock.now += 200.0  # a hit renews the 5 minutes
+        hit = claude.messages.create(model=MODEL, max_tokens=1, messages=turn(shared, "two"))
+        assert hit.usage.cache_read_input_tokens == leased[0].boundary
+        clock.now += 250.0
+        claude.messages.create(
+            model=MODEL, max_tokens=1, messages=[{"role": "user", "content": "x"}]
+        )
+        assert leased[0].state.value == "materialized"
+        clock.now += 60.0  # 310 s after the last hit: the next step releases it
+        claude.messages.create(
+            model=MODEL, max_tokens=1, messages=[{"role": "user", "content": "y"}]
+        )
+        assert leased[0].state.value == "released" and leased[0].pin_id not in engine.pins
+    finally:
+        engine.clock = before
