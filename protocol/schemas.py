@@ -29,6 +29,8 @@ class SamplingFields(BaseModel):
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    prompt_cache_key: str | None = None  # a routing hint for `junction route`, not a salt
+    prompt_cache_retention: str | None = None  # "in_memory" (default) or "24h"
 
     @property
     def stop_strings(self) -> list[str]:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from starlette.requests import Request as HttpRequest
 
+from engine.engine import Engine
 from engine.model.tokenizer import Detokenizer
 from engine.request import SamplingParams
 from protocol.errors import OpenAIError
@@ -60,6 +61,48 @@ def sampling_params(
         seed=fields.seed,
         stop_token_ids=stop_token_ids,
     )
+
+
+RETENTIONS = {"in_memory": None, "24h": 24 * 3600.0}  # OpenAI's, as lease seconds
+
+
+def retention_s(fields: SamplingFields) -> float | None:
+    """`prompt_cache_retention` as the seconds to lease the prompt for (None: cached as any)."""
+    retention = fields.prompt_cache_retention
+    if retention is None:
+        return None
+    if retention not in RETENTIONS:
+        raise OpenAIError(
+            f"prompt_cache_retention must be one of {', '.join(RETENTIONS)}, got {retention!r}",
+            param="prompt_cache_retention",
+        )
+    return RETENTIONS[retention]
+
+
+async def lease(state: ServerState, prefixes: Sequence[tuple[list[int], float]]) -> None:
+    """Pin each `(token_ids, ttl_s)` prefix for its TTL, renewed by every hit
+    (`Engine.lease_pin`); called once the request is done, which left them cached, so a pin
+    costs no prefill. A prefix below the engine's hit grid is not pinned."""
+    if not prefixes:
+        return
+
+    def on_engine(engine: Engine) -> None:
+        for token_ids, ttl_s in prefixes:
+            try:
+                engine.lease_pin(token_ids, ttl_s)
+            except ValueError:
+                pass
+
+    await state.async_engine.call(on_engine)
+
+
+async def then_lease(
+    chunks: AsyncIterator[dict], state: ServerState, prefixes: Sequence[tuple[list[int], float]]
+) -> AsyncIterator[dict]:
+    """A stream's chunks, then `lease(prefixes)` once its request is done."""
+    async for chunk in chunks:
+        yield chunk
+    await lease(state, prefixes)
 
 
 class Generation:

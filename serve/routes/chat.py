@@ -15,7 +15,15 @@ from protocol.prompts import chat_prompt
 from protocol.schemas import ChatCompletionRequest
 from protocol.sse import sse_response
 from serve.deps import StateDep
-from serve.generation import Generation, check_model, sampling_params, start_generation
+from serve.generation import (
+    Generation,
+    check_model,
+    lease,
+    retention_s,
+    sampling_params,
+    start_generation,
+    then_lease,
+)
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -30,6 +38,7 @@ async def create_chat_completion(
     max_tokens = body.max_completion_tokens
     if max_tokens is None:
         max_tokens = body.max_tokens
+    ttl_s = retention_s(body)
     sampling = sampling_params(body, max_tokens, state.tokenizer.stop_token_ids)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     prompt = chat_prompt(state.tokenizer, body.messages)
@@ -43,8 +52,11 @@ async def create_chat_completion(
     )
     head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        return sse_response(_chunks(generation, head, body.include_usage))
+        held = [(prompt.token_ids, ttl_s)] if ttl_s is not None else []
+        return sse_response(then_lease(_chunks(generation, head, body.include_usage), state, held))
     text = await generation.text(http_request)
+    if ttl_s is not None:
+        await lease(state, [(prompt.token_ids, ttl_s)])
     choice = {
         "index": 0,
         "message": {"role": "assistant", "content": text},

@@ -16,7 +16,15 @@ from protocol.prompts import prompt_token_ids
 from protocol.schemas import CompletionRequest
 from protocol.sse import sse_response
 from serve.deps import StateDep
-from serve.generation import Generation, check_model, sampling_params, start_generation
+from serve.generation import (
+    Generation,
+    check_model,
+    lease,
+    retention_s,
+    sampling_params,
+    start_generation,
+    then_lease,
+)
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -40,6 +48,7 @@ async def create_completion(body: CompletionRequest, http_request: Request, stat
         raise OpenAIError("echo is not supported", param="echo")
     if body.logprobs is not None:
         raise OpenAIError("logprobs are not supported", param="logprobs")
+    ttl_s = retention_s(body)
     sampling = sampling_params(body, body.max_tokens, state.tokenizer.stop_token_ids)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     token_ids = prompt_token_ids(state.tokenizer, body.prompt)
@@ -54,8 +63,11 @@ async def create_completion(body: CompletionRequest, http_request: Request, stat
         "model": state.model_name,
     }
     if body.stream:
-        return sse_response(_chunks(generation, head, body.include_usage))
+        held = [(token_ids, ttl_s)] if ttl_s is not None else []
+        return sse_response(then_lease(_chunks(generation, head, body.include_usage), state, held))
     text = await generation.text(http_request)
+    if ttl_s is not None:
+        await lease(state, [(token_ids, ttl_s)])
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": generation.finish_reason}
     return {**head, "choices": [choice], "usage": generation.usage}
 

@@ -7,7 +7,7 @@ prompt as Anthropic splits it: `cache_read_input_tokens` (the hit), then
 `cache_creation_input_tokens` (from the hit up to the last breakpoint, on the match-unit
 grid: what this request computed for later ones to read), then `input_tokens` (the rest).
 Once the request is done, each breakpoint's prefix is pinned for its TTL (5 minutes, or an
-hour), renewed by every request that hits it (`Engine.lease_pin`).
+hour), renewed by every request that hits it (`serve.generation.lease`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,17 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
-from engine.engine import Engine
 from protocol.errors import OpenAIError
 from protocol.messages import MessagesPrompt, MessagesRequest, messages_prompt
 from protocol.sse import anthropic_sse_response
 from serve.deps import ServerState, StateDep
-from serve.generation import Generation, check_model, sampling_params, start_generation
+from serve.generation import (
+    Generation,
+    check_model,
+    lease,
+    sampling_params,
+    start_generation,
+)
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
 
@@ -47,7 +52,7 @@ async def create_message(body: MessagesRequest, http_request: Request, state: St
     if body.stream:
         return anthropic_sse_response(_events(state, generation, head, prompt, match_unit))
     text = await generation.text(http_request)
-    await _lease(state, prompt)
+    await lease(state, _held(prompt))
     return {
         **head,
         "content": [{"type": "text", "text": text}],
@@ -56,20 +61,8 @@ async def create_message(body: MessagesRequest, http_request: Request, state: St
     }
 
 
-async def _lease(state: ServerState, prompt: MessagesPrompt) -> None:
-    """Hold each breakpoint's prefix for its TTL, renewed by every hit (`Engine.lease_pin`):
-    after the request, which left its blocks and states cached, so the pin costs no prefill."""
-    if not prompt.breakpoints:
-        return
-
-    def lease(engine: Engine) -> None:
-        for breakpoint in prompt.breakpoints:
-            try:
-                engine.lease_pin(prompt.token_ids[: breakpoint.position], breakpoint.ttl_s)
-            except ValueError:  # below the engine's hit grid: nothing to pin
-                pass
-
-    await state.async_engine.call(lease)
+def _held(prompt: MessagesPrompt) -> list[tuple[list[int], float]]:
+    return [(prompt.token_ids[: b.position], b.ttl_s) for b in prompt.breakpoints]
 
 
 def usage(generation: Generation, prompt: MessagesPrompt, match_unit: int) -> dict:
@@ -126,7 +119,7 @@ async def _events(
     if not started:
         for event in start():
             yield event
-    await _lease(state, prompt)
+    await lease(state, _held(prompt))
     yield {"type": "content_block_stop", "index": 0}
     final = usage(generation, prompt, match_unit)
     yield {"type": "message_delta", "delta": _stop(generation), "usage": final}
