@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from attach.bridge.bridge import Bridge
     from attach.bridge.peer_feed import PeerFeed
     from attach.peer_feed_server import PeerFeedServer
+
+from engine.feed.subscriber import DEFAULT_SEND_TIMEOUT_S, send_timeout_s
 
 log = logging.getLogger("attach.bridge")
 
@@ -40,6 +43,14 @@ def add_feed_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--feed-rank", type=int, default=0, help="the data-parallel rank the feed announces"
+    )
+    parser.add_argument(
+        "--feed-send-timeout",
+        type=send_timeout_s,
+        default=os.environ.get("JUNCTION_FEED_SEND_TIMEOUT_S", str(DEFAULT_SEND_TIMEOUT_S)),
+        metavar="SECONDS",
+        help="a cache feed reader that takes no data for this long is reset (default "
+        f"{DEFAULT_SEND_TIMEOUT_S:g}; JUNCTION_FEED_SEND_TIMEOUT_S)",
     )
 
 
@@ -85,7 +96,9 @@ def open_feed(args: argparse.Namespace, bridge: Bridge) -> tuple[PeerFeed, PeerF
         rank=args.feed_rank,
         stats=bridge.stats,
     )
-    server = PeerFeedServer(feed, args.token, args.feed_host, args.feed_port)
+    server = PeerFeedServer(
+        feed, args.token, args.feed_host, args.feed_port, args.feed_send_timeout
+    )
     server.start()
     return feed, server
 

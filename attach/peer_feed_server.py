@@ -7,7 +7,10 @@ hello's `serve_url`.
 A small websockets server on a thread of its own (the bridge's loop keeps the main thread).
 Close codes: 4401 a missing or wrong token; 1013 the subscriber fell behind, the feed's
 geometry changed, or `PeerFeed.max_subscribers` follow already (reconnect: a new connection
-starts from a hello and a snapshot). Any other path is answered 404.
+starts from a hello and a snapshot). Any other path is answered 404. A reader that takes no
+data for `send_timeout_s` (`--feed-send-timeout`) is reset, as the engine's own feed does
+(`serve.send_timeout`): a send to it would wait for good, holding its slot, and no close frame
+passes a full buffer.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from attach.bridge.peer_feed import PeerFeed, Subscription
 from engine.feed import (
     CLOSE_FELL_BEHIND,
     CLOSE_UNAUTHORIZED,
+    DEFAULT_SEND_TIMEOUT_S,
+    SEND_TIMEOUT_SETTING,
     bearer_token,
     loop_subscriber,
     relay,
+    reset,
 )
 
 log = logging.getLogger("attach.bridge")
@@ -44,8 +50,16 @@ def _only_the_feed(connection: ServerConnection, request: Request) -> Response |
 
 
 class PeerFeedServer:
-    def __init__(self, feed: PeerFeed, token: str, host: str, port: int) -> None:
+    def __init__(
+        self,
+        feed: PeerFeed,
+        token: str,
+        host: str,
+        port: int,
+        send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+    ) -> None:
         self.feed, self.token = feed, token
+        self.send_timeout_s = send_timeout_s
         self.host, self.port = host, port  # port 0: a free one, known once started
         self.ready = threading.Event()
         self.error: BaseException | None = None
@@ -105,10 +119,21 @@ class PeerFeedServer:
             reason = f"{num} routers follow this feed already: try again later"
             await connection.close(CLOSE_FELL_BEHIND, reason)
             return
+
+        async def send(frame: bytes) -> None:
+            try:
+                await asyncio.wait_for(connection.send(frame), self.send_timeout_s)
+            except TimeoutError:
+                log.warning(
+                    "cache feed: a router took no data for %g s: reset (%s)",
+                    self.send_timeout_s,
+                    SEND_TIMEOUT_SETTING,
+                )
+                reset(connection.transport)
+                raise OSError("the router took no data") from None
+
         try:
-            await relay(
-                subscription.frames, subscriber, ready, connection.send, self.feed.heartbeat
-            )
+            await relay(subscription.frames, subscriber, ready, send, self.feed.heartbeat)
             await connection.close(CLOSE_FELL_BEHIND, self._closed_reason(subscription))
         except (ConnectionClosed, OSError):
             return  # the router went away

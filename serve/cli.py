@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from engine.config import DEFAULT_SERVE_NUM_MAMBA_BLOCKS, TierConfig
+from engine.feed import send_timeout_s
 from engine.setup.options import (
     EXIT_BAD_INPUT,
     HOST_AUTO,
@@ -33,7 +34,7 @@ from publish.streaming import (
     finish_publishing,
     make_publisher,
 )
-from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S, positive_seconds
+from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S
 
 if TYPE_CHECKING:
     from engine.tiers.tiering import TierCosts
@@ -61,7 +62,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     add_connection_options(serve)
     serve.add_argument(
         "--feed-send-timeout",
-        type=positive_seconds,
+        type=send_timeout_s,
         default=os.environ.get("JUNCTION_FEED_SEND_TIMEOUT_S", str(DEFAULT_FEED_SEND_TIMEOUT_S)),
         metavar="SECONDS",
         help="a cache feed reader that takes no data for this long is dropped (default "

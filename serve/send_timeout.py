@@ -17,31 +17,16 @@ still bounded, and the connection closes once the peer reads again.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import socket
-import struct
 from typing import Any
+
+from engine.feed import DEFAULT_SEND_TIMEOUT_S, SEND_TIMEOUT_SETTING, reset
 
 logger = logging.getLogger("serve")
 
-#: seconds one websocket send may wait for the peer to take data
-DEFAULT_FEED_SEND_TIMEOUT_S = 5.0
-FEED_SEND_TIMEOUT_SETTING = "--feed-send-timeout, JUNCTION_FEED_SEND_TIMEOUT_S"
-
-
-def positive_seconds(value: str) -> float:
-    """`--feed-send-timeout`'s check: a number of seconds above 0."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a number of seconds above 0 (JUNCTION_FEED_SEND_TIMEOUT_S)"
-        )
-    return seconds
+DEFAULT_FEED_SEND_TIMEOUT_S = DEFAULT_SEND_TIMEOUT_S
+FEED_SEND_TIMEOUT_SETTING = SEND_TIMEOUT_SETTING
 
 
 class SendTimeout:
@@ -80,16 +65,7 @@ class SendTimeout:
 
 
 def _abort(send: Any) -> None:
-    """Reset the connection under `send`, when the server's send shows its transport. With
-    no linger: a plain close would leave the kernel the unsent bytes, and the FIN behind
-    them, for a peer whose window stays shut."""
+    """Reset the connection under `send`, when the server's send shows its transport."""
     transport = getattr(getattr(send, "__self__", None), "transport", None)
-    if not isinstance(transport, asyncio.BaseTransport) or not hasattr(transport, "abort"):
-        return
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass  # already gone
-    transport.abort()
+    if isinstance(transport, asyncio.BaseTransport) and hasattr(transport, "abort"):
+        reset(transport)

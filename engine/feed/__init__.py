@@ -39,12 +39,16 @@ from engine.feed.frames import (
 )
 from engine.feed.hub import FeedHub, FeedSink, engine_load
 from engine.feed.subscriber import (
+    DEFAULT_SEND_TIMEOUT_S,
     HEARTBEAT_S,
     MAX_PENDING_FRAMES,
+    SEND_TIMEOUT_SETTING,
     FeedSubscriber,
     bearer_token,
     loop_subscriber,
     relay,
+    reset,
+    send_timeout_s,
 )
 
 __all__ = [
@@ -54,8 +58,10 @@ __all__ = [
     "CLOSE_UNAUTHORIZED",
     "GROUP_INDEX",
     "GROUP_NAMES",
+    "DEFAULT_SEND_TIMEOUT_S",
     "HEARTBEAT_S",
     "MAX_PENDING_FRAMES",
+    "SEND_TIMEOUT_SETTING",
     "FeedDelta",
     "FeedFinished",
     "FeedFrame",
@@ -73,4 +79,6 @@ __all__ = [
     "engine_load",
     "loop_subscriber",
     "relay",
+    "reset",
+    "send_timeout_s",
 ]

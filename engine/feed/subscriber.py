@@ -4,11 +4,17 @@ down: it reconnects and starts again from a snapshot."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import socket
+import struct
 import threading
 from collections.abc import Awaitable, Callable
 
 HEARTBEAT_S = 0.5
+#: Seconds one send to a reader may wait for it to take data (`--feed-send-timeout`).
+DEFAULT_SEND_TIMEOUT_S = 5.0
+SEND_TIMEOUT_SETTING = "--feed-send-timeout, JUNCTION_FEED_SEND_TIMEOUT_S"
 #: Frames one subscriber may have waiting; past it the subscriber is dropped (it resyncs).
 MAX_PENDING_FRAMES = 4096
 
@@ -77,3 +83,29 @@ async def relay(
             await send(frame)
         if subscriber.is_closed:
             return
+
+
+def send_timeout_s(value: str) -> float:
+    """`--feed-send-timeout`'s check: a number of seconds above 0."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of seconds above 0 (JUNCTION_FEED_SEND_TIMEOUT_S)"
+        )
+    return seconds
+
+
+def reset(transport: asyncio.BaseTransport) -> None:
+    """Reset a reader's connection: with no linger, so the kernel drops the unsent bytes (a
+    plain close would leave them, and the FIN behind them, for a peer whose window stays
+    shut: the one thing that reaches a reader that reads nothing is a reset)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass  # already gone
+    transport.abort()
