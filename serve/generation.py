@@ -118,6 +118,7 @@ class Generation:
         self.num_prompt_tokens = num_prompt_tokens
         self.num_completion_tokens = 0
         self.num_cached_tokens = 0
+        self.num_written_tokens = 0  # known once the request ends
         self.finish_reason: str | None = None
 
     @property
@@ -126,7 +127,10 @@ class Generation:
             "prompt_tokens": self.num_prompt_tokens,
             "completion_tokens": self.num_completion_tokens,
             "total_tokens": self.num_prompt_tokens + self.num_completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.num_cached_tokens},
+            "prompt_tokens_details": {
+                "cached_tokens": self.num_cached_tokens,
+                "cache_write_tokens": self.num_written_tokens,
+            },
         }
 
     async def deltas(self) -> AsyncIterator[str]:
@@ -143,6 +147,7 @@ class Generation:
                         self.finish_reason = "stop"
                     elif output.finished is not None:
                         self.finish_reason = output.finished.finish_reason
+                        self.num_written_tokens = output.finished.num_written_tokens
                         delta += self.text_stream.finish()
                     if delta:
                         yield delta

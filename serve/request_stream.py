@@ -35,6 +35,7 @@ class FinishedRequest:
     hit_tokens_by_group: dict[str, int] = field(default_factory=dict)
     ttft_s: float | None = None
     e2e_s: float | None = None
+    num_written_tokens: int = 0  # prompt tokens whose blocks it stored beyond its hit
 
     @classmethod
     def of(
@@ -55,6 +56,11 @@ class FinishedRequest:
             hit_tokens_by_group=dict(request.hit_tokens_by_group),
             ttft_s=first_ts - submitted_ts if first_ts is not None else None,
             e2e_s=finished_ts - submitted_ts,
+            num_written_tokens=max(
+                0,
+                min(request.num_registered_tokens, request.num_prompt_tokens)
+                - (request.num_cached_tokens or 0),
+            ),
         )
 
 

@@ -61,3 +61,14 @@ def test_an_unknown_retention_is_a_400_naming_the_field(client):
             model=MODEL, prompt="hello", max_tokens=1, extra_body={"prompt_cache_retention": "1y"}
         )
     assert info.value.param == "prompt_cache_retention"
+
+
+def test_usage_reports_the_tokens_written_beside_those_read(client):
+    prompt = text_prompt(704, 400)
+    first = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1).usage
+    details = first.prompt_tokens_details
+    assert details.cached_tokens == 0 and details.cache_write_tokens == 400 // 16 * 16
+    again = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1).usage
+    details = again.prompt_tokens_details
+    assert details.cached_tokens > 0
+    assert details.cached_tokens + details.cache_write_tokens <= 400
