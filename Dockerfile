@@ -15,6 +15,7 @@ RUN pip install --upgrade pip==25.3
 COPY pyproject.toml README.md alembic.ini ./
 COPY migrations migrations
 COPY engine engine
+COPY workloads workloads
 COPY protocol protocol
 COPY bench bench
 COPY whatif whatif
