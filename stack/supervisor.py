@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TextIO
 
 import httpx
@@ -62,7 +62,7 @@ class Running:
     is_started: bool = False  # served once: an exit from now on is started again
     restart_at: float | None = None  # exited: started again at this monotonic time
     is_left_down: bool = False  # kept dying: not started again
-    ready_timeout_s: float = field(default=180, repr=False)
+    ready_timeout_s: float = 180  # how long a part started again may take to serve
 
 
 class Supervisor:
