@@ -5,6 +5,7 @@ stops them all, last started first, on Ctrl-C or SIGTERM alone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -83,6 +84,7 @@ class Supervisor:
         self.lock = threading.Lock()
         self.width = max(len(p.name) for p in parts)
         self.stopping = threading.Event()
+        self.is_out_gone = False
 
     # ------------------------------------------------------------------ output
     def say(self, name: str, line: str) -> None:
@@ -91,8 +93,15 @@ class Supervisor:
         if self.color and index is not None:
             label = f"\033[{COLORS[index % len(COLORS)]}m{label}\033[0m"
         with self.lock:
-            self.out.write(f"{label} {line.rstrip()}\n")
-            self.out.flush()
+            if self.is_out_gone:
+                return
+            try:
+                self.out.write(f"{label} {line.rstrip()}\n")
+                self.out.flush()
+            except (OSError, ValueError):
+                # the terminal or pipe it printed to is gone (`junction up | head`, a closed
+                # window): the parts are still tended and, on SIGTERM, stopped
+                self.is_out_gone = True
 
     def _pump(self, running: Running, process: subprocess.Popen) -> None:
         for line in process.stdout:
@@ -242,12 +251,13 @@ class Supervisor:
         )
         for line in lines:
             self.say(name, f"    {line}")
-        print(
-            f"junction up: {name} keeps dying (exit code {code}): left down; the rest keep "
-            "running (Ctrl-C stops them)",
-            file=sys.stderr,
-            flush=True,
-        )
+        with contextlib.suppress(OSError, ValueError):  # as `say`
+            print(
+                f"junction up: {name} keeps dying (exit code {code}): left down; the rest keep "
+                "running (Ctrl-C stops them)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _say_when_ready(self, running: Running, process: subprocess.Popen) -> None:
         """Say when a part started again serves (or nothing, if it exits first)."""

@@ -5,12 +5,14 @@ lines (only the last `tail_lines`), while the rest keep running; only `stop` end
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import signal
 import sys
 import threading
+from typing import TextIO
 
 import pytest
 
@@ -36,9 +38,9 @@ FLAKY = Part(
 class Watched:
     """A supervisor over `parts`, started and tended in a thread until `stop`."""
 
-    def __init__(self, parts: list[Part], policy: RestartPolicy = FAST) -> None:
-        self.out = io.StringIO()
-        self.supervisor = Supervisor(parts, out=self.out, color=False, policy=policy)
+    def __init__(self, parts: list[Part], out: TextIO | None = None) -> None:
+        self.out = out or io.StringIO()
+        self.supervisor = Supervisor(parts, out=self.out, color=False, policy=FAST)
         self.supervisor.start()
         self.thread = threading.Thread(target=self.supervisor.watch, daemon=True)
         self.thread.start()
@@ -105,6 +107,28 @@ def test_a_part_that_keeps_dying_is_left_down_with_its_last_lines_and_the_rest_l
         watched.stop()
     assert not is_alive(steady)
     assert watched.lines("flaky")[-1] == "left down (exit code 3)"
+
+
+def test_a_closed_output_stops_neither_the_tending_nor_the_stop():
+    """`junction up | head`, a closed terminal: printing fails, and the parts are still started
+    again and stopped (not left running on their own)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    gone = open(write_end, "w")  # closed below, where its flush fails
+    try:
+        watched = Watched([STEADY], out=gone)
+        first = watched.supervisor.running[0].process.pid
+        os.kill(first, signal.SIGKILL)
+        wait_for(
+            "steady started again", lambda: watched.supervisor.running[0].process.pid != first, 10
+        )
+        second = watched.supervisor.running[0].process.pid
+        assert is_alive(second) and watched.supervisor.is_out_gone
+        watched.stop()
+        assert not is_alive(second)
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            gone.close()
 
 
 def test_the_backoff_doubles_within_the_window_and_exits_before_it_are_forgotten():
