@@ -73,6 +73,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # `nohup junction up` keeps on
+        # its terminal closed: the parts (each in its own session) stopped, not orphaned
+        signal.signal(signal.SIGHUP, on_signal)
     code = 0
     try:
         supervisor.start(args.ready_timeout)
