@@ -1,9 +1,11 @@
 """Runs the parts of the stack: checks their ports, starts them in order, streams each one's
-log with its name in front, waits until each serves, and stops them all, last started first,
-on Ctrl-C, on SIGTERM, or when one of them dies."""
+log with its name in front, waits until each serves, starts again a part that exits after it
+started (`stack.restarts`: with backoff; one that keeps dying is left down and reported), and
+stops them all, last started first, on Ctrl-C or SIGTERM alone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -17,6 +19,7 @@ from typing import TextIO
 import httpx
 
 from stack.parts import Part
+from stack.restarts import Exits, RestartPolicy, Tail
 
 COLORS = ("36", "32", "35", "33", "34", "31")  # cyan, green, magenta, yellow, blue, red
 
@@ -53,7 +56,14 @@ def check_ports(host: str, parts: list[Part]) -> None:
 @dataclass
 class Running:
     part: Part
-    process: subprocess.Popen
+    exits: Exits
+    tail: Tail
+    process: subprocess.Popen | None = None
+    pump: threading.Thread | None = None  # reads the process's output
+    is_started: bool = False  # served once: an exit from now on is started again
+    restart_at: float | None = None  # exited: started again at this monotonic time
+    is_left_down: bool = False  # kept dying: not started again
+    ready_timeout_s: float = 180  # how long a part started again may take to serve
 
 
 class Supervisor:
@@ -63,8 +73,10 @@ class Supervisor:
         env: dict[str, str] | None = None,
         out: TextIO = sys.stdout,
         color: bool | None = None,
+        policy: RestartPolicy | None = None,
     ) -> None:
         self.parts = parts
+        self.policy = policy or RestartPolicy()
         self.env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         self.out = out
         self.color = out.isatty() if color is None else color
@@ -72,6 +84,7 @@ class Supervisor:
         self.lock = threading.Lock()
         self.width = max(len(p.name) for p in parts)
         self.stopping = threading.Event()
+        self.is_out_gone = False
 
     # ------------------------------------------------------------------ output
     def say(self, name: str, line: str) -> None:
@@ -80,38 +93,61 @@ class Supervisor:
         if self.color and index is not None:
             label = f"\033[{COLORS[index % len(COLORS)]}m{label}\033[0m"
         with self.lock:
-            self.out.write(f"{label} {line.rstrip()}\n")
-            self.out.flush()
+            if self.is_out_gone:
+                return
+            try:
+                self.out.write(f"{label} {line.rstrip()}\n")
+                self.out.flush()
+            except (OSError, ValueError):
+                # the terminal or pipe it printed to is gone (`junction up | head`, a closed
+                # window): the parts are still tended and, on SIGTERM, stopped
+                self.is_out_gone = True
 
-    def _pump(self, running: Running) -> None:
-        for line in running.process.stdout:
+    def _pump(self, running: Running, process: subprocess.Popen) -> None:
+        for line in process.stdout:
+            running.tail.add(line)
             self.say(running.part.name, line)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, ready_timeout_s: float = 180) -> None:
-        """Start every part in order, each once the one before it serves."""
+        """Start every part in order, each once the one before it serves. A part that exits
+        while it starts fails the start (`PartFailed`); one that served and exits later is
+        started again (`tend`)."""
         for part in self.parts:
             if self.stopping.is_set():
                 return
-            process = subprocess.Popen(
-                part.argv,
-                env=self.env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,  # Ctrl-C reaches `up` alone; it stops them in order
+            running = Running(
+                part,
+                Exits(self.policy),
+                Tail(self.policy.tail_lines),
+                ready_timeout_s=ready_timeout_s,
             )
-            running = Running(part, process)
             self.running.append(running)
-            threading.Thread(target=self._pump, args=(running,), daemon=True).start()
-            self.say(part.name, f"started (pid {process.pid}): {' '.join(part.argv[1:])}")
+            self._spawn(running)
             if part.ready_url:
                 self._wait_ready(running, ready_timeout_s)
+            running.is_started = True
+
+    def _spawn(self, running: Running) -> None:
+        part = running.part
+        process = subprocess.Popen(
+            part.argv,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,  # Ctrl-C reaches `up` alone; it stops them in order
+        )
+        running.process = process
+        running.pump = threading.Thread(target=self._pump, args=(running, process), daemon=True)
+        running.pump.start()
+        self.say(part.name, f"started (pid {process.pid}): {' '.join(part.argv[1:])}")
 
     def _wait_ready(self, running: Running, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not self.stopping.is_set():
+            self.tend()  # the parts started before it
             if running.process.poll() is not None:
                 raise PartFailed(
                     f"{running.part.name} exited with code {running.process.returncode} while "
@@ -142,6 +178,7 @@ class Supervisor:
         url = f"{control_plane}/api/v1/engines/{part.engine_id}"
         headers = {"Authorization": f"Bearer {token}"}
         while time.monotonic() < deadline and not self.stopping.is_set():
+            self.tend()
             if running.process.poll() is not None:
                 raise PartFailed(
                     f"{part.name} exited with code {running.process.returncode} before the "
@@ -161,21 +198,92 @@ class Supervisor:
                 "(its log above says why)"
             )
 
-    def watch(self) -> str | None:
-        """Block until a part exits or `stop` is asked for; returns the name of a part that
-        died (None when asked to stop)."""
-        while not self.stopping.wait(0.5):
-            for running in self.running:
-                code = running.process.poll()
-                if code is not None:
-                    return f"{running.part.name} exited with code {code}"
-        return None
+    def watch(self) -> None:
+        """Tend the parts until `stop` is asked for (Ctrl-C, SIGTERM)."""
+        while not self.stopping.wait(0.2):
+            self.tend()
+
+    def tend(self) -> None:
+        """Start again each part that served and has exited, once its backoff is over; leave
+        down, reported with its last lines, one that keeps dying."""
+        for running in self.running:
+            if not running.is_started or running.is_left_down or self.stopping.is_set():
+                continue
+            now = time.monotonic()
+            if running.restart_at is not None:
+                if now >= running.restart_at:
+                    running.restart_at = None
+                    self._spawn(running)
+                    if running.part.ready_url:
+                        threading.Thread(
+                            target=self._say_when_ready,
+                            args=(running, running.process),
+                            daemon=True,
+                        ).start()
+                continue
+            code = running.process.poll()
+            if code is None:
+                continue
+            _signal_group(running.process, signal.SIGKILL)  # what it left (a worker's pool)
+            backoff = running.exits.exited(now)
+            recent = running.exits.num_recent(now)
+            window = f"{recent} of {self.policy.max_exits} in {self.policy.window_s:g} s"
+            if backoff is not None:
+                running.restart_at = now + backoff
+                self.say(
+                    running.part.name,
+                    f"exited with code {code}: restart {running.exits.num_restarts} in "
+                    f"{backoff:g} s (exits: {window})",
+                )
+            else:
+                running.is_left_down = True
+                self._report_left_down(running, code, window)
+
+    def _report_left_down(self, running: Running, code: int, window: str) -> None:
+        if running.pump is not None:
+            running.pump.join(2)  # its last lines read
+        name = running.part.name
+        lines = list(running.tail.lines)
+        self.say(
+            name,
+            f"exited with code {code} and keeps dying (exits: {window}): left down, "
+            f"not started again; its last {len(lines)} lines:",
+        )
+        for line in lines:
+            self.say(name, f"    {line}")
+        with contextlib.suppress(OSError, ValueError):  # as `say`
+            print(
+                f"junction up: {name} keeps dying (exit code {code}): left down; the rest keep "
+                "running (Ctrl-C stops them)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _say_when_ready(self, running: Running, process: subprocess.Popen) -> None:
+        """Say when a part started again serves (or nothing, if it exits first)."""
+        deadline = time.monotonic() + running.ready_timeout_s
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            if process.poll() is not None:
+                return
+            try:
+                if httpx.get(running.part.ready_url, timeout=2).status_code == 200:
+                    self.say(running.part.name, f"ready again at {running.part.url}")
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+
+    def left_down(self) -> list[str]:
+        """The parts that kept dying, left down."""
+        return [running.part.name for running in self.running if running.is_left_down]
 
     def stop(self, timeout_s: float = 20) -> None:
         """SIGTERM (SIGINT for Celery, which then shuts down warm) each part, last started
         first; SIGKILL what is still running after `timeout_s`."""
         self.stopping.set()
         for running in reversed(self.running):
+            if running.process is None:
+                continue
             if running.process.poll() is None:
                 self.say(running.part.name, "stopping")
                 stop_signal = signal.SIGINT if running.part.name in ("worker", "beat") else None
@@ -188,7 +296,9 @@ class Supervisor:
                     running.process.wait(10)
             # the rest of its group (a worker's pool processes, streamlit's children)
             _signal_group(running.process, signal.SIGKILL)
-            self.say(running.part.name, stopped_text(running.process.returncode))
+            code = running.process.returncode
+            said = f"left down (exit code {code})" if running.is_left_down else stopped_text(code)
+            self.say(running.part.name, said)
 
 
 def stopped_text(code: int | None) -> str:

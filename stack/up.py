@@ -2,7 +2,8 @@
 made at first start: `api.guards.token`), migrate the embedded store, start the control plane, one
 engine (torch runner, CUDA when present) or, with `--engines N`, N engines behind
 `junction route`, the dashboard, a Celery worker and beat, each given the token; print the URLs
-and where the token is; stream every part's log with its name; stop everything on Ctrl-C."""
+and where the token is; stream every part's log with its name; start again a part that exits
+(`stack.restarts`); stop everything on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -72,20 +73,24 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # `nohup junction up` keeps on
+        # its terminal closed: the parts (each in its own session) stopped, not orphaned
+        signal.signal(signal.SIGHUP, on_signal)
     code = 0
     try:
         supervisor.start(args.ready_timeout)
         if not supervisor.stopping.is_set():
             print_urls(parts, api_token)
-            died = supervisor.watch()
-            if died:
-                print(f"junction up: {died}; stopping the rest", file=sys.stderr, flush=True)
-                code = 1
+            supervisor.watch()  # until Ctrl-C: a part that exits is started again
     except PartFailed as exc:
         print(f"junction up: {exc}; stopping the rest", file=sys.stderr, flush=True)
         code = 1
     finally:
         supervisor.stop()
+    left_down = supervisor.left_down()
+    if left_down:  # kept dying (reported when it was left down): the exit code says so
+        print(f"junction up: left down: {', '.join(left_down)}", file=sys.stderr, flush=True)
+        code = 1
     print("junction up: every part stopped", flush=True)
     return code
 

@@ -195,6 +195,15 @@ def test_every_long_running_service_has_a_healthcheck() -> None:
         assert f"'http://127.0.0.1:{port}{path}'" in test, (name, test)
 
 
+def test_every_long_running_service_is_started_again_when_it_exits() -> None:
+    """As `junction up` does: `unless-stopped`, which Docker backs off by itself and never gives
+    up on; the one-shot migration is not."""
+    services = compose("docker-compose.yml")["services"]
+    for name, service in services.items():
+        expected = "no" if name == "migrate" else "unless-stopped"
+        assert service.get("restart") == expected, name
+
+
 def test_the_engine_has_a_models_volume_its_weights_option_reads() -> None:
     spec = compose("docker-compose.yml")
     mounts = dict(volume.split(":", 1) for volume in spec["services"]["engine"]["volumes"])
