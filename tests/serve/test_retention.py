@@ -40,7 +40,7 @@ def test_a_streamed_chat_with_24h_retention_leases_it_too(client, live_server):
         stream=True,
         extra_body={"prompt_cache_retention": "24h", "prompt_cache_key": "tenant-a"},
     )
-    assert [chunk for chunk in stream]
+    assert list(stream)
     assert wait_until(lambda: len(new_pins(live_server, earlier)) == 1, 10)
 
 
