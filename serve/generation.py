@@ -141,12 +141,13 @@ async def start_generation(
     stop: Sequence[str],
     request_id: str,
     checkpoint_offsets: Sequence[int] = (),
+    cache_salt: str | None = None,
 ) -> Generation:
     if not prompt_token_ids:
         raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
     try:
         stream = await state.async_engine.add_request(
-            prompt_token_ids, sampling, request_id, checkpoint_offsets
+            prompt_token_ids, sampling, request_id, checkpoint_offsets, cache_salt
         )
     except (RequestRejected, EngineDeadError) as exc:
         raise from_engine_error(exc) from exc

@@ -23,6 +23,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 DEFAULT_BYTES = "4GiB"
 DEFAULT_TTL_S = 24 * 3600
 DEFAULT_TIMEOUT_S = 0.25
+DEFAULT_PREFIX = "junction:shared"
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class SharedConfig:
     capacity_bytes: int
     ttl_s: int
     timeout_s: float = DEFAULT_TIMEOUT_S
-    prefix: str = "junction:shared"
+    prefix: str = DEFAULT_PREFIX
 
     @property
     def is_redis(self) -> bool:
@@ -62,6 +63,13 @@ def add_shared_options(parser: argparse.ArgumentParser) -> None:
         help=f"an entry is dropped this long after its last use (default {DEFAULT_TTL_S}; "
         "JUNCTION_SHARED_CACHE_TTL_S)",
     )
+    group.add_argument(
+        "--shared-cache-prefix",
+        default=os.environ.get("JUNCTION_SHARED_CACHE_PREFIX", DEFAULT_PREFIX),
+        metavar="TEXT",
+        help="Redis only: the keys' prefix, for fleets that must not share one Redis's entries "
+        f"(default {DEFAULT_PREFIX}; JUNCTION_SHARED_CACHE_PREFIX)",
+    )
 
 
 def shared_config_from_args(args: argparse.Namespace) -> SharedConfig | None:
@@ -91,7 +99,13 @@ def shared_config_from_args(args: argparse.Namespace) -> SharedConfig | None:
             f"--shared-cache-ttl-s (JUNCTION_SHARED_CACHE_TTL_S) {args.shared_cache_ttl_s!r}: "
             "give a whole number of seconds > 0"
         )
-    return SharedConfig(url, capacity, ttl)
+    prefix = str(getattr(args, "shared_cache_prefix", DEFAULT_PREFIX))
+    if not prefix or any(c.isspace() for c in prefix):
+        raise ValueError(
+            f"--shared-cache-prefix (JUNCTION_SHARED_CACHE_PREFIX) {prefix!r}: give a non-empty "
+            "prefix without spaces"
+        )
+    return SharedConfig(url, capacity, ttl, prefix=prefix)
 
 
 def open_store(config: SharedConfig, namespace: str) -> SharedStore:

@@ -95,12 +95,18 @@ class RedisStore:
         self.capacity_bytes = capacity_bytes
         self.ttl_s = ttl_s
         self.prefix = f"{prefix}:{namespace}:"
-        self.client = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry_on_timeout=False,
-        )
+        try:
+            self.client = redis.Redis.from_url(
+                url,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                retry_on_timeout=False,
+            )
+        except ValueError as error:
+            raise ValueError(
+                f"--shared-cache-url (JUNCTION_SHARED_CACHE_URL): not a Redis URL ({error}); "
+                "give redis://host:port/db"
+            ) from None
         self._put = self.client.register_script(_PUT)
         self._get = self.client.register_script(_GET)
         self._remove = self.client.register_script(_REMOVE)

@@ -132,7 +132,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------ schedule
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        """Requests to run, or units to publish to the shared tier (a step copies them out,
+        even when no request is left to run)."""
+        tiering = self.tiering
+        return bool(self.waiting or self.running or (tiering is not None and tiering.publishing))
 
     def schedule(self) -> SchedulerOutput:
         self.step_id += 1

@@ -321,6 +321,11 @@ class Tiering:
             self._send_down(key, self.chains[key])
         return self.take_saves()
 
+    @property
+    def publishing(self) -> bool:
+        """Saves for the shared tier wait for a step to copy them out."""
+        return bool(self._publish)
+
     def take_saves(self) -> list[UnitSave]:
         saves, self.saves = self.saves, []
         self._pending.clear()

@@ -40,6 +40,7 @@ async def create_chat_completion(
         body.stop_strings,
         completion_id,
         prompt.message_ends,
+        body.cache_salt,
     )
     head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:

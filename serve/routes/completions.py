@@ -45,7 +45,7 @@ async def create_completion(body: CompletionRequest, http_request: Request, stat
     token_ids = prompt_token_ids(state.tokenizer, body.prompt)
     offsets = checkpoint_offsets(body.checkpoint_offsets, len(token_ids))
     generation = await start_generation(
-        state, token_ids, sampling, body.stop_strings, completion_id, offsets
+        state, token_ids, sampling, body.stop_strings, completion_id, offsets, body.cache_salt
     )
     head = {
         "id": completion_id,

@@ -171,3 +171,16 @@ def test_a_dead_store_costs_hits_never_a_request_and_says_so_once(prefix, caplog
     finally:
         server.kill()
         server.wait()
+
+
+def test_a_request_of_one_step_still_publishes_its_states(shared):
+    """A prompt whose only step is its prefill: the copy out happens in a step of its own."""
+    a = engine(shared)
+    prompt = with_tails(systems(), seed=1)[0]
+    run(a, [prompt], max_tokens=1)
+    assert not a.has_unfinished()
+    assert a.tier_stats().num_published > 0
+    b = engine(shared)
+    (request,) = run(b, [prompt[:256] + [1, 2, 3]], max_tokens=1)
+    assert request.num_cached_tokens >= 192
+    assert b.tier_stats().num_shared_loads == 1
