@@ -15,9 +15,11 @@ RUN pip install --upgrade pip==25.3
 COPY pyproject.toml README.md alembic.ini ./
 COPY migrations migrations
 COPY engine engine
+COPY workloads workloads
 COPY protocol protocol
 COPY bench bench
 COPY whatif whatif
+COPY sharedstore sharedstore
 COPY client client
 COPY publish publish
 COPY serve serve
