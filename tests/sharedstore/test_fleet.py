@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,16 +21,11 @@ import redis
 
 from tests.api.processes import free_port
 from tests.polling import wait_for
-from tests.router.processes import (
-    MODEL,
-    Process,
-    engine_metric,
-    running,
-    start_engine,
-    start_router,
-)
+from tests.router.processes import MODEL, Process, engine_metric, start_engine, start_router
 from tests.sharedstore.test_engines_share import wait_until_up
 
+#: four torch engines starting at once on a loaded 2-core machine take longer than one
+START_S = 300
 SMALL = ["--num-blocks", "256", "--num-mamba-blocks", "24", "--host-cache-bytes", "32MiB"]
 
 
@@ -57,6 +54,17 @@ def prompts(seed: int) -> tuple[list[int], list[list[int]]]:
     rng = random.Random(seed)
     system = [rng.randrange(1, 200) for _ in range(320)]
     return system, [system + [rng.randrange(1, 200) for _ in range(5 + i)] for i in range(6)]
+
+
+@contextmanager
+def running(*processes: Process) -> Iterator[None]:
+    try:
+        for process in processes:
+            process.wait_healthy(START_S)
+        yield
+    finally:
+        for process in processes:
+            process.stop()
 
 
 @pytest.fixture
