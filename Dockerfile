@@ -19,6 +19,7 @@ COPY workloads workloads
 COPY protocol protocol
 COPY bench bench
 COPY whatif whatif
+COPY sharedstore sharedstore
 COPY client client
 COPY publish publish
 COPY serve serve

@@ -18,6 +18,7 @@ from engine.scheduling.outputs import RunnerOutput, SchedulerOutput
 from engine.scheduling.scheduler import Scheduler
 from engine.snapshot import block_table_snapshot, cache_geometry
 from engine.stats import CacheUsage, EngineStats, cache_usage
+from engine.tiers.fingerprint import fingerprint_hash
 from engine.tiers.setup import (
     build_stack,
     fingerprint,
@@ -25,6 +26,7 @@ from engine.tiers.setup import (
     measure_host_bandwidth,
     tier_costs,
 )
+from engine.tiers.shared import SharedStore, SharedTier
 from engine.tiers.tiering import TierCosts, TieringStats
 
 
@@ -38,7 +40,11 @@ class Engine:
         sink: EventSink | None = None,
         engine_id: str = "engine-0",
         tiers: TierConfig | None = None,
+        shared: Callable[[str], SharedStore] | None = None,
     ) -> None:
+        """`shared` opens, in the namespace it is given (the fingerprint of the model and
+        geometry), a store that engines of them share: the tier below host memory and disk
+        (`engine.tiers.shared`; its backends: `sharedstore.open_store`)."""
         self.cache_config = cache_config or CacheConfig()
         self.scheduler_config = scheduler_config or SchedulerConfig()
         self.model_config = model_config or ModelConfig()
@@ -49,9 +55,10 @@ class Engine:
             runner = make_runner(runner, self.cache_config, self.model_config)
         self.runner = runner
         self.tier_config = tiers or TierConfig()
-        stack = build_stack(
-            self.tier_config, fingerprint(self.cache_config, self.model_config, runner_name)
-        )
+        geometry = fingerprint(self.cache_config, self.model_config, runner_name)
+        stack = build_stack(self.tier_config, geometry, with_shared=shared is not None)
+        namespace = fingerprint_hash(geometry)
+        shared_tier = None if shared is None else SharedTier(shared(namespace), namespace)
         self.scheduler = Scheduler(
             self.cache_config,
             self.scheduler_config,
@@ -60,6 +67,7 @@ class Engine:
             tiers=stack,
             costs=tier_costs(self.tier_config),
             disk_by_policy=self.tier_config.disk_admission == "policy",
+            shared=shared_tier,
         )
         self._ids = itertools.count()
         self.num_steps = 0
@@ -187,7 +195,7 @@ class Engine:
         `--disk-cache-dir` hits what this one held. Returns the units written to disk; 0
         without a disk tier. The engine may go on stepping after it."""
         tiering = self.scheduler.tiering
-        if tiering is None or tiering.stack.disk is None:
+        if tiering is None or (tiering.stack.disk is None and tiering.shared is None):
             return 0
         saves = tiering.save_device()
         tiering.stored([self.runner.save_unit(save) for save in saves])

@@ -143,7 +143,7 @@ class BlockStored(CacheEvent):
 
 #: the media of the tiers below the device (`engine.tiers`): a `BlockStored` or `BlockRemoved`
 #: carrying one of these is about a tier, never a device block, and names no block id
-TIER_MEDIA = frozenset({"host", "disk"})
+TIER_MEDIA = frozenset({"host", "disk", "shared"})
 
 
 class BlockRemoved(CacheEvent):
@@ -157,7 +157,8 @@ class BlockRemoved(CacheEvent):
 
 class UnitLoaded(CacheEvent):
     """A request's hit was read from the tiers below the device (docs/rules.md section 16):
-    the units `unit_hashes` (root first, each from the tier in `media`: "host" or "disk") were
+    the units `unit_hashes` (root first, each from the tier in `media`: "host", "disk" or
+    "shared") were
     written into its device blocks over `token_range`, `num_bytes` in all. The device's
     `BlockStored` events for those blocks follow when the step registers them."""
 

@@ -8,7 +8,7 @@ answer 400 with the parameter's name. Fields OpenAI defines but this engine igno
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's, for a request that names none
 
@@ -31,6 +31,9 @@ class SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     prompt_cache_key: str | None = None  # a routing hint for `junction route`, not a salt
     prompt_cache_retention: str | None = None  # "in_memory" (default) or "24h"
+    # extension (vLLM's name): the prefix cache's salt; a request reuses only the cache of
+    # requests of the same salt, on the device and in every tier below it
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
 
     @property
     def stop_strings(self) -> list[str]:

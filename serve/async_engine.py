@@ -44,6 +44,7 @@ class _Submit:
     admitted: Future[None]
     submitted_ts: float
     checkpoint_offsets: tuple[int, ...] = ()
+    cache_salt: str | None = None
 
 
 @dataclass
@@ -115,6 +116,7 @@ class AsyncEngine:
         sampling: SamplingParams,
         request_id: str = "",
         checkpoint_offsets: Sequence[int] = (),
+        cache_salt: str | None = None,
     ) -> RequestStream:
         """Submit a request; returns its stream once the engine has taken it.
 
@@ -132,6 +134,7 @@ class AsyncEngine:
                 admitted,
                 time.time(),
                 tuple(checkpoint_offsets),
+                cache_salt,
             )
         )
         await asyncio.wrap_future(admitted)
@@ -216,6 +219,7 @@ class AsyncEngine:
                     command.sampling,
                     command.request_id,
                     checkpoint_offsets=command.checkpoint_offsets,
+                    cache_salt=command.cache_salt,
                 )
             except ValueError as exc:
                 command.admitted.set_exception(RequestRejected(str(exc)))

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -35,6 +36,8 @@ from publish.streaming import (
     make_publisher,
 )
 from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S
+from sharedstore import add_shared_options, open_store, shared_config_from_args
+from sharedstore import describe as describe_shared
 
 if TYPE_CHECKING:
     from engine.tiers.tiering import TierCosts
@@ -75,6 +78,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     # a server runs the model: fewer Mamba slots keep the built-in's state pool small
     add_cache_options(serve, num_mamba_blocks=DEFAULT_SERVE_NUM_MAMBA_BLOCKS)
     add_tier_options(serve, host_default=HOST_AUTO)
+    add_shared_options(serve)
     add_model_options(serve)
     serve.set_defaults(func=cmd_serve, runner="torch")
 
@@ -145,6 +149,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cache, scheduler, model = configs_from_args(args)
         bounds = bounds_from_args(args)
         tiers = tier_config_from_args(args, cache, model)
+        shared = shared_config_from_args(args)
         check_port(args.host, args.port)  # before the model loads, which can take a while
         tokenizer = load_tokenizer(model.model_dir)
         serve_url = args.serve_url or default_serve_url(args.host, args.port)
@@ -159,6 +164,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     print(f"junction serve: {describe(card)}", file=sys.stderr, flush=True)
     print(f"junction serve: {describe_tiers(tiers)}", file=sys.stderr, flush=True)
+    if shared is not None:
+        print(f"junction serve: {describe_shared(shared)}", file=sys.stderr, flush=True)
 
     from engine.engine import Engine
     from engine.feed import FeedHub, FeedSink
@@ -170,7 +177,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         feed = FeedHub()
         sink = FeedSink(feed, keep_events=publisher is not None)
         engine = Engine(
-            cache, scheduler, model, args.runner, sink, engine_id=args.engine_id, tiers=tiers
+            cache,
+            scheduler,
+            model,
+            args.runner,
+            sink,
+            engine_id=args.engine_id,
+            tiers=tiers,
+            shared=None if shared is None else partial(open_store, shared),
         )
         costs = engine.price_tier_loads()
     except (ValueError, OSError) as exc:

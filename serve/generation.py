@@ -79,7 +79,11 @@ def retention_s(fields: SamplingFields) -> float | None:
     return RETENTIONS[retention]
 
 
-async def lease(state: ServerState, prefixes: Sequence[tuple[list[int], float]]) -> None:
+async def lease(
+    state: ServerState,
+    prefixes: Sequence[tuple[list[int], float]],
+    cache_salt: str | None = None,
+) -> None:
     """Pin each `(token_ids, ttl_s)` prefix for its TTL, renewed by every hit
     (`Engine.lease_pin`); called once the request is done, which left them cached, so a pin
     costs no prefill. A prefix below the engine's hit grid is not pinned."""
@@ -89,7 +93,7 @@ async def lease(state: ServerState, prefixes: Sequence[tuple[list[int], float]])
     def on_engine(engine: Engine) -> None:
         for token_ids, ttl_s in prefixes:
             try:
-                engine.lease_pin(token_ids, ttl_s)
+                engine.lease_pin(token_ids, ttl_s, cache_salt)
             except ValueError:
                 pass
 
@@ -97,12 +101,15 @@ async def lease(state: ServerState, prefixes: Sequence[tuple[list[int], float]])
 
 
 async def then_lease(
-    chunks: AsyncIterator[dict], state: ServerState, prefixes: Sequence[tuple[list[int], float]]
+    chunks: AsyncIterator[dict],
+    state: ServerState,
+    prefixes: Sequence[tuple[list[int], float]],
+    cache_salt: str | None = None,
 ) -> AsyncIterator[dict]:
-    """A stream's chunks, then `lease(prefixes)` once its request is done."""
+    """A stream's chunks, then `lease(prefixes, cache_salt)` once its request is done."""
     async for chunk in chunks:
         yield chunk
-    await lease(state, prefixes)
+    await lease(state, prefixes, cache_salt)
 
 
 class Generation:
@@ -189,12 +196,13 @@ async def start_generation(
     stop: Sequence[str],
     request_id: str,
     checkpoint_offsets: Sequence[int] = (),
+    cache_salt: str | None = None,
 ) -> Generation:
     if not prompt_token_ids:
         raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
     try:
         stream = await state.async_engine.add_request(
-            prompt_token_ids, sampling, request_id, checkpoint_offsets
+            prompt_token_ids, sampling, request_id, checkpoint_offsets, cache_salt
         )
     except (RequestRejected, EngineDeadError) as exc:
         raise from_engine_error(exc) from exc

@@ -138,6 +138,8 @@ class TierCollector:
         if s is None:
             return
         tiers = [("host", s.stack.host)] + ([("disk", s.stack.disk)] if s.stack.disk else [])
+        if s.shared is not None:  # as of this engine's last put: other engines add to it
+            tiers.append(("shared", s.shared.tier))
         for name, help_text, read in (
             ("junction_tier_bytes", "Bytes a tier holds now", lambda t: t.num_bytes),
             (
@@ -154,9 +156,16 @@ class TierCollector:
         corrupt = CounterMetricFamily(
             "junction_tier_corrupt_units", "Unit files dropped as corrupt", labels=["tier"]
         )
+        hits = CounterMetricFamily(
+            "junction_tier_unit_hits", "Units read back from a tier for a load", labels=["tier"]
+        )
         for tier, stats in tiers:
             corrupt.add_metric([tier], stats.num_corrupt)
+            hits.add_metric([tier], stats.num_hits)
         yield corrupt
+        yield hits
+        if s.shared is not None:
+            yield from shared_metrics(s)
         counters = (
             ("junction_tier_saves", "States the device gave up that went down a tier", s.num_saves),
             ("junction_tier_loads", "Requests whose hit was read from a tier", s.num_loads),
@@ -178,6 +187,41 @@ class TierCollector:
         )
         for name, help_text, value in counters:
             yield CounterMetricFamily(name, help_text, value=value)
+
+
+def shared_metrics(s: TieringStats):
+    """The shared tier's own: its loads, whether its store answers, what it refused."""
+    assert s.shared is not None
+    counters = (
+        (
+            "junction_tier_shared_loads",
+            "Requests whose hit read a unit from the shared tier",
+            s.num_shared_loads,
+        ),
+        (
+            "junction_tier_shared_loaded_tokens",
+            "Hit tokens read from the shared tier",
+            s.num_shared_loaded_tokens,
+        ),
+        (
+            "junction_tier_shared_published",
+            "Units sent to the shared tier while their state was on the device",
+            s.num_published,
+        ),
+        ("junction_shared_store_errors", "Shared store calls that failed", s.shared.num_errors),
+        (
+            "junction_shared_store_foreign_units",
+            "Shared entries dropped as written for another model or geometry",
+            s.shared.num_foreign,
+        ),
+    )
+    for name, help_text, value in counters:
+        yield CounterMetricFamily(name, help_text, value=value)
+    yield GaugeMetricFamily(
+        "junction_shared_store_up",
+        "1 while the shared store answers, 0 since a call to it failed",
+        value=int(s.shared.is_up),
+    )
 
 
 class PublisherCollector:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 #: Benchmark runs the worker runs at once: two, so a short run queued behind a long one (the
 #: suite's presets run for minutes) starts at once instead of waiting for it. Each is one
@@ -60,6 +61,7 @@ def plan(
     serve_args: tuple[str, ...] = (),
     num_engines: int = 1,
     model: str | None = None,
+    shared_cache: str | None = None,
 ) -> list[Part]:
     """The parts in start order: the API first (the engines stream to it, the dashboard reads
     it), the engines, the router in front of them when there are several, the dashboard, then
@@ -68,7 +70,9 @@ def plan(
     One engine listens on `ports.engine` itself; N >= 2 listen on the N ports after it (the
     parts `engine-0` ... `engine-<N-1>`), and `junction route` takes `ports.engine`: the
     OpenAI URL is the same either way. The engines' ids are `stack.engine_ids`' (named from
-    `model` when given; `engine_id` the one engine's own)."""
+    `model` when given; `engine_id` the one engine's own). `shared_cache`: the
+    `--shared-cache-url` every engine is given (`shared_cache_url`), before the operator's
+    own options."""
     from stack.engine_ids import engine_ids
 
     ids = engine_ids(num_engines, model, engine_id)
@@ -80,6 +84,8 @@ def plan(
         serve += ["--engine-id", engine_id, "--control-plane", control_plane]
         if device:
             serve += ["--device", device]
+        if shared_cache is not None:
+            serve += ["--shared-cache-url", shared_cache]
         serve += serve_args  # last: what the operator passed through wins
         url = f"http://{host}:{port}"
         return Part(name, junction(*serve), port, f"{url}/v1", f"{url}/health", engine_id)
@@ -118,6 +124,26 @@ def plan(
             Part("beat", junction("beat", *QUIET)),  # its schedule file in the working directory
         ]
     return parts
+
+
+SHARED_DIR = "junction-shared-cache"
+
+
+def shared_cache_url(
+    num_engines: int, serve_args: tuple[str, ...], database_url: str, environ: dict[str, str]
+) -> str | None:
+    """What `--shared-cache-url` `junction up` gives its engines: with several, a directory
+    beside the SQLite store (or in the working directory) they share units through, unless
+    the operator names a store (`-- --shared-cache-url`, `JUNCTION_SHARED_CACHE_URL`: Redis, or
+    a directory of their own); None with one engine, or when the operator named one."""
+    named = any(arg.split("=", 1)[0] == "--shared-cache-url" for arg in serve_args)
+    if num_engines < 2 or named or environ.get("JUNCTION_SHARED_CACHE_URL"):
+        return None
+    if database_url.startswith("sqlite:///"):
+        base = Path(database_url.removeprefix("sqlite:///")).resolve().parent
+    else:
+        base = Path.cwd()
+    return str(base / SHARED_DIR)
 
 
 def router(host: str, port: int, engine_ports: list[int], model: str | None) -> Part:

@@ -8,6 +8,7 @@ and where the token is; stream every part's log with its name; start again a par
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -23,7 +24,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from api.guards.token import TokenError, resolve_token, where
     from api.settings import get_settings
     from api.store import migrate
-    from stack.parts import Ports, environment, plan
+    from stack.parts import Ports, environment, plan, shared_cache_url
     from stack.settings_check import settings_problems
     from stack.supervisor import PartFailed, PortTaken, Supervisor, check_ports
 
@@ -52,6 +53,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         serve_args=serve_args,
         num_engines=args.engines,
         model=serve_model(serve_args),
+        shared_cache=shared_cache_url(
+            args.engines, serve_args, settings.database_url, dict(os.environ)
+        ),
     )
     try:
         check_ports(args.host, parts)

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TIERS = (
     ("engine",),
     ("workloads",),
-    ("protocol", "bench", "whatif"),
+    ("protocol", "bench", "whatif", "sharedstore"),
     ("client",),
     ("publish",),
     ("serve", "attach"),

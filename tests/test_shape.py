@@ -15,6 +15,7 @@ PACKAGES = (
     "protocol",
     "bench",
     "whatif",
+    "sharedstore",
     "client",
     "publish",
     "serve",

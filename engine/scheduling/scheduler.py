@@ -26,6 +26,7 @@ from engine.scheduling.planner import DECODE, ChunkPlanner
 from engine.scheduling.records import request_finished
 from engine.scheduling.step_events import StepEvents
 from engine.tiers.moves import UnitLoad
+from engine.tiers.shared import SharedTier
 from engine.tiers.stack import TierStack
 from engine.tiers.tiering import TierCosts, Tiering, TierPlan
 
@@ -40,6 +41,7 @@ class Scheduler:
         tiers: TierStack | None = None,
         costs: TierCosts | None = None,
         disk_by_policy: bool = False,
+        shared: SharedTier | None = None,
     ) -> None:
         self.cache_config = cache_config
         self.config = scheduler_config
@@ -48,7 +50,9 @@ class Scheduler:
         self.coordinator = HybridCoordinator(cache_config, sink, medium)
         # the tiers under the device pools, None without them (`engine.tiers.tiering`)
         self.tiering = (
-            None if tiers is None else Tiering(tiers, self.coordinator, sink, costs, disk_by_policy)
+            None
+            if tiers is None
+            else Tiering(tiers, self.coordinator, sink, costs, disk_by_policy, shared)
         )
         self.unit = cache_config.match_unit
         self.waiting: deque[Request] = deque()
@@ -128,7 +132,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------ schedule
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        """Requests to run, or units to publish to the shared tier (a step copies them out,
+        even when no request is left to run)."""
+        tiering = self.tiering
+        return bool(self.waiting or self.running or (tiering is not None and tiering.publishing))
 
     def schedule(self) -> SchedulerOutput:
         self.step_id += 1

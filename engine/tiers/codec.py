@@ -37,6 +37,10 @@ class CorruptUnitError(ValueError):
     """A unit file is truncated, corrupted, or not the unit its name says."""
 
 
+class ForeignUnitError(CorruptUnitError):
+    """An intact unit written for another model or geometry (another fingerprint)."""
+
+
 class UnitHeader(NamedTuple):
     key: BlockHash
     parent: BlockHash | None
@@ -45,8 +49,9 @@ class UnitHeader(NamedTuple):
     file_bytes: int  # the file's whole length, as its header implies
 
 
-def encode(unit: TierUnit) -> bytes:
-    """The file's bytes for a unit."""
+def encode(unit: TierUnit, fingerprint: str = "") -> bytes:
+    """The file's bytes for a unit; `fingerprint` (the model and geometry's hash) is written
+    in its metadata for a store shared by engines (`engine.tiers.shared`)."""
     tensors = {}
     for i, block in enumerate(unit.blocks):
         tensors.update({f"block.{i}.{name}": t for name, t in block.items()})
@@ -57,6 +62,7 @@ def encode(unit: TierUnit) -> bytes:
         "start": str(unit.start),
         "end": str(unit.end),
         "num_blocks": str(len(unit.blocks)),
+        "fingerprint": fingerprint,
     }
     # fresh contiguous copies: safetensors refuses views that share one storage
     body = save_tensors(
@@ -65,14 +71,20 @@ def encode(unit: TierUnit) -> bytes:
     return MAGIC + hashlib.blake2b(body, digest_size=DIGEST_SIZE).digest() + body
 
 
-def decode(data: bytes, key: BlockHash) -> TierUnit:
-    """The unit in a file's bytes; `CorruptUnitError` unless they check out as `key`'s."""
+def decode(data: bytes, key: BlockHash, fingerprint: str | None = None) -> TierUnit:
+    """The unit in a file's bytes; `CorruptUnitError` unless they check out as `key`'s (and,
+    when `fingerprint` is given, as written for it: else `ForeignUnitError`)."""
     if len(data) < HEAD or data[: len(MAGIC)] != MAGIC:
         raise CorruptUnitError(f"unit {key.hex()}: no unit file head ({len(data)} bytes)")
     body = data[HEAD:]
     if hashlib.blake2b(body, digest_size=DIGEST_SIZE).digest() != data[len(MAGIC) : HEAD]:
         raise CorruptUnitError(f"unit {key.hex()}: checksum mismatch ({len(data)} bytes)")
     header = _parse_header(body[:8], body, key)
+    if fingerprint is not None and header["fingerprint"] != fingerprint:
+        raise ForeignUnitError(
+            f"unit {key.hex()}: written for fingerprint {header['fingerprint'] or '(none)'}, "
+            f"not {fingerprint}"
+        )
     try:
         tensors = load_tensors(body)
     except Exception as error:  # safetensors raises its own error type for a bad body
@@ -133,6 +145,7 @@ def _parse_header(length: bytes, body: bytes, key: BlockHash) -> dict:
         fields = {name: metadata[name] for name in ("key", "parent", "start", "end", "num_blocks")}
     except (struct.error, ValueError, KeyError, TypeError, AttributeError) as error:
         raise CorruptUnitError(f"unit {key.hex()}: unreadable header: {error!r}") from None
+    fields["fingerprint"] = metadata.get("fingerprint", "")
     if fields["key"] != key.hex():
         raise CorruptUnitError(f"unit {key.hex()}: the file holds unit {fields['key']}")
     return {**fields, "tensors": header}

@@ -49,9 +49,10 @@ def fingerprint(cache: CacheConfig, model: ModelConfig, runner: str) -> dict:
     }
 
 
-def build_stack(config: TierConfig, geometry: dict) -> TierStack | None:
-    """The tiers `config` asks for; None when it asks for none."""
-    if not config.is_enabled:
+def build_stack(config: TierConfig, geometry: dict, with_shared: bool = False) -> TierStack | None:
+    """The tiers `config` asks for; None when it asks for none and there is no shared tier
+    (which needs a stack, if an empty one, to hold what it loads)."""
+    if not config.is_enabled and not with_shared:
         return None
     disk = None
     if config.disk_cache_dir is not None:

@@ -40,6 +40,7 @@ from engine.events import ATTENTION, MAMBA, BlockRemoved, BlockStored, EventSink
 from engine.hashing import BlockHash
 from engine.tiers.index import Record
 from engine.tiers.moves import UnitSave
+from engine.tiers.shared import SHARED, SharedStats, SharedTier
 from engine.tiers.stack import DISK, HOST, StackStats, TierStack
 from engine.tiers.unit import TierUnit
 
@@ -52,11 +53,13 @@ class TierCosts:
     host_bytes_per_s: float
     disk_bytes_per_s: float
     prefill_tokens_per_s: float
+    shared_bytes_per_s: float | None = None  # None: priced as the disk
 
     def load_seconds(self, bytes_by_place: dict[str, int]) -> float:
         return (
             bytes_by_place.get(HOST, 0) / self.host_bytes_per_s
             + bytes_by_place.get(DISK, 0) / self.disk_bytes_per_s
+            + bytes_by_place.get(SHARED, 0) / (self.shared_bytes_per_s or self.disk_bytes_per_s)
         )
 
     def prefill_seconds(self, num_tokens: int) -> float:
@@ -96,6 +99,10 @@ class TieringStats:
     num_loaded_bytes: int
     num_refused_slow: int  # tier hits not taken: loading would take longer than prefilling
     stack: StackStats
+    num_shared_loads: int = 0  # of `num_loads`, those that read a unit from the shared tier
+    num_shared_loaded_tokens: int = 0  # tokens of those loads read from the shared tier
+    num_published: int = 0  # units sent to the shared tier while their state was on device
+    shared: SharedStats | None = None  # None without a shared tier
 
 
 class Tiering:
@@ -106,8 +113,16 @@ class Tiering:
         sink: EventSink,
         costs: TierCosts | None = None,
         disk_by_policy: bool = False,
+        shared: SharedTier | None = None,
     ) -> None:
         self.stack = stack
+        self.shared = shared
+        # states being saved only to be published to the shared tier (their device block
+        # stays), those of this step's saves, and the records a lookup found in the store
+        self._publish: set[BlockHash] = set()
+        self._publishing: set[BlockHash] = set()
+        self._remote: dict[BlockHash, Record] = {}
+        self.num_shared_loads = self.num_shared_loaded_tokens = self.num_published = 0
         self.coordinator = coordinator
         self.sink = sink
         self.costs = costs
@@ -172,6 +187,24 @@ class Tiering:
             self.spans[key] = span
             for attention_key in span:
                 self.owners.setdefault(attention_key, set()).add(key)
+            self._publish_state(key, hashes)
+
+    def _publish_state(self, key: BlockHash, hashes: Sequence[BlockHash]) -> None:
+        """With a shared tier, a state the device registers goes there now, as a unit over the
+        deepest unit before it that the store has (what another engine loads: a prefix is
+        worth sharing while it is hot, not once this engine gives it up). Interval states are
+        spares, not where prompts part: they are not sent."""
+        shared, entry = self.shared, self.coordinator.mamba.pool.entries.get(key)
+        if shared is None or entry is None or entry.reason is CheckpointReason.INTERVAL:
+            return
+        if key in self._pending or key in shared.known:
+            return
+        state_block = self.coordinator.mamba.filled_from(entry.block_id)
+        save = self._save(key, state_block, entry.position, hashes, self._pending, local=False)
+        if save is not None:
+            self.saves.append(save)
+            self._pending.add(key)
+            self._publish.add(key)
 
     def _forget(self, key: BlockHash) -> Sequence[BlockHash] | None:
         """The device gave up the state `key`: its chain, no longer remembered."""
@@ -211,6 +244,9 @@ class Tiering:
         """Save the device's state `key` (of the chain `hashes`) as a unit this step, unless a
         tier holds it, it is being saved, or the pool's policy says it is not worth it."""
         pool = self.coordinator.mamba.pool
+        if key in self._publish:  # being copied out for the shared tier: the tiers take it too
+            self._publish.discard(key)
+            return
         if key in self._pending or self.stack.holds(key):
             return
         entry = pool.entries[key]
@@ -244,12 +280,16 @@ class Tiering:
         position: int,
         hashes: Sequence[BlockHash],
         pending: set[BlockHash],
+        local: bool = True,
     ) -> UnitSave | None:
+        """The save of the state `key` over the deepest unit before it in `pending` or in a
+        tier of this engine (`local`), or else in the shared store as this engine knows it."""
         unit = self.unit
         start, parent = 0, None
+        below = self.stack.holds if local or self.shared is None else self.shared.known.__contains__
         for index in range(position // unit - 1, 0, -1):  # deepest first
             candidate = hashes[index - 1]
-            if candidate in pending or self.stack.holds(candidate):
+            if candidate in pending or below(candidate):
                 start, parent = index * unit, candidate
                 break
         blocks = self._device_blocks(hashes, start, position)
@@ -281,9 +321,15 @@ class Tiering:
             self._send_down(key, self.chains[key])
         return self.take_saves()
 
+    @property
+    def publishing(self) -> bool:
+        """Saves for the shared tier wait for a step to copy them out."""
+        return bool(self._publish)
+
     def take_saves(self) -> list[UnitSave]:
         saves, self.saves = self.saves, []
         self._pending.clear()
+        self._publishing, self._publish = self._publish, set()
         return saves
 
     def stored(self, units: Sequence[TierUnit]) -> None:
@@ -292,8 +338,13 @@ class Tiering:
             return
         before = self._keys()
         for unit in units:
-            if self.stack.put(unit) is not None:
+            is_published = unit.key in self._publishing
+            if not is_published and self.stack.put(unit) is not None:
                 self.num_saves += 1
+            if self.shared is not None and self.shared.put(unit):
+                self.num_published += is_published
+                self._announce_stored(unit.key, Record(unit.parent, 0, unit.start, unit.end))
+        self._publishing = set()
         self._announce(before)
         stack = self.stack
         held = len(stack.host.units) + (0 if stack.disk is None else len(stack.disk.index))
@@ -310,13 +361,21 @@ class Tiering:
         if (
             geometry.eagle_drop
             or not geometry.enable_prefix_caching
-            or not (stack.host.units or (stack.disk is not None and len(stack.disk.index)))
+            or not (
+                stack.host.units
+                or (stack.disk is not None and len(stack.disk.index))
+                or self.shared is not None
+            )
         ):
             return None
         align = geometry.hit_alignment
         top = min(num_tokens - 1, len(hashes) * unit) // align * align
         if top <= device_length:
             return None
+        self._remote = {}
+        if self.shared is not None:  # one call: the store's records along the chain
+            wanted = [key for key in hashes[: top // unit] if not stack.holds(key)]
+            self._remote = self.shared.records(wanted)
         pool = self.coordinator.attention.pool
         device = attention_match(
             pool.entries.get,
@@ -329,15 +388,15 @@ class Tiering:
         is_refused = False
         for position in range(top, device_length, -align):
             key = hashes[position // unit - 1]
-            if not stack.holds(key):
+            if not stack.holds(key) and key not in self._remote:
                 continue
             start = min(device.length, position)
             chain = self._chain(key, start)
             if chain is None:
                 continue
-            places = {HOST: 0, DISK: 0}
+            places = {HOST: 0, DISK: 0, SHARED: 0}
             for link, _ in chain:
-                places[HOST if link in stack.host else DISK] += self._bytes(link)
+                places[self._place(link)] += self._bytes(link)
             if self.costs is not None and self.costs.load_seconds(places) > (
                 self.costs.prefill_seconds(position - device_length)
             ):
@@ -368,13 +427,20 @@ class Tiering:
         record = self.stack.host.index.records.get(key)
         if record is None and self.stack.disk is not None:
             record = self.stack.disk.index.records.get(key)
+        if record is None:
+            record = self._remote.get(key)
         return record
 
+    def _place(self, key: BlockHash) -> str:
+        """The nearest tier holding `key`: this engine's, else the shared store's."""
+        if key in self.stack.host:
+            return HOST
+        return DISK if self.stack.disk is not None and key in self.stack.disk else SHARED
+
     def _bytes(self, key: BlockHash) -> int:
-        host = self.stack.host.index.records.get(key)
-        if host is not None:
-            return host.num_bytes
-        return self.stack.disk.index.records[key].num_bytes  # type: ignore[union-attr]
+        record = self._record(key)
+        assert record is not None
+        return record.num_bytes
 
     def read(self, plan: TierPlan, request_id: str) -> tuple[list[TierUnit], list[str]] | None:
         """The plan's units, root first, each with the tier it was read from (a unit read from
@@ -383,8 +449,8 @@ class Tiering:
         before = self._keys()
         units, places = [], []
         for key in plan.keys:
-            place = HOST if key in self.stack.host else DISK
-            unit = self.stack.load(key)
+            place = self._place(key)
+            unit = self.stack.load(key) if place != SHARED else self._load_shared(key)
             if unit is None:
                 self._announce(before)
                 return None
@@ -393,6 +459,13 @@ class Tiering:
         self._announce(before)
         self.num_loads += 1
         self.num_loaded_bytes += plan.num_bytes
+        if SHARED in places:
+            self.num_shared_loads += 1
+            self.num_shared_loaded_tokens += sum(
+                unit.end - max(unit.start, plan.start)
+                for unit, place in zip(units, places, strict=True)
+                if place == SHARED
+            )
         if self.sink.is_recording:
             self.sink.emit(
                 UnitLoaded(
@@ -404,6 +477,17 @@ class Tiering:
                 )
             )
         return units, places
+
+    def _load_shared(self, key: BlockHash) -> TierUnit | None:
+        """A unit from the shared store, checked against the record the lookup planned with,
+        and kept in host memory (a later hit on this engine loads it from there)."""
+        record = self._remote.get(key)
+        if self.shared is None or record is None:
+            return None
+        unit = self.shared.get(key, record)
+        if unit is not None:
+            self.stack.put(unit)
+        return unit
 
     # ------------------------------------------------------------------ events
     def _keys(self) -> tuple[set[BlockHash], set[BlockHash]] | None:
@@ -422,24 +506,8 @@ class Tiering:
         for medium, old, new in ((HOST, before[0], after[0]), (DISK, before[1], after[1])):
             for key in new - old:
                 record = self._record(key)
-                if record is None:
-                    continue
-                parent, start, end = record.parent, record.start, record.end
-                for group_idx, group, size in self._groups():
-                    self.sink.emit(
-                        BlockStored(
-                            block_hashes=[key.hex()],
-                            parent_block_hash=None if parent is None else parent.hex(),
-                            block_size=size,
-                            group_idx=group_idx,
-                            group=group,
-                            block_ids=[],
-                            token_range=(start, end),
-                            is_partial=end % size != 0,
-                            checkpoint_reason=None,
-                            medium=medium,
-                        )
-                    )
+                if record is not None:
+                    self._announce_stored(key, record, medium)
             for key in old - new:
                 for group_idx, group, _ in self._groups():
                     self.sink.emit(
@@ -451,6 +519,27 @@ class Tiering:
                             medium=medium,
                         )
                     )
+
+    def _announce_stored(self, key: BlockHash, record: Record, medium: str = SHARED) -> None:
+        """`BlockStored` in each group for the unit `key`, now in the tier `medium`."""
+        if not self.sink.is_recording:
+            return
+        parent, start, end = record.parent, record.start, record.end
+        for group_idx, group, size in self._groups():
+            self.sink.emit(
+                BlockStored(
+                    block_hashes=[key.hex()],
+                    parent_block_hash=None if parent is None else parent.hex(),
+                    block_size=size,
+                    group_idx=group_idx,
+                    group=group,
+                    block_ids=[],
+                    token_range=(start, end),
+                    is_partial=end % size != 0,
+                    checkpoint_reason=None,
+                    medium=medium,
+                )
+            )
 
     def _groups(self) -> list[tuple[int, str, int]]:
         coordinator = self.coordinator
@@ -470,6 +559,10 @@ class Tiering:
             self.num_loaded_bytes,
             self.num_refused_slow,
             self.stack.stats(),
+            self.num_shared_loads,
+            self.num_shared_loaded_tokens,
+            self.num_published,
+            None if self.shared is None else self.shared.stats(),
         )
 
     def check_invariants(self) -> None:

@@ -49,14 +49,16 @@ async def create_chat_completion(
         body.stop_strings,
         completion_id,
         prompt.message_ends,
+        body.cache_salt,
     )
     head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:
+        chunks = _chunks(generation, head, body.include_usage)
         held = [(prompt.token_ids, ttl_s)] if ttl_s is not None else []
-        return sse_response(then_lease(_chunks(generation, head, body.include_usage), state, held))
+        return sse_response(then_lease(chunks, state, held, body.cache_salt))
     text = await generation.text(http_request)
     if ttl_s is not None:
-        await lease(state, [(prompt.token_ids, ttl_s)])
+        await lease(state, [(prompt.token_ids, ttl_s)], body.cache_salt)
     choice = {
         "index": 0,
         "message": {"role": "assistant", "content": text},

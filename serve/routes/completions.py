@@ -54,7 +54,7 @@ async def create_completion(body: CompletionRequest, http_request: Request, stat
     token_ids = prompt_token_ids(state.tokenizer, body.prompt)
     offsets = checkpoint_offsets(body.checkpoint_offsets, len(token_ids))
     generation = await start_generation(
-        state, token_ids, sampling, body.stop_strings, completion_id, offsets
+        state, token_ids, sampling, body.stop_strings, completion_id, offsets, body.cache_salt
     )
     head = {
         "id": completion_id,
@@ -63,11 +63,12 @@ async def create_completion(body: CompletionRequest, http_request: Request, stat
         "model": state.model_name,
     }
     if body.stream:
+        chunks = _chunks(generation, head, body.include_usage)
         held = [(token_ids, ttl_s)] if ttl_s is not None else []
-        return sse_response(then_lease(_chunks(generation, head, body.include_usage), state, held))
+        return sse_response(then_lease(chunks, state, held, body.cache_salt))
     text = await generation.text(http_request)
     if ttl_s is not None:
-        await lease(state, [(token_ids, ttl_s)])
+        await lease(state, [(token_ids, ttl_s)], body.cache_salt)
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": generation.finish_reason}
     return {**head, "choices": [choice], "usage": generation.usage}
 

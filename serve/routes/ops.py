@@ -25,12 +25,18 @@ async def health(state: StateDep) -> JSONResponse:
         if engine.error is not None:
             message += f": {engine.error!r}"
         return JSONResponse(error_body(message, "server_error", code="engine_dead"), 503)
+    tiering = engine.engine.scheduler.tiering
+    shared = None if tiering is None or tiering.shared is None else tiering.shared
     return JSONResponse(
         {
             "status": "ok",
             "engine_id": engine.engine.engine_id,
             "model": state.model_name,
             "num_in_flight": engine.num_in_flight,
+            # the shared tier's store: answering or not (`engine.tiers.shared`); null without one
+            "shared_store": None
+            if shared is None
+            else {"url": shared.store.describe(), "up": shared.is_up},
         }
     )
 

@@ -233,7 +233,7 @@ def test_the_api_runs_as_replicas_behind_the_balancer() -> None:
     assert lb["image"].startswith("haproxy:")
     assert "./stack/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in lb["volumes"]
     for name in ("engine", "dashboard", "attach"):
-        assert services[name]["depends_on"] == {"lb": {"condition": "service_healthy"}}, name
+        assert services[name]["depends_on"]["lb"] == {"condition": "service_healthy"}, name
     config = (ROOT / "stack/haproxy.cfg").read_text()
     assert config == compose_config()
     assert "server-template api" in config and "option httpchk GET /healthz" in config
@@ -284,3 +284,22 @@ def test_the_engines_are_replicas_behind_the_router(tmp_path: Path) -> None:
     }
     assert parses([*router["command"], "--model", "/models/bamba-9b"]) == "route"
     assert dict(v.split(":", 1) for v in router["volumes"])["models"].startswith("/models")
+
+
+@pytest.mark.parametrize("files", [("docker-compose.yml",), ("docker-compose.gpu.yml",)])
+def test_the_engines_share_units_through_the_compose_redis_on_a_db_of_their_own(files) -> None:
+    """Issue 49: the replicas' shared tier is the compose Redis, on a DB Celery does not use."""
+    base = compose("docker-compose.yml")
+    spec = compose(files[0])
+    command = spec["services"]["engine"]["command"]
+    url = command[command.index("--shared-cache-url") + 1]
+    celery = base["x-junction"]["environment"] if "x-junction" in base else {}
+    used = {
+        value.rsplit("/", 1)[1]
+        for value in celery.values()
+        if isinstance(value, str) and value.startswith("redis://redis:6379/")
+    }
+    assert re.fullmatch(r"redis://redis:6379/(\d+)", url)
+    assert url.rsplit("/", 1)[1] not in used | {"0", "1"}
+    assert "redis" in base["services"]["engine"]["depends_on"]
+    assert parses(command) == "serve"

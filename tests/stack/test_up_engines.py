@@ -172,3 +172,22 @@ def test_junction_up_routes_over_two_engines(tmp_path: Path):
     while any(is_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [name for name, pid in pids.items() if is_alive(pid)], up.log[-4000:]
+
+
+def test_several_engines_share_units_through_a_directory_unless_a_store_is_named(tmp_path):
+    from stack.parts import SHARED_DIR, shared_cache_url
+
+    database = f"sqlite:///{tmp_path}/junction.db"
+    url = shared_cache_url(3, (), database, {})
+    assert url == str(tmp_path / SHARED_DIR)
+    parts = plan("127.0.0.1", PORTS, runner="null", num_engines=3, shared_cache=url)
+    engines = [part for part in parts if part.name.startswith("engine-")]
+    assert all(option(e.argv, "--shared-cache-url") == [url] for e in engines)
+    check_serve_args(["--", "--shared-cache-url", url])  # `junction serve` takes it
+    # one engine shares with no one; a store the operator names wins
+    assert shared_cache_url(1, (), database, {}) is None
+    redis_url = "redis://127.0.0.1:6379/3"
+    assert shared_cache_url(3, ("--shared-cache-url", redis_url), database, {}) is None
+    assert shared_cache_url(3, (f"--shared-cache-url={redis_url}",), database, {}) is None
+    assert shared_cache_url(3, (), database, {"JUNCTION_SHARED_CACHE_URL": redis_url}) is None
+    assert shared_cache_url(2, (), "postgresql://x/y", {}).endswith(SHARED_DIR)
