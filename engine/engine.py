@@ -24,6 +24,7 @@ from engine.tiers.setup import (
     measure_host_bandwidth,
     tier_costs,
 )
+from engine.tiers.stack import TierStack
 from engine.tiers.tiering import TierCosts, TieringStats
 
 
@@ -37,7 +38,10 @@ class Engine:
         sink: EventSink | None = None,
         engine_id: str = "engine-0",
         tiers: TierConfig | None = None,
+        tier_stack: TierStack | None = None,
     ) -> None:
+        """`tier_stack`, when given, is the tiers in place of those `tiers` asks for (a
+        what-if's model of a disk tier, `whatif.tiers`)."""
         self.cache_config = cache_config or CacheConfig()
         self.scheduler_config = scheduler_config or SchedulerConfig()
         self.model_config = model_config or ModelConfig()
@@ -48,8 +52,12 @@ class Engine:
             runner = make_runner(runner, self.cache_config, self.model_config)
         self.runner = runner
         self.tier_config = tiers or TierConfig()
-        stack = build_stack(
-            self.tier_config, fingerprint(self.cache_config, self.model_config, runner_name)
+        stack = (
+            tier_stack
+            if tier_stack is not None
+            else build_stack(
+                self.tier_config, fingerprint(self.cache_config, self.model_config, runner_name)
+            )
         )
         self.scheduler = Scheduler(
             self.cache_config,

@@ -26,7 +26,7 @@ from engine.scheduling.planner import DECODE, ChunkPlanner
 from engine.scheduling.records import request_finished
 from engine.scheduling.step_events import StepEvents
 from engine.tiers.moves import UnitLoad
-from engine.tiers.stack import TierStack
+from engine.tiers.stack import DISK, HOST, TierStack
 from engine.tiers.tiering import TierCosts, Tiering, TierPlan
 
 
@@ -315,6 +315,8 @@ class Scheduler:
         if request.num_cached_tokens is None:
             request.num_cached_tokens = plan.length
             request.hit_tokens_by_group = {ATTENTION: plan.length, MAMBA: plan.length}
+            medium = DISK if DISK in places else HOST
+            request.hit_tokens_by_medium = {medium: plan.length - device.length}
             request.pin_hits = self.pin_manager.hits(request, plan.length)
             seen = plan.as_hit(device)
             request.match = AdmissionMatch(
