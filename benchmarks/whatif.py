@@ -26,7 +26,7 @@ curve beside SHARDS, and the default policy's sampled-replay curve beside full r
 
     make bench-whatif
     .venv/bin/python benchmarks/whatif.py [--requests 100000] [--shape-requests 100000]
-        [--rate 0.01] [--tier-requests 200] [--only-tiers] [--json OUT]
+        [--rate 0.01] [--tier-requests 60] [--only-tiers] [--json OUT]
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ from whatif.recording import ChainSink, from_events  # noqa: E402
 from whatif.run import ScriptedRunner, run_whatif, synthetic  # noqa: E402
 from whatif.settings import WhatIfSetting, apply  # noqa: E402
 from whatif.shards import family_shards_curve  # noqa: E402
-from whatif.tier_table import device_bytes  # noqa: E402
-from whatif.tiers import default_unit_bytes, tier_curve  # noqa: E402
+from whatif.tier_table import device_bytes, tier_curve  # noqa: E402
+from whatif.tiers import default_unit_bytes  # noqa: E402
 from workloads import build_workload  # noqa: E402
 
 SPEEDUP_TARGET = 20.0
@@ -327,6 +327,8 @@ def tiers_part(console: Console, num_requests: int) -> dict:
             cells = [f"{p.hit_rate:.1%} / {r:.1%}" for p, r in zip(points, real, strict=True)]
             table.add_row(name if tier == "host" else "", tier, *cells, f"{max(errors):.2f} pts",
                           "met" if max(errors) <= ERROR_TARGET else "NOT met")  # fmt: skip
+            console.print(f"{name}, {tier}: curve / real " + ", ".join(cells)
+                          + f"; max error {max(errors):.2f} points")  # fmt: skip
             curve = [p.hit_rate for p in points]
             figures[f"{name}: {tier}"] = {"sizes": sizes, "curve": curve, "real": real,
                                           "max_error_points": max(errors)}  # fmt: skip
@@ -370,7 +372,7 @@ def main() -> None:
     parser.add_argument("--replay-requests", type=int, default=2000)
     parser.add_argument("--replay-rate", type=float, default=0.25)
     parser.add_argument(
-        "--tier-requests", type=int, default=200, help="requests of each shape for the tiers"
+        "--tier-requests", type=int, default=60, help="requests of each shape for the tiers"
     )
     parser.add_argument("--only-tiers", action="store_true", help="the tiers part alone")
     parser.add_argument("--json", type=Path, help="write the figures here")

@@ -17,7 +17,8 @@ from engine.traces.replay import replay
 from tests.whatif.test_run import record
 from whatif.run import run_whatif
 from whatif.settings import WhatIfSetting, apply, parse_settings
-from whatif.tiers import ModelDisk, model_stack, tier_curve, unit_file_bytes
+from whatif.tier_table import tier_curve
+from whatif.tiers import ModelDisk, model_stack, unit_file_bytes
 from workloads import build_workload
 
 MIB = 1 << 20
