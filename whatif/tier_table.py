@@ -8,9 +8,9 @@ variate (the whole recording's replay with no tiers less the sample's).
 
 The device pools stay as they ran; the tier tried grows from none to 64 times the bytes the
 device pools hold (or `--tier-sizes`), the other tier none. Each point is an exact replay
-(`whatif.tiers.tier_curve` at rate 1), within the what-if budget: sampled replays of the prefix
-families missed exact ones by up to 16 points on `benchmarks/whatif.py`'s shapes, so a tier's
-curve is not sampled (docs/operations.md).
+(`tier_curve` at rate 1), within the what-if budget: sampled replays of the prefix
+families did not hold to 2 points of exact ones on `benchmarks/whatif.py`'s shapes, so a
+tier's curve is not sampled (docs/operations.md).
 """
 
 from __future__ import annotations
