@@ -17,10 +17,16 @@ curve beside SHARDS, and the default policy's sampled-replay curve beside full r
    the default policy, hybrid hits with Mamba states) at a few memory sizes, in full and on a
    sample of its prefix families with the memory scaled by the rate (`policy_curve`): the
    difference in points at each size.
+3. The curve per tier (`whatif.tiers.tier_curve`, what `junction whatif --tier-curve` prints:
+   host memory, then disk, from half to four times the bytes the device pools hold) on each of
+   `SHAPES` (a smaller recording, 4 in flight, device pools a sixteenth of its blocks), against
+   real replays: the engine's own replay loop (`engine.traces.replay`) with the tiers `junction
+   replay` builds (a disk directory in a temp dir), on the recording's synthetic tokens. The
+   largest difference in points (target <= 2).
 
     make bench-whatif
     .venv/bin/python benchmarks/whatif.py [--requests 100000] [--shape-requests 100000]
-        [--rate 0.01] [--json OUT]
+        [--rate 0.01] [--tier-requests 60] [--only-tiers] [--json OUT]
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,7 +46,7 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.whatif_traffic import conversations  # noqa: E402
-from engine.config import CacheConfig, SchedulerConfig  # noqa: E402
+from engine.config import CacheConfig, SchedulerConfig, TierConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.traces.replay import replay  # noqa: E402
 from whatif.curves import (  # noqa: E402
@@ -50,9 +57,11 @@ from whatif.curves import (  # noqa: E402
     shards_curve,
 )
 from whatif.recording import ChainSink, from_events  # noqa: E402
-from whatif.run import run_whatif  # noqa: E402
+from whatif.run import ScriptedRunner, run_whatif, synthetic  # noqa: E402
 from whatif.settings import WhatIfSetting, apply  # noqa: E402
 from whatif.shards import family_shards_curve  # noqa: E402
+from whatif.tier_table import device_bytes, tier_curve  # noqa: E402
+from whatif.tiers import default_unit_bytes  # noqa: E402
 from workloads import build_workload  # noqa: E402
 
 SPEEDUP_TARGET = 20.0
@@ -294,6 +303,65 @@ def agreement_part(console: Console) -> dict:
     return figures
 
 
+TIER_MULTIPLES = (0.5, 1.0, 2.0, 4.0)  # tier sizes, as multiples of the device pools' bytes
+
+
+def tiers_part(console: Console, num_requests: int) -> dict:
+    """The per-tier curve against real replays with those tiers, on each of `SHAPES`."""
+    table = Table(title=f"curve per tier against real replays ({num_requests:,} requests each, "
+                        "device pools a sixteenth of the blocks)")  # fmt: skip
+    for column in ("traffic", "tier", *(f"{m:g}x device" for m in TIER_MULTIPLES),
+                   "max error", "target"):  # fmt: skip
+        table.add_column(column, justify="right")
+    figures = {}
+    for name, shape in tqdm(SHAPES, desc="tier shapes", leave=False):
+        recording = conversations(num_requests, seed=11, **shape)
+        recording.concurrency = 4
+        cache = _short_device(recording)
+        device = device_bytes(cache, default_unit_bytes())
+        sizes = [round(device * m) for m in TIER_MULTIPLES]
+        for tier in ("host", "disk"):
+            points = tier_curve(recording, cache, SchedulerConfig(), tier, sizes, 1.0)
+            real = [_real_rate(recording, cache, tier, size) for size in sizes]
+            errors = [abs(p.hit_rate - r) * 100 for p, r in zip(points, real, strict=True)]
+            cells = [f"{p.hit_rate:.1%} / {r:.1%}" for p, r in zip(points, real, strict=True)]
+            table.add_row(name if tier == "host" else "", tier, *cells, f"{max(errors):.2f} pts",
+                          "met" if max(errors) <= ERROR_TARGET else "NOT met")  # fmt: skip
+            console.print(f"{name}, {tier}: curve / real " + ", ".join(cells)
+                          + f"; max error {max(errors):.2f} points")  # fmt: skip
+            curve = [p.hit_rate for p in points]
+            figures[f"{name}: {tier}"] = {"sizes": sizes, "curve": curve, "real": real,
+                                          "max_error_points": max(errors)}  # fmt: skip
+    console.print(table)
+    console.print("cells: the curve's hit rate / a real replay's; errors in points")
+    return figures
+
+
+def _short_device(recording) -> CacheConfig:
+    """Device pools a sixteenth of the recording's distinct blocks (what its longest request
+    needs at least), a Mamba slot for every 16 blocks."""
+    working_set = len(np.unique(block_stream(recording).keys))
+    longest = max(r.num_prompt_tokens + r.num_output_tokens for r in recording.requests)
+    blocks = max(working_set // 16, -(-longest // 16) * 2)
+    return CacheConfig(num_blocks=blocks, num_mamba_blocks=max(blocks // 16, 8))
+
+
+def _real_rate(recording, cache: CacheConfig, tier: str, size: int) -> float:
+    """The hit rate of the recording's synthetic tokens replayed by the engine's own loop with
+    the tiers `junction replay --host-cache-bytes / --disk-cache-dir` builds."""
+    prepared = synthetic(recording)
+    with tempfile.TemporaryDirectory() as directory:
+        tiers = TierConfig(
+            host_cache_bytes=size if tier == "host" else 0,
+            disk_cache_dir=directory if tier == "disk" else None,
+            disk_cache_bytes=size if tier == "disk" else 0,
+        )
+        runner = ScriptedRunner(prepared.scripts)
+        engine = Engine(cache, SchedulerConfig(), runner=runner, tiers=tiers)
+        _, summary = replay(engine, prepared.items, concurrency=recording.concurrency)
+    return summary.hit_rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000)
@@ -303,14 +371,24 @@ def main() -> None:
     )
     parser.add_argument("--replay-requests", type=int, default=2000)
     parser.add_argument("--replay-rate", type=float, default=0.25)
+    parser.add_argument(
+        "--tier-requests", type=int, default=60, help="requests of each shape for the tiers"
+    )
+    parser.add_argument("--only-tiers", action="store_true", help="the tiers part alone")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     console = Console(width=120)
+    if args.only_tiers:
+        figures = {"tiers": tiers_part(console, args.tier_requests)}
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=1))
+        return
     figures = {
         "agreement": agreement_part(console),
         "lru": lru_part(console, args.requests, args.rate),
         "shapes": shapes_part(console, args.shape_requests, args.rate),
         "policy": replay_part(console, args.replay_requests, args.replay_rate),
+        "tiers": tiers_part(console, args.tier_requests),
     }
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))

@@ -67,6 +67,7 @@ def add_whatif_parser(commands: argparse._SubParsersAction) -> None:
         metavar="R",
         help="the share of prefix families each curve replay keeps (1: full replays)",
     )
+    _add_tier_options(cmd)
     cmd.add_argument(
         "--max-bytes",
         type=int,
@@ -91,10 +92,35 @@ def add_whatif_parser(commands: argparse._SubParsersAction) -> None:
     cmd.set_defaults(func=_whatif, cli_name="whatif")
 
 
+def _add_tier_options(cmd: argparse.ArgumentParser) -> None:
+    """`--tier-curve` and what it is drawn with."""
+    cmd.add_argument(
+        "--tier-curve",
+        choices=("host", "disk"),
+        default=None,
+        help="also the hit rate against this tier's size (host memory or disk), the device "
+        "pools as ran and the other tier none, by exact replays",
+    )
+    cmd.add_argument(
+        "--tier-sizes",
+        default=None,
+        metavar="BYTES[,BYTES]",
+        help="--tier-curve: the tier sizes in bytes (default: 0 and 1/2 to 64 times the "
+        "bytes the device pools hold)",
+    )
+    cmd.add_argument(
+        "--unit-bytes",
+        default=None,
+        metavar="TOKEN,STATE",
+        help="--tier-curve: the model's bytes per token of attention and per Mamba state "
+        "(default: the built-in model's; as the settings token_bytes and state_bytes)",
+    )
+
+
 def _whatif(args: argparse.Namespace) -> int:
     if args.engine is None:
         return cmd_whatif(args)
-    for option in ("curve", "recording_out"):
+    for option in ("curve", "tier_curve", "recording_out"):
         if getattr(args, option):
             flag = "--" + option.replace("_", "-")
             print(

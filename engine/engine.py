@@ -27,6 +27,7 @@ from engine.tiers.setup import (
     tier_costs,
 )
 from engine.tiers.shared import SharedStore, SharedTier
+from engine.tiers.stack import TierStack
 from engine.tiers.tiering import TierCosts, TieringStats
 
 
@@ -41,10 +42,13 @@ class Engine:
         engine_id: str = "engine-0",
         tiers: TierConfig | None = None,
         shared: Callable[[str], SharedStore] | None = None,
+        tier_stack: TierStack | None = None,
     ) -> None:
         """`shared` opens, in the namespace it is given (the fingerprint of the model and
         geometry), a store that engines of them share: the tier below host memory and disk
-        (`engine.tiers.shared`; its backends: `sharedstore.open_store`)."""
+        (`engine.tiers.shared`; its backends: `sharedstore.open_store`). `tier_stack`, when
+        given, is the tiers in place of those `tiers` asks for (a what-if's model of a disk
+        tier, `whatif.tiers`)."""
         self.cache_config = cache_config or CacheConfig()
         self.scheduler_config = scheduler_config or SchedulerConfig()
         self.model_config = model_config or ModelConfig()
@@ -56,7 +60,9 @@ class Engine:
         self.runner = runner
         self.tier_config = tiers or TierConfig()
         geometry = fingerprint(self.cache_config, self.model_config, runner_name)
-        stack = build_stack(self.tier_config, geometry, with_shared=shared is not None)
+        if tier_stack is None:
+            tier_stack = build_stack(self.tier_config, geometry, with_shared=shared is not None)
+        stack = tier_stack
         namespace = fingerprint_hash(geometry)
         shared_tier = None if shared is None else SharedTier(shared(namespace), namespace)
         self.scheduler = Scheduler(

@@ -89,6 +89,9 @@ class Request:
     hit_tokens_by_group: dict[str, int] = field(default_factory=dict)
     # tokens of its hits that the tiers below the device served (loaded, not computed)
     num_loaded_tokens: int = 0
+    # the tokens of its hit (`num_cached_tokens`) past the device's own, by the farthest tier
+    # the load read from: {"host": n} or {"disk": n} (empty: the device served it all)
+    hit_tokens_by_medium: dict[str, int] = field(default_factory=dict)
     num_prefill_computed: int = 0
     chunks: list[tuple[int, int]] = field(default_factory=list)
     chunk_stop_reasons: list[str] = field(default_factory=list)

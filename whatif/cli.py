@@ -197,12 +197,16 @@ def _run(args: argparse.Namespace, recording, settings, base=None) -> int:
     bar.close()
     console = Console(width=None if sys.stdout.isatty() else 132)
     console.print(report_table(report))
-    if args.curve:
-        try:
+    try:
+        if args.curve:
             console.print(_curve_table(args, recording, base))
-        except ValueError as exc:
-            print(f"junction whatif: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+        if getattr(args, "tier_curve", None):
+            from whatif.tier_table import tier_curve_table
+
+            console.print(tier_curve_table(args, recording, base, limits_of(args)))
+    except (ValueError, WhatIfTimedOut) as exc:
+        print(f"junction whatif: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.json:
         from engine.traces.replay import write_atomically
 

@@ -18,12 +18,21 @@ class SettingResult:
     oracle_tokens: int  # what no memory limit and perfect foresight would hit
     bound_tokens: int  # what the offline policy hits in this setting's memory
     hits: list[int] = field(default_factory=list)
+    # of `hit_tokens`, those past the device's own hit that host memory or the disk served
+    # (a load counts whole to the farthest tier it read from; docs/rules.md section 16)
+    host_hit_tokens: int = 0
+    disk_hit_tokens: int = 0
+    tier_hits: list[list[int]] = field(default_factory=list)  # per request: [host, disk]
     # the pins this setting could not place ({"pin": its name, "reason"}): it ran without them
     pins_not_placed: list[dict] = field(default_factory=list)
 
     @property
     def hit_rate(self) -> float:
         return self.hit_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
+
+    @property
+    def device_hit_tokens(self) -> int:
+        return self.hit_tokens - self.host_hit_tokens - self.disk_hit_tokens
 
     @property
     def share_of_oracle(self) -> float:
@@ -36,8 +45,9 @@ class SettingResult:
     def as_dict(self, with_hits: bool = False) -> dict:
         data = asdict(self)
         if not with_hits:
-            del data["hits"]
+            del data["hits"], data["tier_hits"]
         data.update(
+            device_hit_tokens=self.device_hit_tokens,
             hit_rate=self.hit_rate,
             share_of_oracle=self.share_of_oracle,
             share_of_bound=self.share_of_bound,
@@ -92,6 +102,7 @@ def report_from_dict(data: dict) -> WhatIfReport:
     def result(item: dict) -> SettingResult:
         fields = {name: item[name] for name in SettingResult.__dataclass_fields__ if name in item}
         fields.setdefault("hits", [])
+        fields.setdefault("tier_hits", [])
         return SettingResult(**fields)
 
     return WhatIfReport(

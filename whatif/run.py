@@ -24,11 +24,13 @@ from engine.events import NullSink
 from engine.request import SamplingParams
 from engine.runners.null import NullRunner
 from engine.scheduling.outputs import RunnerOutput, ScheduledChunk
+from engine.tiers.stack import DISK, HOST
 from engine.traces.trace import TracePin, TraceRequest
 from whatif.budget import Deadline, Limits, check, estimate, size_of
 from whatif.recording import RecordedRequest, Recording
 from whatif.report import SettingResult, WhatIfReport
 from whatif.settings import WhatIfSetting, apply, check_memory, ran_configs
+from whatif.tiers import default_unit_bytes, model_stack
 from workloads.bound import Budget, bound
 from workloads.oracle import oracle
 
@@ -62,10 +64,20 @@ class ScriptedRunner(NullRunner):
     """The null runner's work (none) with each request's output read from its script."""
 
     def __init__(
-        self, scripts: dict[str, list[int]], model_config: ModelConfig | None = None
+        self,
+        scripts: dict[str, list[int]],
+        model_config: ModelConfig | None = None,
+        unit_bytes: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(model_config or ModelConfig())
         self.scripts = scripts
+        self._bytes = unit_bytes  # a tier unit's bytes per token and per state
+
+    def unit_bytes(self) -> tuple[int, int]:
+        """As given, else the built-in model's (read once a process, when a tier needs it)."""
+        if self._bytes is None:
+            self._bytes = default_unit_bytes()
+        return self._bytes
 
     def forward(self, chunks: list[ScheduledChunk]) -> RunnerOutput:
         sampled = {}
@@ -82,6 +94,8 @@ class Replayed(NamedTuple):
     hits: list[int]
     max_in_flight: int
     unplaced: dict[str, str] = {}  # pin id -> why this setting could not place it
+    # each request's hit tokens past the device's, by tier (`Request.hit_tokens_by_medium`)
+    by_medium: list[dict[str, int]] = []
 
 
 class Synthetic(NamedTuple):
@@ -122,14 +136,21 @@ def replay_setting(
     progress: Callable[[int], None] | None = None,
     prepared: Synthetic | None = None,
     deadline: Deadline | None = None,
+    tiers: tuple[int, int] = (0, 0),
+    unit_bytes: tuple[int, int] | None = None,
 ) -> Replayed:
-    """Run the recording through an engine with these configs; `progress(n)` after every
-    `n` requests finished; `deadline` checked at every step (`WhatIfTimedOut` past it)."""
+    """Run the recording through an engine with these configs, and host memory and a disk
+    of `tiers` bytes below it (`whatif.tiers`; units of `unit_bytes` per token and per state,
+    default the built-in model's); `progress(n)` after every `n` requests finished;
+    `deadline` checked at every step (`WhatIfTimedOut` past it)."""
     prepared = prepared or synthetic(recording)
+    runner = ScriptedRunner(prepared.scripts, unit_bytes=unit_bytes)
+    stack = model_stack(*tiers)
     engine = Engine(
-        cache, scheduler, ModelConfig(), runner=ScriptedRunner(prepared.scripts), sink=NullSink()
+        cache, scheduler, ModelConfig(), runner=runner, sink=NullSink(), tier_stack=stack
     )
     hits: dict[str, int] = {}
+    by_medium: dict[str, dict[str, int]] = {}
     unplaced: dict[str, str] = {}
     most = 0
     in_flight = 0
@@ -141,9 +162,11 @@ def replay_setting(
         for request in finished:
             if request.pin_id is None:
                 hits[request.request_id] = request.num_cached_tokens or 0
+                by_medium[request.request_id] = dict(request.hit_tokens_by_medium)
         if progress is not None and finished:
             progress(len(finished))
-    return Replayed([hits[r.id] for r in recording.requests if not r.pin], most, unplaced)
+    ids = [r.id for r in recording.requests if not r.pin]
+    return Replayed([hits[i] for i in ids], most, unplaced, [by_medium[i] for i in ids])
 
 
 def _run(
@@ -242,6 +265,9 @@ def _result(
         oracle_tokens=best.num_oracle_tokens,
         bound_tokens=bound_tokens,
         hits=replayed.hits,
+        host_hit_tokens=sum(t.get(HOST, 0) for t in replayed.by_medium),
+        disk_hit_tokens=sum(t.get(DISK, 0) for t in replayed.by_medium),
+        tier_hits=[[t.get(HOST, 0), t.get(DISK, 0)] for t in replayed.by_medium],
         pins_not_placed=[
             {"pin": prepared.names[pin_id], "reason": reason}
             for pin_id, reason in replayed.unplaced.items()
@@ -320,7 +346,10 @@ def run_whatif(
     as_ran = _result(as_ran_setting, ran_cache, replayed, prepared)
     results = []
     for setting, cache in zip(settings, configs, strict=True):
-        replayed = replay_setting(recording, cache, ran_scheduler, advance, prepared, deadline)
+        replayed = replay_setting(
+            recording, cache, ran_scheduler, advance, prepared, deadline,
+            setting.tier_bytes(), setting.unit_bytes(),
+        )  # fmt: skip
         results.append(_result(setting, cache, replayed, prepared))
     return WhatIfReport(
         num_requests=recording.num_requests,

@@ -28,8 +28,15 @@ MAX_TOKENS = 1 << 20
 #: 4,194,304 blocks a pool, past any engine's; what a run may hold is `whatif.budget`'s bound
 MAX_BLOCKS = 1 << 22
 
+#: 1 PiB, past any tier's; the what-if holds no tier's bytes (`whatif.tiers`)
+MAX_TIER_BYTES = 1 << 50
+#: the fields of a setting that size the tiers below the device, not the cache config
+TIER_FIELDS = ("host_cache_bytes", "disk_cache_bytes", "token_bytes", "state_bytes")
+
 Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
 Blocks = Annotated[int, Field(gt=0, le=MAX_BLOCKS)]
+TierBytes = Annotated[int, Field(ge=0, le=MAX_TIER_BYTES)]
+UnitBytes = Annotated[int, Field(gt=0, le=MAX_TOKENS << 10)]
 
 
 class WhatIfSetting(BaseModel):
@@ -46,6 +53,14 @@ class WhatIfSetting(BaseModel):
     eviction: Literal[EVICTION_NAMES] | None = None  # type: ignore[valid-type]
     num_blocks: Blocks | None = None
     num_mamba_blocks: Blocks | None = None
+    # the tiers below the device (docs/rules.md section 16), in bytes; none: no tier (a
+    # recording does not say which tiers ran)
+    host_cache_bytes: TierBytes | None = None
+    disk_cache_bytes: TierBytes | None = None
+    # what a unit of the model weighs in a tier: bytes per token of attention (every
+    # attention layer's keys and values) and per Mamba state; none: the built-in model's
+    token_bytes: UnitBytes | None = None
+    state_bytes: UnitBytes | None = None
 
     def changes(self) -> dict:
         """The fields this setting sets (its label aside)."""
@@ -62,9 +77,38 @@ class WhatIfSetting(BaseModel):
             "checkpoint_interval": "interval",
             "num_blocks": "blocks",
             "num_mamba_blocks": "states",
+            "host_cache_bytes": "host",
+            "disk_cache_bytes": "disk",
+            "token_bytes": "B/token",
+            "state_bytes": "B/state",
         }
-        parts = [f"{words[k]} {v}" if k in words else str(v) for k, v in self.changes().items()]
+        parts = [
+            f"{words[k]} {size_text(v) if k.endswith('cache_bytes') else v}"
+            if k in words
+            else str(v)
+            for k, v in self.changes().items()
+        ]
         return ", ".join(parts) or "as ran"
+
+    def tier_bytes(self) -> tuple[int, int]:
+        """The host and disk tiers' bytes this setting replays with (0: none)."""
+        return self.host_cache_bytes or 0, self.disk_cache_bytes or 0
+
+    def unit_bytes(self) -> tuple[int, int] | None:
+        """Bytes per token of attention and per state of a unit; None: the built-in model's."""
+        if self.token_bytes is None and self.state_bytes is None:
+            return None
+        from whatif.tiers import default_unit_bytes
+
+        token, state = default_unit_bytes()
+        return self.token_bytes or token, self.state_bytes or state
+
+
+def size_text(num_bytes: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if num_bytes >= 1 << shift:
+            return f"{num_bytes / (1 << shift):.3g} {unit}"
+    return f"{num_bytes} B"
 
 
 def ran_configs(geometry: CacheGeometry) -> tuple[CacheConfig, SchedulerConfig]:
@@ -102,7 +146,7 @@ def ran_configs(geometry: CacheGeometry) -> tuple[CacheConfig, SchedulerConfig]:
 def apply(setting: WhatIfSetting, ran: CacheConfig, recorded_unit: int) -> CacheConfig:
     """The cache config `setting` gives on top of what ran; a `ValueError` names the field
     that cannot be tried and why."""
-    changes = setting.changes()
+    changes = {k: v for k, v in setting.changes().items() if k not in TIER_FIELDS}
     mode = changes.pop("mode", None)
     options = dict(VLLM_OPTIONS if mode == "vllm" else MODE_CACHE_OPTIONS.get(mode, {}))
     if "block_size" in changes or "mamba_block_size" in changes:

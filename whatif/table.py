@@ -24,9 +24,12 @@ def report_table(report: WhatIfReport) -> Table:
             f"({agreement})"
         )
     table = Table(title=title, title_justify="left")
+    results = [report.as_ran, *report.results]
+    tiered = any(r.host_hit_tokens or r.disk_hit_tokens or _has_tiers(r) for r in results)
     for header in (
         "setting",
         "hit tokens",
+        *(("from host", "from disk") if tiered else ()),
         "hit rate",
         "of oracle",
         "of bound",
@@ -35,9 +38,9 @@ def report_table(report: WhatIfReport) -> Table:
         "changed",
     ):
         table.add_column(header, justify="left" if header == "setting" else "right")
-    table.add_row(*_cells(report, report.as_ran), end_section=True)
+    table.add_row(*_cells(report, report.as_ran, tiered), end_section=True)
     for result in report.ranked():
-        table.add_row(*_cells(report, result))
+        table.add_row(*_cells(report, result, tiered))
     unplaced = [
         f"{result.label}: pin {pin['pin']!r} not placed ({pin['reason']})"
         for result in [report.as_ran, *report.ranked()]
@@ -48,7 +51,11 @@ def report_table(report: WhatIfReport) -> Table:
     return table
 
 
-def _cells(report: WhatIfReport, result: SettingResult) -> list[str]:
+def _has_tiers(result: SettingResult) -> bool:
+    return bool(result.changes.get("host_cache_bytes") or result.changes.get("disk_cache_bytes"))
+
+
+def _cells(report: WhatIfReport, result: SettingResult, tiered: bool) -> list[str]:
     gain = report.gain(result)
     if result.hits and report.as_ran.hits:
         changed = f"{sum(a != b for a, b in zip(result.hits, report.as_ran.hits, strict=True)):,}"
@@ -58,6 +65,7 @@ def _cells(report: WhatIfReport, result: SettingResult) -> list[str]:
     return [
         result.label,
         f"{result.hit_tokens:,}",
+        *((f"{result.host_hit_tokens:,}", f"{result.disk_hit_tokens:,}") if tiered else ()),
         f"{result.hit_rate:.1%}",
         f"{result.share_of_oracle:.1%}",
         f"{result.share_of_bound:.1%}",

@@ -90,6 +90,15 @@ class SettingOutcome(Body):
     share_of_bound: float = 0.0
     gain_tokens: int = 0
     pins_not_placed: list[dict[str, Any]] = []  # {"pin": its label, "reason"}: ran without
+    # of `hit_tokens`, those past the device pools' own hit that host memory and the disk
+    # served (a setting with `host_cache_bytes` / `disk_cache_bytes`; 0 without tiers)
+    host_hit_tokens: int = 0
+    disk_hit_tokens: int = 0
+
+    def tier_bytes(self, name: str) -> int:
+        """The tier's size the setting tried ("host_cache_bytes", "disk_cache_bytes"); 0: none."""
+        size = self.changes.get(name)
+        return size if isinstance(size, int) and not isinstance(size, bool) else 0
 
     def pool(self, name: str) -> int | None:
         """A pool's size in its `config` ("num_blocks", "num_mamba_blocks"); None if unset."""

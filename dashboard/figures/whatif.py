@@ -1,7 +1,8 @@
 """A what-if report (`GET /whatif/{id}`'s `result`, read as `client.types.WhatIfReport`): the
 settings tried as a table ranked by tokens saved, hit rate against memory for the settings that
-vary it (the curve), and the agreement of the replay of what ran with what the engine
-recorded."""
+vary it (the curve), hit rate against a tier's size for the settings that vary host memory or
+disk (the curve per tier, with the hits each tier served), and the agreement of the replay of
+what ran with what the engine recorded."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from client.types import SettingOutcome, WhatIfReport
 
 AS_RAN = "as ran"
 MEMORY_FIELDS = ("num_blocks", "num_mamba_blocks")
+#: the tiers below the device a setting may size, by the field that sizes each
+TIER_FIELDS = {"host": "host_cache_bytes", "disk": "disk_cache_bytes"}
 COLUMNS = [
     "setting",
     "family",
@@ -26,6 +29,12 @@ COLUMNS = [
     "share_of_bound",
     "gain_tokens",
     "is_as_ran",
+    "device_hit_tokens",
+    "host_hit_tokens",
+    "disk_hit_tokens",
+    "host_cache_bytes",
+    "disk_cache_bytes",
+    "tier_family",
 ]
 PALETTE = ("#4c9be8", "#d1495b", "#6a4c93", "#edae49", "#00798c", "#30638e", "#8d6a9f")
 
@@ -45,6 +54,12 @@ def results_frame(report: WhatIfReport) -> pd.DataFrame:
 def _row(result: SettingOutcome, ran: SettingOutcome, gain: int, is_as_ran: bool = False) -> dict:
     changes = {k: v for k, v in result.changes.items() if k not in MEMORY_FIELDS}
     family = ", ".join(f"{k} {v}" for k, v in sorted(changes.items())) or AS_RAN
+    # what it changes besides the tiers' sizes: settings of one tier family differ only there
+    others = {
+        k: v for k, v in result.changes.items() if k not in TIER_FIELDS.values() and k != "label"
+    }
+    tier_family = ", ".join(f"{k} {v}" for k, v in sorted(others.items())) or "device as ran"
+    tiers = result.host_hit_tokens + result.disk_hit_tokens
     return {
         "setting": AS_RAN if is_as_ran else result.label or family,
         "family": family,
@@ -57,6 +72,12 @@ def _row(result: SettingOutcome, ran: SettingOutcome, gain: int, is_as_ran: bool
         "share_of_bound": result.share_of_bound,
         "gain_tokens": gain,
         "is_as_ran": is_as_ran,
+        "device_hit_tokens": result.hit_tokens - tiers,
+        "host_hit_tokens": result.host_hit_tokens,
+        "disk_hit_tokens": result.disk_hit_tokens,
+        "host_cache_bytes": result.tier_bytes("host_cache_bytes"),
+        "disk_cache_bytes": result.tier_bytes("disk_cache_bytes"),
+        "tier_family": tier_family,
     }
 
 
@@ -119,6 +140,77 @@ def curve_figure(frame: pd.DataFrame) -> go.Figure:
         legend={"orientation": "h", "y": -0.25},
     )
     return fig
+
+
+def has_tiers(frame: pd.DataFrame) -> bool:
+    """Some setting tried a tier below the device, or some hit came from one."""
+    if frame.empty:
+        return False
+    columns = ["host_hit_tokens", "disk_hit_tokens", "host_cache_bytes", "disk_cache_bytes"]
+    return bool((frame[columns] > 0).to_numpy().any())
+
+
+def tier_curves(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """For each tier, the settings that vary its size alone (the other tier and the rest
+    fixed), what ran among them at size 0 when they change nothing else: the points of that
+    tier's curve, smallest first. A tier with fewer than two sizes has none."""
+    curves = {}
+    for tier, field in TIER_FIELDS.items():
+        other = TIER_FIELDS["disk" if tier == "host" else "host"]
+        best: pd.DataFrame | None = None
+        for _, group in frame.groupby(["tier_family", other], sort=False):
+            if group[field].nunique() > 1 and (best is None or len(group) > len(best)):
+                best = group
+        if best is not None:
+            curves[tier] = best.sort_values(field).drop_duplicates(field)
+    return curves
+
+
+def tier_curve_figure(frame: pd.DataFrame) -> go.Figure:
+    """Hit rate against a tier's size (GiB, log scale once past 0): "what would 64 GB of host
+    memory buy". A line per tier for the whole hit rate, dotted for the share that tier
+    served."""
+    fig = go.Figure()
+    for index, (tier, points) in enumerate(tier_curves(frame).items()):
+        field, color = TIER_FIELDS[tier], PALETTE[index % len(PALETTE)]
+        size = points[field] / 2**30
+        prompt = points["hit_tokens"] / points["hit_rate"].where(points["hit_rate"] > 0)
+        for y, name, dash in (
+            (points["hit_rate"], f"{tier}: hit rate", "solid"),
+            (points[f"{tier}_hit_tokens"] / prompt, f"{tier}: served by {tier}", "dot"),
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    x=size, y=y.fillna(0.0), name=name, mode="lines+markers",
+                    line={"color": color, "dash": dash}, marker={"size": 8, "color": color},
+                    customdata=points[["setting"]].to_numpy(),
+                    hovertemplate="%{customdata[0]}<br>%{x:.3g} GiB: %{y:.1%}<extra></extra>",
+                )
+            )  # fmt: skip
+    fig.update_layout(
+        height=360,
+        margin={"l": 60, "r": 20, "t": 30, "b": 50},
+        xaxis={"title": "tier size (GiB)"},
+        yaxis={"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return fig
+
+
+def tier_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each setting's hit tokens by where they came from: the device, host memory, disk."""
+    ranked = frame.sort_values(["gain_tokens", "is_as_ran"], ascending=[False, False])
+    return pd.DataFrame(
+        {
+            "setting": ranked["setting"],
+            "host GiB": ranked["host_cache_bytes"] / 2**30,
+            "disk GiB": ranked["disk_cache_bytes"] / 2**30,
+            "from device": ranked["device_hit_tokens"],
+            "from host": ranked["host_hit_tokens"],
+            "from disk": ranked["disk_hit_tokens"],
+            "hit rate": ranked["hit_rate"] * 100,
+        }
+    ).reset_index(drop=True)
 
 
 def ranked_table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -23,9 +23,13 @@ from dashboard.figures.whatif import (
     agreement_text,
     curve_families,
     curve_figure,
+    has_tiers,
     ranked_table,
     results_frame,
     settings_text,
+    tier_curve_figure,
+    tier_curves,
+    tier_table,
 )
 from dashboard.forms.whatif import (
     BLOCK_SIZES,
@@ -43,6 +47,9 @@ from dashboard.live import live
 from dashboard.notice import notify, show_notice
 from dashboard.peers import is_peer
 
+#: the tier sizes the form offers, in GiB: each one setting (the device pools as ran)
+HOST_GIB = (1, 4, 16, 64, 256)
+DISK_GIB = (64, 256, 1024, 4096)
 NOTICE = "whatif_notice"
 CHOSEN = "whatif_run"
 ABOUT = (
@@ -100,7 +107,7 @@ def start_form(engine: EngineOut) -> None:
             vllm, tuple(block_sizes), tuple(mamba_sizes), tuple(units), tuple(evictions),
             tuple(memory), extra,
         )  # fmt: skip
-        settings = build_settings(choices, geometry)
+        settings = build_settings(choices, geometry) + tier_settings()
         st.caption(
             f"{len(settings)} settings, each replayed beside the engine's own"
             + (f" (at most {MAX_SETTINGS})." if len(settings) > MAX_SETTINGS else ".")
@@ -123,6 +130,28 @@ def start_form(engine: EngineOut) -> None:
                     f"{run.epoch}): a `junction worker` runs it; its progress shows below.",
                 )
         show_notice(NOTICE)
+
+
+def tier_settings() -> list[dict]:
+    """The form's tier sizes: a setting for each host size, and for each disk size (over the
+    largest host size chosen, else none): the curve per tier."""
+    left, right = st.columns(2)
+    host = left.multiselect(
+        "Host memory tier (GiB; none ran)", list(HOST_GIB), key="wi_host",
+        help="what a tier of host memory under the device pools would buy",
+    )  # fmt: skip
+    disk = right.multiselect(
+        "Disk tier (GiB; none ran)", list(DISK_GIB), key="wi_disk",
+        help="what a disk tier would buy, under the largest host tier chosen",
+    )  # fmt: skip
+    settings = [{"label": f"host {g} GiB", "host_cache_bytes": g << 30} for g in sorted(host)]
+    top = max(host, default=0)
+    for gib in sorted(disk):
+        label = f"disk {gib} GiB" + (f" under host {top} GiB" if top else "")
+        settings.append(
+            {"label": label, "host_cache_bytes": top << 30, "disk_cache_bytes": gib << 30}
+        )
+    return settings
 
 
 def runs_frame(runs: list[WhatIfRunOut]) -> pd.DataFrame:
@@ -164,6 +193,8 @@ def show_run(run: WhatIfRunOut) -> None:
         st.plotly_chart(curve_figure(frame), key="whatif_curve")
     else:
         st.info("No setting varied memory: add memory ×0.5 or ×2 to draw the curve.")
+    if has_tiers(frame):
+        show_tiers(frame)
     st.markdown("**The settings tried, most tokens saved first**")
     st.dataframe(
         ranked_table(frame),
@@ -174,6 +205,24 @@ def show_run(run: WhatIfRunOut) -> None:
             "% of bound": st.column_config.NumberColumn(format="%.1f%%"),
             "gain vs as ran": st.column_config.NumberColumn(format="%+d"),
         },
+    )
+
+
+def show_tiers(frame: pd.DataFrame) -> None:
+    """The curve per tier (settings that vary one tier's size) and the hits by tier."""
+    if tier_curves(frame):
+        st.markdown(
+            "**Token hit rate against tier size** (the device pools as ran; dotted: the share "
+            "that tier served)"
+        )
+        st.plotly_chart(tier_curve_figure(frame), key="whatif_tier_curve")
+    else:
+        st.info("No tier was tried at several sizes: choose more host or disk sizes.")
+    st.markdown("**Hit tokens by tier** (a load counts to the farthest tier it read)")
+    st.dataframe(
+        tier_table(frame),
+        hide_index=True,
+        column_config={"hit rate": st.column_config.NumberColumn(format="%.1f%%")},
     )
 
 

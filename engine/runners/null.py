@@ -29,6 +29,8 @@ def next_token(token_ids: list[int], end: int, vocab: int) -> int:
 
 
 _ONE_BYTE = torch.zeros(1, dtype=torch.uint8)
+#: each model config's (by its repr) bytes per token of attention and per state
+_UNIT_BYTES: dict[str, tuple[int, int]] = {}
 
 
 def sized(num_bytes: int) -> torch.Tensor:
@@ -46,12 +48,16 @@ class NullRunner(Runner):
         self._bytes: tuple[int, int] | None = None  # per token of attention, per state
 
     def unit_bytes(self) -> tuple[int, int]:
-        """The model's bytes per token of attention and per state, read once."""
+        """The model's bytes per token of attention and per state, read once a process for
+        each model config (the built-in model's footprint builds the model)."""
         if self._bytes is None:
-            from engine.setup.footprint import footprint
+            key = repr(self.model_config)
+            if key not in _UNIT_BYTES:
+                from engine.setup.footprint import footprint
 
-            found = footprint(self.model_config)
-            self._bytes = found.attention_bytes_per_token, found.mamba_bytes_per_slot
+                found = footprint(self.model_config)
+                _UNIT_BYTES[key] = found.attention_bytes_per_token, found.mamba_bytes_per_slot
+            self._bytes = _UNIT_BYTES[key]
         return self._bytes
 
     def zero_blocks(self, group: str, block_ids: list[int]) -> None:

@@ -26,8 +26,8 @@ from engine.scheduling.planner import DECODE, ChunkPlanner
 from engine.scheduling.records import request_finished
 from engine.scheduling.step_events import StepEvents
 from engine.tiers.moves import UnitLoad
-from engine.tiers.shared import SharedTier
-from engine.tiers.stack import TierStack
+from engine.tiers.shared import SHARED, SharedTier
+from engine.tiers.stack import DISK, HOST, TierStack
 from engine.tiers.tiering import TierCosts, Tiering, TierPlan
 
 
@@ -322,6 +322,8 @@ class Scheduler:
         if request.num_cached_tokens is None:
             request.num_cached_tokens = plan.length
             request.hit_tokens_by_group = {ATTENTION: plan.length, MAMBA: plan.length}
+            farthest = max(places, key=(HOST, DISK, SHARED).index)  # the load counts whole there
+            request.hit_tokens_by_medium = {farthest: plan.length - device.length}
             request.pin_hits = self.pin_manager.hits(request, plan.length)
             seen = plan.as_hit(device)
             request.match = AdmissionMatch(

@@ -58,6 +58,7 @@ def request_record(request: Request) -> dict:
         "num_prompt_tokens": request.num_prompt_tokens,
         "num_cached_tokens": request.num_cached_tokens or 0,
         "hit_tokens_by_group": dict(request.hit_tokens_by_group),
+        "hit_tokens_by_medium": dict(request.hit_tokens_by_medium),
         "num_computed_tokens": request.num_prefill_computed,
         "chunks": [list(c) for c in request.chunks],
         "chunk_stop_reasons": list(request.chunk_stop_reasons),
