@@ -21,7 +21,18 @@ predicted one. Traces:
   attention blocks of most families, few still hold a state): an attention match without a
   state misleads an attention-only scorer;
 - `uniform`: prompts that share only a chat template's 32-token header, 8 in flight: the
-  busiest engine's share.
+  busiest engine's share;
+- `tiers`: device pools of a few states and a host tier on every engine, its rates declared
+  (`--prefill-tokens-per-s`, `--host-bytes-per-s`), after a plain balancer spread the families
+  over the fleet: most hits live in some engine's host memory, which a router scoring the
+  device alone (`--policy hybrid_device`) does not see.
+
+Placements also include `hybrid_device` (the hybrid score before the tiers: the device's hit
+in tokens) and `lmetric` (LMetric's `uncached tokens x (requests in flight + 1)` over the same
+hit as `hybrid`, against which the hybrid policy's queue term in seconds is compared). Printed
+besides: the seconds the engines' tier loads took (`junction_tier_loaded_bytes` at the host
+rate) and the prefill seconds of the run at the trace's rates (tokens computed / prefill rate
++ those load seconds).
 
 Then the router alone, in-process: 8 engines, 100k indexed keys, the time to route a request.
 
@@ -50,6 +61,7 @@ if str(ROOT) not in sys.path:  # run as a script: `benchmarks.ports` is beside i
 
 from benchmarks.ports import free_port  # noqa: E402
 from engine.traces.trace import TraceRequest, segment_tokens  # noqa: E402
+from router.tiers import DEFAULT_RATES  # noqa: E402
 from workloads.oracle import oracle  # noqa: E402
 
 JUNCTION = [sys.executable, "-m", "cli.main"]
@@ -74,6 +86,11 @@ class Trace:
     one_engine_options: list[str]  # the single engine with the whole memory
     concurrency: int
     warmup: list[Prompt] = field(default_factory=list)  # sent first, each to its `slot`
+    # prefill tokens/s and host bytes/s: the engines' declared rates, or the router's defaults
+    rates: tuple[float, float] = (
+        DEFAULT_RATES.prefill_tokens_per_s,
+        DEFAULT_RATES.host_bytes_per_s,
+    )
 
 
 def families_trace(seed: int, num_engines: int) -> Trace:
@@ -140,6 +157,44 @@ def uniform_trace(seed: int, num_engines: int) -> Trace:
     )
 
 
+def tiers_trace(seed: int, num_engines: int) -> Trace:
+    """48 families of 800-1600-token system prompts, each asked once by a plain balancer first
+    (family f on engine f mod N: the fleet's host tiers hold a share each), then 6 questions
+    each, shuffled. A device pool keeps about 3 families' attention and 4 spare states: between
+    two questions of a family the engine that ran it has run a dozen others, so its prefix is
+    in that engine's host memory, rarely on its device."""
+    rng = random.Random(seed + 3)
+    systems = [segment_tokens(seed * 7000 + f, rng.randint(800, 1600)) for f in range(48)]
+
+    def ask(family: int, question: int, slot: int = 0) -> Prompt:
+        asked = segment_tokens(seed * 9000 + family * 100 + question, rng.randint(32, 128))
+        return Prompt(family, systems[family] + asked, len(systems[family]), slot)
+
+    warmup = [ask(family, 90, family) for family in range(48)]
+    prompts = [ask(family, question) for family in range(48) for question in range(6)]
+    rng.shuffle(prompts)
+    rates = (20_000.0, 10e9)
+    declared = [
+        "--prefill-tokens-per-s", str(rates[0]), "--host-bytes-per-s", str(rates[1]),
+        "--host-cache-bytes", "2GiB",
+    ]  # fmt: skip
+    return Trace(
+        "tiers",
+        prompts,
+        ["--num-blocks", "300", "--num-mamba-blocks", "12", *declared],
+        [
+            "--num-blocks",
+            str(300 * num_engines),
+            "--num-mamba-blocks",
+            str(12 * num_engines),
+            *declared,
+        ],  # fmt: skip
+        1,
+        warmup,
+        rates,
+    )
+
+
 # ---------------------------------------------------------------------- processes
 class Processes:
     """Engines and a router as child processes; stopped together."""
@@ -167,7 +222,7 @@ class Processes:
         self.children = []
 
 
-def wait_up(url: str, path: str = "/health", timeout_s: float = 120.0) -> None:
+def wait_up(url: str, path: str = "/health", timeout_s: float = 300.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -212,6 +267,18 @@ class RunResult:
     route_s: list[float]
     agreement: float | None
     decisions: list[dict]  # the router's, oldest first (none without a router)
+    loaded_bytes: int = 0  # read from the engines' tiers during the trace (not its warm-up)
+
+
+async def loaded_bytes(engines: list[str], client: httpx.AsyncClient) -> int:
+    """The bytes the engines' tiers have loaded so far (`/metrics`)."""
+    total = 0
+    for url in engines:
+        text = (await client.get(url + "/metrics")).text
+        for line in text.splitlines():
+            if line.startswith("junction_tier_loaded_bytes_total "):
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
 
 
 async def send_all(
@@ -245,7 +312,7 @@ def run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunRes
         options = trace.one_engine_options if placement == "one engine" else trace.engine_options
         engines = start_engines(procs, 1 if placement == "one engine" else num_engines, options)
         router = None
-        if placement in ("round_robin", "random", "attention", "hybrid"):
+        if placement in ROUTED:
             router = start_router(procs, engines, placement)
 
         def target(prompt: Prompt) -> str:
@@ -253,13 +320,15 @@ def run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunRes
                 return router
             return engines[prompt.family % len(engines)]
 
-        async def drive() -> tuple[list[int], list[str], dict | None, dict | None]:
+        async def drive() -> tuple[list[int], list[str], dict | None, dict | None, int]:
             async with httpx.AsyncClient(timeout=120) as client:
                 if trace.warmup:  # the plain balancer's traffic before
                     await send_all(
                         trace.warmup, lambda p: engines[p.slot % len(engines)], 1, client
                     )
+                before = await loaded_bytes(engines, client)
                 hits, where = await send_all(trace.prompts, target, trace.concurrency, client)
+                moved = await loaded_bytes(engines, client) - before
                 fleet = decisions = None
                 if router is not None:
                     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -267,13 +336,13 @@ def run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunRes
                     decisions = (
                         await client.get(router + "/fleet/decisions?limit=1000", headers=headers)
                     ).json()
-                return hits, where, fleet, decisions
+                return hits, where, fleet, decisions, moved
 
-        hits, where, fleet, decisions = asyncio.run(drive())
+        hits, where, fleet, decisions, moved = asyncio.run(drive())
         route_s = [d["route_s"] for d in decisions["decisions"]] if decisions else []
         agreement = fleet["agreement"] if fleet else None
         oldest_first = list(reversed(decisions["decisions"])) if decisions else []
-        return RunResult(sum(hits), where, route_s, agreement, oldest_first)
+        return RunResult(sum(hits), where, route_s, agreement, oldest_first, moved)
     finally:
         procs.stop()
 
@@ -346,21 +415,34 @@ def oracle_tokens(prompts: list[Prompt]) -> int:
     return oracle(items, UNIT).num_oracle_tokens
 
 
-PLACEMENTS = ("round_robin", "random", "attention", "hybrid", "family affinity", "one engine")
+ROUTED = ("round_robin", "random", "attention", "hybrid_device", "lmetric", "hybrid")
+PLACEMENTS = (*ROUTED, "family affinity", "one engine")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--traces", default="families,scarce,uniform")
+    parser.add_argument("--traces", default="families,scarce,uniform,tiers")
+    parser.add_argument(
+        "--placements", default=",".join(PLACEMENTS), help="a comma-separated subset to run"
+    )
     parser.add_argument("--skip-scale", action="store_true")
     args = parser.parse_args()
-    builders = {"families": families_trace, "scarce": scarce_trace, "uniform": uniform_trace}
+    builders = {
+        "families": families_trace,
+        "scarce": scarce_trace,
+        "uniform": uniform_trace,
+        "tiers": tiers_trace,
+    }
+    placements = args.placements.split(",")
+    unknown = [p for p in placements if p not in PLACEMENTS]
+    if unknown:
+        parser.error(f"--placements: unknown {unknown}; choose from {', '.join(PLACEMENTS)}")
     with tempfile.TemporaryDirectory(prefix="junction-fleet-") as logs:
         for name in args.traces.split(","):
             trace = builders[name](args.seed, args.engines)
-            report(trace, args.engines, Path(logs))
+            report(trace, args.engines, Path(logs), placements)
     if not args.skip_scale:
         times = scale()
         print(
@@ -370,40 +452,58 @@ def main() -> int:
     return 0
 
 
-def report(trace: Trace, num_engines: int, log_dir: Path) -> None:
+def report(trace: Trace, num_engines: int, log_dir: Path, placements: list[str]) -> None:
     best = oracle_tokens(trace.warmup + trace.prompts) - oracle_tokens(trace.warmup)
     total = sum(len(p.token_ids) for p in trace.prompts)
+    prefill_rate, host_rate = trace.rates
     print(
         f"\n{trace.name}: {len(trace.prompts)} requests, {total} prompt tokens, oracle {best} "
         f"hit tokens, {num_engines} engines ({' '.join(trace.engine_options)}), "
-        f"{trace.concurrency} in flight"
+        f"{trace.concurrency} in flight; seconds at {prefill_rate:,.0f} prefill tokens/s and "
+        f"{host_rate / 1e9:g} GB/s from host"
     )
     results = {}
-    for placement in PLACEMENTS:
+    for placement in placements:
         started = time.monotonic()
         results[placement] = run(trace, placement, num_engines, log_dir)
         print(f"  ran {placement} in {time.monotonic() - started:.1f} s", file=sys.stderr)
-    one = results["one engine"].hit_tokens
-    affinity = results["family affinity"].hit_tokens
+    one = results["one engine"].hit_tokens if "one engine" in results else 0
+    affinity = results["family affinity"].hit_tokens if "family affinity" in results else 0
     print(
         f"  {'placement':<16} {'hit tokens':>10} {'% oracle':>8} {'vs 1 engine':>11} "
-        f"{'vs affinity':>11} {'busiest/mean':>12} {'max/min':>7} {'route p50/p99 ms':>16} "
-        f"{'agree':>6}"
+        f"{'vs affinity':>11} {'load s':>7} {'prefill s':>9} {'busiest/mean':>12} "
+        f"{'max/min':>7} {'route p50/p99 ms':>16} {'agree':>6}"
     )
+    seconds = {}
     for placement, result in results.items():
         busiest, ratio = spread(result.engines) if placement != "one engine" else (1.0, 1.0)
         p50, p99 = (percentile(result.route_s, q) * 1e3 for q in (0.5, 0.99))
         timing = f"{p50:.2f}/{p99:.2f}" if result.route_s else "-"
         agree = f"{result.agreement:.1%}" if result.agreement is not None else "-"
+        load_s = result.loaded_bytes / host_rate
+        seconds[placement] = (total - result.hit_tokens) / prefill_rate + load_s
         print(
             f"  {placement:<16} {result.hit_tokens:>10} {result.hit_tokens / max(best, 1):>8.1%} "
             f"{result.hit_tokens / one if one else 0:>11.2f} "
-            f"{result.hit_tokens / affinity if affinity else 0:>11.2f} {busiest:>12.2f} "
+            f"{result.hit_tokens / affinity if affinity else 0:>11.2f} {load_s:>7.3f} "
+            f"{seconds[placement]:>9.2f} {busiest:>12.2f} "
             f"{ratio:>7.2f} {timing:>16} {agree:>6}"
         )
-    hybrid, attention = results["hybrid"].hit_tokens, results["attention"].hit_tokens
-    if attention:
-        print(f"  hybrid / attention-only: {hybrid / attention:.2f}x")
+    hits = {p: r.hit_tokens for p, r in results.items()}
+    if hits.get("attention"):
+        print(f"  hybrid / attention-only: {hits.get('hybrid', 0) / hits['attention']:.2f}x")
+    if hits.get("hybrid_device"):
+        print(
+            f"  hybrid (tiers) / hybrid (device alone): "
+            f"{hits.get('hybrid', 0) / hits['hybrid_device']:.2f}x "
+            f"hit tokens, prefill s {seconds.get('hybrid', 0):.2f} against "
+            f"{seconds['hybrid_device']:.2f}"
+        )
+    if hits.get("lmetric") and "hybrid" in hits:
+        print(
+            f"  hybrid / lmetric: {hits['hybrid'] / hits['lmetric']:.2f}x hit tokens, prefill s "
+            f"{seconds['hybrid']:.2f} against {seconds['lmetric']:.2f}"
+        )
 
 
 if __name__ == "__main__":

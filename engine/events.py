@@ -141,8 +141,9 @@ class BlockStored(CacheEvent):
     lora_id: Int | None = None
 
 
-#: the media of the tiers below the device (`engine.tiers`): a `BlockStored` or `BlockRemoved`
-#: carrying one of these is about a tier, never a device block, and names no block id
+#: the media of the tiers below the device (`engine.tiers`; "shared": the fleet-wide store): a
+#: `BlockStored` or `BlockRemoved` carrying one of these is about a tier, never a device block,
+#: and names no block id
 TIER_MEDIA = frozenset({"host", "disk", "shared"})
 
 

@@ -188,7 +188,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
 
     def add(url: str) -> None:
         if url not in fleet.engines:
-            engine = fleet.engines[url] = FleetEngine(url, max_index_keys=args.max_index_keys)
+            engine = fleet.add(FleetEngine(url, max_index_keys=args.max_index_keys))
             followers.add(asyncio.create_task(follow(engine, args.token)))
 
     for url in urls:

@@ -30,11 +30,13 @@ from engine.feed import (
     FeedHeartbeat,
     FeedHello,
     FeedLoad,
+    FeedRates,
     FeedSnapshot,
     decode,
 )
 from engine.hashing import BlockHash, num_known_units
 from router.index import DEFAULT_MAX_KEYS, EngineIndex, FeedGapError
+from router.tiers import DEFAULT_RATES, SharedIndex
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,12 @@ class FleetEngine:
     num_snapshots: int = 0
     max_index_keys: int = DEFAULT_MAX_KEYS
     retry_at: float | None = None  # monotonic: when an unreachable peer is tried again
+    shared: SharedIndex | None = None  # the fleet's: the shared store's units it announces
+
+    @property
+    def rates(self) -> FeedRates:
+        """What its feed says it measured; `DEFAULT_RATES` where it says nothing."""
+        return self.load.rates or DEFAULT_RATES
 
     # ------------------------------------------------------------------ reads
     @property
@@ -177,14 +185,14 @@ class FleetEngine:
         elif isinstance(frame, FeedSnapshot):
             if self.index is None:
                 raise FeedGapError("a snapshot before the hello")
-            self.index.apply_snapshot(frame)
+            self.index.apply_snapshot(frame, self.shared)
             self.load = frame.load
             self.num_snapshots += 1
             self.status, self.down_reason, self.retry_at = "up", None, None
         elif isinstance(frame, FeedDelta):
             if self.index is None:
                 raise FeedGapError("a delta before the hello")
-            self.index.apply_delta(frame)
+            self.index.apply_delta(frame, self.shared)
             self.load = frame.load
             for finished in frame.finished:
                 self._finished(finished)

@@ -1,10 +1,12 @@
 """`Fleet`: the engines behind one router, and the choice of one for each request.
 
 `route` hashes the prompt once per match unit the fleet uses, scores every engine that is up
-and serves the model (its usable hybrid hit from its index, the hit a request in flight there
-will leave, its load), lets the policy pick, and records the `Decision`: what each engine
-scored and why the request went where it went. The last `max_decisions` decisions are kept
-for `GET /fleet/decisions`; `finish` adds the hit the engine reported.
+and serves the model (its usable hybrid hit from its index, what its host and disk tiers and
+the fleet's shared store add beyond it and the seconds loading that takes, the hit a request
+in flight there will leave, its load), lets the policy pick, and records the `Decision`: what
+each engine scored, its predicted prefill seconds, and why the request went where it went.
+The last `max_decisions` decisions are kept for `GET /fleet/decisions`; `finish` adds the hit
+the engine reported.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from dataclasses import asdict, dataclass, field
 from engine.cache.lookup import reachable_hit
 from engine.hashing import BlockHash, hash_prefix
 from router.engines import FleetEngine, InFlight
+from router.index import DEFAULT_MAX_KEYS
 from router.policies import Candidate, Policy
+from router.tiers import SharedIndex, tier_hit
 
 DEFAULT_RUNNING_COST = 128  # prefill tokens a running request weighs in an engine's load
 DEFAULT_MAX_DECISIONS = 10_000
@@ -35,6 +39,14 @@ class EngineScore:
     score: int  # what the policy ranked by: gain - load + credit
     gain: int = 0  # the gain the policy counted: 0 below the decision's `min_hit`
     credit: int = 0  # load not held against it (the producer's prefill this request reuses)
+    # the usable hit by where it lives: "device" (its own hit), then the tokens its "host"
+    # and "disk" tiers and the fleet's "shared" store add beyond it
+    tier_hit: dict[str, int] = field(default_factory=dict)
+    load_bytes: dict[str, int] = field(default_factory=dict)  # to load, by tier
+    load_s: float = 0.0  # those bytes at the tiers' rates
+    queue_s: float = 0.0  # its queue at its prefill rate
+    # the request there: tokens left to compute at its prefill rate + load_s + queue_s
+    predicted_s: float = 0.0
 
 
 @dataclass
@@ -55,6 +67,8 @@ class Decision:
     realised_hit: int | None = None  # what the engine reported, once it finished
     status: str = "routed"  # "routed", "finished", "failed"
     min_hit: int = 0  # the least gain the policy counts (`--min-hit-share` of the prompt)
+    predicted_s: float = 0.0  # the chosen engine's predicted prefill seconds
+    predicted_load_s: float = 0.0  # of those, loading from the tiers
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -72,13 +86,21 @@ class Fleet:
         running_cost: int = DEFAULT_RUNNING_COST,
         max_decisions: int = DEFAULT_MAX_DECISIONS,
     ) -> None:
-        self.engines: dict[str, FleetEngine] = {engine.url: engine for engine in engines}
+        self.shared = SharedIndex(DEFAULT_MAX_KEYS)  # the shared store's units, fleet-wide
+        self.engines: dict[str, FleetEngine] = {}
+        for engine in engines:
+            self.add(engine)
         self.policy = policy
         self.running_cost = running_cost
         self.max_decisions = max_decisions
         self.decisions: OrderedDict[str, Decision] = OrderedDict()
         self.num_agree = 0
         self.num_compared = 0
+
+    def add(self, engine: FleetEngine) -> FleetEngine:
+        engine.shared = self.shared
+        self.engines[engine.url] = engine
+        return engine
 
     def up(self, model: str | None = None) -> list[FleetEngine]:
         return [e for e in self.engines.values() if e.is_up and (model is None or e.model == model)]
@@ -113,27 +135,15 @@ class Fleet:
             raise NoEngineError(model)
         num_tokens = len(token_ids)
         by_unit: dict[int, list[BlockHash]] = {}
-        candidates, details = [], {}
-        for engine in engines:
-            index = engine.index
-            assert index is not None  # `up` engines have one
-            unit = index.geometry.match_unit
-            hashes = by_unit.get(unit)
-            if hashes is None:
-                hashes = by_unit[unit] = hash_prefix(token_ids, unit)
-            found = index.hit(hashes, num_tokens)
-            hit, attention = (found.length, found.attention_length) if found else (0, 0)
-            shared = engine.in_flight_shared(hashes) * unit
-            in_flight = reachable_hit(index.geometry, shared, num_tokens) if shared else 0
-            load = engine.load_tokens(self.running_cost)
-            candidates.append(
-                Candidate(engine.url, hit, attention, in_flight, load, engine.num_routed)
-            )
-            details[engine.url] = (hashes, hit, attention, in_flight, load)
-        choice = self.policy.choose(candidates, num_tokens)
+        scored = [self._score(engine, token_ids, by_unit) for engine in engines]
+        choice = self.policy.choose([candidate for candidate, _, _ in scored], num_tokens)
         chosen = self.engines[choice.key]
-        hashes, hit, _, in_flight, _ = details[choice.key]
-        predicted = max(hit, in_flight) if self.policy.name == "hybrid" else hit
+        for candidate, _, score in scored:
+            score.score = choice.scores[candidate.key]
+            score.gain = choice.gains.get(candidate.key, 0)
+            score.credit = choice.credits.get(candidate.key, 0)
+        candidate, hashes, score = next(s for s in scored if s[0].key == choice.key)
+        predicted = self._predicted(candidate)
         decision = Decision(
             request_id=f"route-{uuid.uuid4().hex}",
             ts=time.time(),
@@ -145,22 +155,11 @@ class Fleet:
             reason=choice.reason,
             predicted_hit=predicted,
             route_s=time.perf_counter() - started,
-            scores=[
-                EngineScore(
-                    url,
-                    self.engines[url].engine_id,
-                    h,
-                    a,
-                    f,
-                    load,
-                    choice.scores[url],
-                    gain=choice.gains.get(url, 0),
-                    credit=choice.credits.get(url, 0),
-                )
-                for url, (_, h, a, f, load) in details.items()
-            ],
+            scores=[score for _, _, score in scored],
             failed_over_from=list(exclude),
             min_hit=choice.least_gain,
+            predicted_s=score.predicted_s,
+            predicted_load_s=score.load_s if candidate.tier_hit > candidate.in_flight else 0.0,
         )
         chosen.num_routed += 1
         chosen.num_prompt_tokens += num_tokens
@@ -170,6 +169,68 @@ class Fleet:
         while len(self.decisions) > self.max_decisions:
             self.decisions.popitem(last=False)
         return decision
+
+    def _predicted(self, candidate: Candidate) -> int:
+        """The hit the chosen engine should report: its own lookup's, with the tiers (the
+        device alone before them), or the in-flight producer's when the policy counts it."""
+        if self.policy.name in ("hybrid", "lmetric"):
+            return max(candidate.tier_hit, candidate.in_flight)
+        if self.policy.name == "hybrid_device":
+            return max(candidate.hit, candidate.in_flight)
+        return candidate.hit
+
+    def _score(
+        self, engine: FleetEngine, token_ids: Sequence[int], by_unit: dict[int, list[BlockHash]]
+    ) -> tuple[Candidate, list[BlockHash], EngineScore]:
+        """One engine's candidate, the prompt's hashes at its match unit, and its score row
+        (the policy's terms filled in by `route`)."""
+        index = engine.index
+        assert index is not None  # `up` engines have one
+        unit, num_tokens = index.geometry.match_unit, len(token_ids)
+        hashes = by_unit.get(unit)
+        if hashes is None:
+            hashes = by_unit[unit] = hash_prefix(token_ids, unit)
+        found = index.hit(hashes, num_tokens)
+        hit, attention = (found.length, found.attention_length) if found else (0, 0)
+        rates = engine.rates
+        host, disk = index.tiers["host"].get, index.tiers["disk"].get
+        tiers = tier_hit(
+            index.geometry, (host, disk, self.shared.get), hashes, num_tokens, hit, attention, rates
+        )
+        shared = engine.in_flight_shared(hashes) * unit
+        in_flight = reachable_hit(index.geometry, shared, num_tokens) if shared else 0
+        load = engine.load_tokens(self.running_cost)
+        rate = rates.prefill_tokens_per_s
+        running = engine.load.num_running + engine.load.num_waiting
+        candidate = Candidate(
+            engine.url,
+            hit,
+            attention,
+            in_flight,
+            load,
+            engine.num_routed,
+            max(tiers.length, hit),
+            tiers.load_s,
+            rate,
+            max(running, len(engine.in_flight)),
+        )
+        best = max(candidate.tier_hit, in_flight)
+        load_s = tiers.load_s if tiers.length > in_flight else 0.0
+        score = EngineScore(
+            engine.url,
+            engine.engine_id,
+            hit,
+            attention,
+            in_flight,
+            load,
+            0,
+            tier_hit={"device": hit, **tiers.tokens},
+            load_bytes=dict(tiers.num_bytes),
+            load_s=tiers.load_s,
+            queue_s=load / rate,
+            predicted_s=(num_tokens - best + load) / rate + load_s,
+        )
+        return candidate, hashes, score
 
     def started(self, decision: Decision, engine_request_id: str) -> None:
         """The engine took the request under `engine_request_id` (its feed names that id)."""

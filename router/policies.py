@@ -3,10 +3,17 @@
 One class per policy, chosen by name from `POLICIES`. Every policy sees the same
 `Candidate`s; they differ in what they count as the gain of sending the request there:
 
-- `hybrid` (the default): the usable hybrid hit, the tokens that engine would really not
-  compute (its attention match backed by a recurrent state, docs/rules.md), or what a request
-  of the same family being prefilled there right now will leave (the engine makes it wait for
-  that producer), less the engine's load;
+- `hybrid` (the default): the request's predicted prefill seconds there, least first: the
+  tokens left to compute beyond its usable hybrid hit (its attention match backed by a
+  recurrent state, docs/rules.md, on the device or loaded from its host or disk tier or the
+  fleet's shared store), or beyond what a request of the same family being prefilled there
+  right now will leave (the engine makes it wait for that producer), at the engine's prefill
+  rate, plus the bytes to load from each tier at that tier's rate, plus its queue (queued
+  prefill tokens and running requests, at its prefill rate);
+- `hybrid_device`: the usable hybrid hit on the device alone, or the in-flight one, less the
+  engine's load, in tokens (the hybrid policy before the tiers: kept for comparison);
+- `lmetric`: LMetric's `uncached tokens x (requests in flight + 1)`, least first, over the same
+  hit as `hybrid` (a load term to compare the seconds against);
 - `attention`: the attention blocks matched, as attention-only routers score (NVIDIA Dynamo's
   KV router, llm-d's prefix scorer), less the same load: for a hybrid model it counts matches no
   state backs;
@@ -28,6 +35,10 @@ class Candidate(NamedTuple):
     in_flight: int  # the hit a same-family request being prefilled there will leave
     load: int  # its queue, in prefill tokens (running requests weighted)
     num_routed: int  # requests this router sent it so far
+    tier_hit: int = 0  # the usable hit with what its tiers and the shared store add (>= hit)
+    load_s: float = 0.0  # the seconds loading that tier hit's bytes takes
+    prefill_tokens_per_s: float = 1.0  # its measured prefill rate
+    num_in_flight: int = 0  # requests running or waiting there
 
 
 class Choice(NamedTuple):
@@ -39,6 +50,16 @@ class Choice(NamedTuple):
     gains: dict[str, int] = {}
     credits: dict[str, int] = {}
     least_gain: int = 0
+    seconds: dict[str, float] = {}  # each candidate's predicted prefill seconds (`hybrid`)
+
+
+class _Terms(NamedTuple):
+    """What a scored policy weighs each candidate by, by key."""
+
+    num_tokens: int
+    scores: dict[str, int]
+    credits: dict[str, int]
+    seconds: dict[str, float]
 
 
 class Policy(Protocol):
@@ -76,18 +97,33 @@ class _ScoredPolicy:
         gains = {c.key: g if (g := self.gain(c)) >= least else 0 for c in candidates}
         credits = {c.key: self.credit(c) if gains[c.key] else 0 for c in candidates}
         scores = {c.key: gains[c.key] - c.load + credits[c.key] for c in candidates}
-        best = max(candidates, key=lambda c: (scores[c.key], -c.load, -c.num_routed))
+        seconds = {c.key: self.seconds(c, num_tokens, gains[c.key]) for c in candidates}
+        best = self.best(candidates, _Terms(num_tokens, scores, credits, seconds))
         if gains[best.key] <= 0:
             reason = "least_loaded"
-        elif best.in_flight > max(best.hit, best.attention if self.name == "attention" else 0):
+        elif best.in_flight > max(best.tier_hit, best.hit, self._attention(best)):
             reason = "in_flight"
         else:
             reason = "hit"
-        return Choice(best.key, reason, scores, gains, credits, math.ceil(least))
+        return Choice(best.key, reason, scores, gains, credits, math.ceil(least), seconds)
+
+    def _attention(self, candidate: Candidate) -> int:
+        return candidate.attention if self.name == "attention" else 0
+
+    def best(self, candidates: list[Candidate], terms: _Terms) -> Candidate:
+        scores = terms.scores
+        return max(candidates, key=lambda c: (scores[c.key], -c.load, -c.num_routed))
+
+    def seconds(self, candidate: Candidate, num_tokens: int, gain: int) -> float:
+        """The request's predicted prefill seconds there, counting `gain` as not computed:
+        the tokens left, the tier hit's loads when the gain is that hit, and the queue."""
+        rate = candidate.prefill_tokens_per_s
+        loads = candidate.load_s if gain and gain == candidate.tier_hit > candidate.hit else 0.0
+        return (num_tokens - gain + candidate.load) / rate + loads
 
 
-class HybridPolicy(_ScoredPolicy):
-    name = "hybrid"
+class DeviceHybridPolicy(_ScoredPolicy):
+    name = "hybrid_device"
 
     def gain(self, candidate: Candidate) -> int:
         return max(candidate.hit, candidate.in_flight)
@@ -99,6 +135,45 @@ class HybridPolicy(_ScoredPolicy):
         if candidate.in_flight > candidate.hit:
             return min(candidate.in_flight, candidate.load)
         return 0
+
+
+class HybridPolicy(DeviceHybridPolicy):
+    """The least predicted prefill seconds (`seconds`, the producer's queued prefill this
+    request reuses not held against it); ties go to the lower load, then the fewer routed.
+    Where every engine states the same rates and no tier adds a hit, this is the device
+    policy's choice: the seconds are its score over one rate."""
+
+    name = "hybrid"
+
+    def gain(self, candidate: Candidate) -> int:
+        return max(candidate.tier_hit, candidate.hit, candidate.in_flight)
+
+    def credit(self, candidate: Candidate) -> int:
+        if candidate.in_flight > max(candidate.hit, candidate.tier_hit):
+            return min(candidate.in_flight, candidate.load)
+        return 0
+
+    def best(self, candidates: list[Candidate], terms: _Terms) -> Candidate:
+        def held(c: Candidate) -> float:
+            return terms.seconds[c.key] - terms.credits[c.key] / c.prefill_tokens_per_s
+
+        return min(candidates, key=lambda c: (held(c), c.load, c.num_routed))
+
+
+class LMetricPolicy(_ScoredPolicy):
+    """LMetric's placement: the fewest `uncached tokens x (requests in flight + 1)`, over the
+    hit `hybrid` counts (device, tiers, in flight); ties to the lower load."""
+
+    name = "lmetric"
+
+    def gain(self, candidate: Candidate) -> int:
+        return max(candidate.tier_hit, candidate.hit, candidate.in_flight)
+
+    def best(self, candidates: list[Candidate], terms: _Terms) -> Candidate:
+        def cost(c: Candidate) -> int:
+            return max(terms.num_tokens - self.gain(c), 0) * (c.num_in_flight + 1)
+
+        return min(candidates, key=lambda c: (cost(c), c.load, c.num_routed))
 
 
 class AttentionPolicy(_ScoredPolicy):
@@ -134,7 +209,14 @@ class RandomPolicy:
 
 POLICIES: dict[str, type] = {
     policy.name: policy
-    for policy in (HybridPolicy, AttentionPolicy, RoundRobinPolicy, RandomPolicy)
+    for policy in (
+        HybridPolicy,
+        DeviceHybridPolicy,
+        LMetricPolicy,
+        AttentionPolicy,
+        RoundRobinPolicy,
+        RandomPolicy,
+    )
 }
 DEFAULT_POLICY = "hybrid"
 

@@ -53,6 +53,7 @@ def unit_file_bytes(unit: TierUnit) -> int:
             "start": str(unit.start),
             "end": str(unit.end),
             "num_blocks": str(len(unit.blocks)),
+            "fingerprint": "",  # a disk tier's files carry none (a shared store's do)
         }
     }
     offset = 0

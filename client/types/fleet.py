@@ -38,6 +38,12 @@ class FleetEngine(Body):
     hit_rate: float
     num_failed: int
     num_snapshots: int
+    # the units its host and disk tiers hold, by tier, as its feed announced them
+    num_tier_keys: dict[str, int] = {}
+    # the rates it is priced at (`prefill_tokens_per_s`, `host_bytes_per_s`, ...), and whether
+    # its feed stated them (else they are the router's defaults)
+    rates: dict[str, float | None] = {}
+    rates_measured: bool = False
 
 
 class FleetView(Body):
@@ -49,6 +55,7 @@ class FleetView(Body):
     agreement: float | None
     num_compared: int
     engines: list[FleetEngine]
+    num_shared_keys: int = 0  # the shared store's units some engine announced, not expired
 
 
 class EngineScore(Body):
@@ -61,6 +68,12 @@ class EngineScore(Body):
     score: int  # what the policy ranked by: gain - load + credit
     gain: int = 0  # the gain the policy counted: 0 below the decision's `min_hit`
     credit: int = 0  # load not held against it (the producer's prefill this request reuses)
+    # the usable hit by where it lives: "device", then what "host", "disk", "shared" add
+    tier_hit: dict[str, int] = {}
+    load_bytes: dict[str, int] = {}  # bytes to load, by tier
+    load_s: float = 0.0  # those bytes at the tiers' rates
+    queue_s: float = 0.0  # its queue at its prefill rate
+    predicted_s: float = 0.0  # tokens left at its prefill rate + load_s + queue_s
 
 
 class Decision(Body):
@@ -83,6 +96,8 @@ class Decision(Body):
     realised_hit: int | None = None
     status: str = "routed"  # "routed", "finished", "failed"
     min_hit: int = 0  # the least gain the policy counts (`--min-hit-share` of the prompt)
+    predicted_s: float = 0.0  # the chosen engine's predicted prefill seconds
+    predicted_load_s: float = 0.0  # of those, loading from the tiers
 
 
 class DecisionPage(Body):

@@ -6,9 +6,12 @@ rule (`engine.cache.lookup`) over the keys that engine holds. The feed tells it 
 1. `FeedHello` once: the engine, its epoch and the lookup geometry (for a bridged vLLM or
    SGLang engine, whose feed `junction attach --feed-port` serves, also where its requests go
    and that no finished requests are reported: `attach.bridge.peer_feed`).
-2. `FeedSnapshot` once: every key each group holds now, at seq `seq`.
+2. `FeedSnapshot` once: every key each group holds now, and every unit its tiers hold, at
+   seq `seq`.
 3. `FeedDelta` after each step that changed something, seq rising by one: the keys stored and
-   removed in the order the cache did it, the requests that finished, and the engine's load.
+   removed in the order the cache did it, the units the tiers below the device stored and gave
+   up (`TierChange`: host, disk, and the fleet's shared store), the requests that finished, and
+   the engine's load (with its measured rates, `FeedRates`, when it measured them).
 4. `FeedHeartbeat` while nothing changes (every `HEARTBEAT_S`), with the load.
 
 A subscriber that cannot keep up is closed, not slowed down: it reconnects and starts again
@@ -32,12 +35,14 @@ from engine.feed.frames import (
     FeedHeartbeat,
     FeedHello,
     FeedLoad,
+    FeedRates,
     FeedSnapshot,
     KeyChange,
+    TierChange,
     decode,
     encode,
 )
-from engine.feed.hub import FeedHub, FeedSink, engine_load
+from engine.feed.hub import FeedHub, FeedSink, engine_load, engine_rates
 from engine.feed.subscriber import (
     DEFAULT_SEND_TIMEOUT_S,
     HEARTBEAT_S,
@@ -69,14 +74,17 @@ __all__ = [
     "FeedHello",
     "FeedHub",
     "FeedLoad",
+    "FeedRates",
     "FeedSink",
     "FeedSnapshot",
     "FeedSubscriber",
     "KeyChange",
+    "TierChange",
     "bearer_token",
     "decode",
     "encode",
     "engine_load",
+    "engine_rates",
     "loop_subscriber",
     "relay",
     "reset",

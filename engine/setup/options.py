@@ -195,6 +195,44 @@ def add_tier_options(parser: argparse.ArgumentParser, host_default: str) -> None
         help="the most the disk tier's files take (needed with --disk-cache-dir; "
         "JUNCTION_DISK_CACHE_BYTES)",
     )
+    for flag, what in _RATE_FLAGS:
+        group.add_argument(
+            flag,
+            type=float,
+            default=os.environ.get(_rate_variable(flag)),
+            metavar="RATE",
+            help=f"{what}, as this engine prices tier loads and its feed tells routers "
+            f"(default: measured at start; {_rate_variable(flag)})",
+        )
+
+
+_RATE_FLAGS = (
+    ("--prefill-tokens-per-s", "prefill tokens per second"),
+    ("--host-bytes-per-s", "bytes per second a load from host memory reads"),
+    ("--disk-bytes-per-s", "bytes per second a load from the disk tier reads"),
+)
+
+
+def _rate_variable(flag: str) -> str:
+    return "JUNCTION_" + flag.removeprefix("--").replace("-", "_").upper()
+
+
+def _rates(args: argparse.Namespace) -> list[float | None]:
+    """The rate flags' values; `ValueError` naming the flag for one that is not > 0."""
+    rates = []
+    for flag, _ in _RATE_FLAGS:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
+        try:
+            rate = None if value is None else float(value)
+        except ValueError:
+            rate = -1.0
+        if rate is not None and not 0 < rate < float("inf"):
+            raise ValueError(
+                f"{flag} ({_rate_variable(flag)}) must be a number > 0, got {value!r}; "
+                "leave it out to measure it at start"
+            )
+        rates.append(rate)
+    return rates
 
 
 def tier_config_from_args(
@@ -225,7 +263,15 @@ def tier_config_from_args(
         )
     if args.disk_cache_dir is None and disk_bytes:
         raise ValueError("--disk-cache-bytes needs --disk-cache-dir (JUNCTION_DISK_CACHE_DIR)")
-    return TierConfig(host_bytes, args.disk_cache_dir, disk_bytes)
+    prefill, host_rate, disk_rate = _rates(args)
+    return TierConfig(
+        host_bytes,
+        args.disk_cache_dir,
+        disk_bytes,
+        host_bytes_per_s=host_rate,
+        disk_bytes_per_s=disk_rate,
+        prefill_tokens_per_s=prefill,
+    )
 
 
 def describe_tiers(config: TierConfig) -> str:

@@ -82,7 +82,8 @@ class SharedTier:
         self.store = store
         self.fingerprint = fingerprint
         self.counters = TierCounters()
-        self.known: OrderedDict[BlockHash, None] = OrderedDict()  # put by us, or seen there
+        # put by us, or seen there, with its encoded bytes (what a router prices its load by)
+        self.known: OrderedDict[BlockHash, int] = OrderedDict()
         self.is_up = True
         self.num_errors = self.num_foreign = self.num_stale = 0
         self.num_units = self.num_bytes = 0
@@ -139,7 +140,7 @@ class SharedTier:
         if not result.is_stored:
             self.counters.num_refused += 1
             return False
-        self._remember(unit.key)
+        self._remember(unit.key, len(data))
         self.counters.bytes_in += len(data)
         return True
 
@@ -170,7 +171,7 @@ class SharedTier:
         if unit is None or data is None:
             self.counters.num_misses += 1
             return None
-        self._remember(key)
+        self._remember(key, len(data))
         self.counters.num_hits += 1
         self.counters.bytes_out += len(data)
         return unit
@@ -187,8 +188,13 @@ class SharedTier:
         except SharedStoreError as failure:
             self._failed("remove", failure)
 
-    def _remember(self, key: BlockHash) -> None:
-        self.known[key] = None
+    @property
+    def ttl_s(self) -> float | None:
+        """How long an entry outlives its last use, where the store says."""
+        return getattr(self.store, "ttl_s", None)
+
+    def _remember(self, key: BlockHash, num_bytes: int) -> None:
+        self.known[key] = num_bytes
         self.known.move_to_end(key)
         if len(self.known) > MAX_KNOWN:
             self.known.popitem(last=False)

@@ -80,10 +80,16 @@ def fleet_summary(fleet: Fleet) -> dict:
                 else 0.0,
                 "num_failed": engine.num_failed,
                 "num_snapshots": engine.num_snapshots,
+                "num_tier_keys": {m: len(units) for m, units in engine.index.tiers.items()}
+                if engine.index
+                else {"host": 0, "disk": 0},
+                "rates": {f: getattr(engine.rates, f) for f in engine.rates.__struct_fields__},
+                "rates_measured": engine.load.rates is not None,  # else the router's defaults
             }
         )
     return {
         "policy": fleet.policy.name,
+        "num_shared_keys": len(fleet.shared),
         "num_routed": total,
         "agreement": fleet.agreement,
         "num_compared": fleet.num_compared,

@@ -52,7 +52,8 @@ def test_round_robin_cycles_and_random_is_seeded():
 
 
 def test_an_unknown_policy_or_share_is_refused_by_name():
-    with pytest.raises(ValueError, match="choose one of hybrid, attention, round_robin, random"):
+    choices = "hybrid, hybrid_device, lmetric, attention, round_robin, random"
+    with pytest.raises(ValueError, match=f"choose one of {choices}"):
         make_policy("cheapest")
     with pytest.raises(ValueError, match="--min-hit-share must lie in"):
         make_policy("hybrid", min_hit_share=1.5)

@@ -581,7 +581,10 @@ def test_tier_events_carry_their_medium_and_no_block_ids(tmp_path):
         assert load.num_bytes > 0
 
 
-def test_the_feed_announces_no_tier_keys(tmp_path):
+def test_the_feed_announces_tier_units_apart_from_device_keys(tmp_path):
+    """Device keys go in a delta's `changes` as before; each unit a tier stores or gives up
+    goes in its `tiers`, once (not once per group), with its medium, range and bytes: replayed
+    in order, they are what each tier holds."""
     hub = FeedHub()
     engine = Engine(
         CACHE,
@@ -601,8 +604,24 @@ def test_the_feed_announces_no_tier_keys(tmp_path):
         if isinstance(e, BlockStored | BlockRemoved) and e.medium not in TIER_MEDIA
     )
     announced: Counter[tuple[str, int, tuple[str, ...]]] = Counter()
+    held: dict[str, dict[bytes, tuple]] = {HOST: {}, DISK: {}}
     for frame in map(decode, subscriber.take()):
         if isinstance(frame, FeedDelta):
             announced.update((c.op, c.group, tuple(k.hex() for k in c.keys)) for c in frame.changes)
+            for unit in frame.tiers:
+                if unit.op == "store":
+                    assert unit.key not in held[unit.medium]
+                    held[unit.medium][unit.key] = (
+                        unit.parent,
+                        unit.num_bytes,
+                        unit.start,
+                        unit.end,
+                    )
+                else:
+                    del held[unit.medium][unit.key]
     assert announced == expected
+    stack = engine.scheduler.tiering.stack
+    assert held[HOST] == {k: tuple(r) for k, r in stack.host.index.records.items()}
+    assert held[DISK] == {k: tuple(r) for k, r in stack.disk.index.records.items()}
+    assert held[HOST] and held[DISK]
     assert engine.scheduler.tiering.stats().num_loads > 0
