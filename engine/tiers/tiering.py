@@ -381,9 +381,10 @@ class Tiering:
         disk is promoted into host memory on the way); None when one turned out corrupt (then
         it and the units after it are gone from the tiers)."""
         before = self._keys()
-        units, places = [], []
+        units, places, sizes = [], [], []
         for key in plan.keys:
             place = HOST if key in self.stack.host else DISK
+            sizes.append(self._bytes(key))  # what `plan.num_bytes` counted of it
             unit = self.stack.load(key)
             if unit is None:
                 self._announce(before)
@@ -394,6 +395,12 @@ class Tiering:
         self.num_loads += 1
         self.num_loaded_bytes += plan.num_bytes
         if self.sink.is_recording:
+            tokens: dict[str, int] = {}
+            by_medium: dict[str, int] = {}
+            for unit, place, size in zip(units, places, sizes, strict=True):
+                # the device served [0, start): a unit's tokens below it are not the tier's
+                tokens[place] = tokens.get(place, 0) + unit.end - max(unit.start, plan.start)
+                by_medium[place] = by_medium.get(place, 0) + size
             self.sink.emit(
                 UnitLoaded(
                     request_id=request_id,
@@ -401,6 +408,8 @@ class Tiering:
                     media=places,
                     token_range=(plan.start, plan.length),
                     num_bytes=plan.num_bytes,
+                    tokens_by_medium=tokens,
+                    bytes_by_medium=by_medium,
                 )
             )
         return units, places
