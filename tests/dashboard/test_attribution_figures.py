@@ -265,7 +265,7 @@ def test_restarted_says_the_cache_was_empty_and_enlarges_no_pool():
 
 
 def test_a_tier_eviction_names_the_tier_flag_and_its_size_and_a_pin():
-    geometry = CacheGeometry.from_json({**GEOMETRY_JSON, "tier_bytes": {"host": 4096, "disk": 8192}})
+    geometry = CacheGeometry.from_json(GEOMETRY_JSON | {"tier_bytes": {"host": 4096, "disk": 8192}})
     found = {
         r.reason: r
         for r in remedies(
