@@ -143,6 +143,7 @@ class PeerBlockOut(BaseModel):
     group: str
     group_idx: int
     medium: str
+    tier: str  # where it lives: "device", "host", "disk", "shared" (else the medium's name)
     hash: str
     parent: str | None
     num_tokens: int
@@ -196,6 +197,7 @@ class PeerSummary(BaseModel):
 
     kind: str
     groups: dict[str, dict[str, int]]
+    tiers: dict[str, dict[str, int]]  # the same blocks by group then tier (device, host, ...)
     ranks: list[int]
     churn: list[PeerChurnOut]
     metrics: list[PeerMetricOut]
