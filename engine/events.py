@@ -186,9 +186,9 @@ class UnitLoaded(CacheEvent):
     """A request's hit was read from the tiers below the device (docs/rules.md section 16):
     the units `unit_hashes` (root first, each from the tier in `media`: "host" or "disk") were
     written into its device blocks over `token_range`, `num_bytes` in all, of which
-    `tokens_by_medium` and `bytes_by_medium` say each tier's part (empty from an engine before
-    them). The device's `BlockStored` events for those blocks follow when the step registers
-    them."""
+    `bytes_by_medium` says each tier's part; `tokens_by_medium` the hit tokens past the
+    device's own hit each tier's units served (empty from an engine before them). The
+    device's `BlockStored` events for those blocks follow when the step registers them."""
 
     type: ClassVar[str] = "UnitLoaded"
     request_id: Text
