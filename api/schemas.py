@@ -121,6 +121,7 @@ class BlockOut(BaseModel):
     ref_cnt: int
     pinned: bool
     last_change: int
+    tier: str = "device"  # where the block lives: a block-table row is the device's
 
 
 class BlockPage(BaseModel):
@@ -142,6 +143,7 @@ class PeerBlockOut(BaseModel):
     group: str
     group_idx: int
     medium: str
+    tier: str  # where it lives: "device", "host", "disk", "shared" (else the medium's name)
     hash: str
     parent: str | None
     num_tokens: int
@@ -195,6 +197,7 @@ class PeerSummary(BaseModel):
 
     kind: str
     groups: dict[str, dict[str, int]]
+    tiers: dict[str, dict[str, int]]  # the same blocks by group then tier (device, host, ...)
     ranks: list[int]
     churn: list[PeerChurnOut]
     metrics: list[PeerMetricOut]
@@ -260,6 +263,10 @@ class RequestOut(_Out):
     # what-if replays it with; null: recorded before engines reported them)
     arrival_step: int | None = None
     checkpoint_offsets: list[int] | None = None
+    # its hit by the tier that served it ("device", "host", "disk", "shared"; the device alone
+    # when nothing was loaded) and the bytes read from each tier below the device
+    hit_tokens_by_tier: dict[str, int] | None = None
+    loaded_bytes_by_tier: dict[str, int] | None = None
     attribution: RequestAttribution | None = None  # null: the engine reported no match stop
 
 
@@ -282,6 +289,10 @@ class HitRateTotals(BaseModel):
     hit_tokens_by_group: dict[str, int]
     hit_rate: float
     hit_rate_by_group: dict[str, float]
+    # the hit tokens the tiers below the device served ("host", "disk", "shared"; the device's
+    # are `cached_tokens` less these) and the bytes read from each, by the batch that loaded them
+    hit_tokens_by_tier: dict[str, int] = {}
+    loaded_bytes_by_tier: dict[str, int] = {}
 
 
 class HitRateBucketOut(HitRateTotals):
@@ -634,3 +645,37 @@ class WhatIfRunPage(BaseModel):
     offset: int
     limit: int
     runs: list[WhatIfRunOut]
+
+
+class TierUnitOut(BaseModel):
+    """A usable-hit unit in a tier below the device (`api.store.models.TierUnit`): its key
+    `H_end` and its parent's (null at the root), the tokens `[start, end)` whose attention it
+    carries with the state at `end`, and when (Unix seconds) the tier took it."""
+
+    tier: str
+    key: str
+    parent: str | None
+    token_range: tuple[int, int]
+    stored_at: float
+
+
+class TierUsage(BaseModel):
+    """What one tier holds now: units, the tokens of attention they carry, and the bytes it may
+    hold (the engine's hello; null when it does not say)."""
+
+    num_units: int
+    num_tokens: int
+    capacity_bytes: int | None
+
+
+class TierPage(BaseModel):
+    """An engine's tiers below the device (docs/api.md, "Tiers"): each tier's usage (every tier
+    the engine has, and any the store holds units of), and a page of the units held now, by
+    tier then token range; `tier` filters the page."""
+
+    engine_id: str
+    tiers: dict[str, TierUsage]
+    total: int
+    offset: int
+    limit: int
+    units: list[TierUnitOut]

@@ -35,6 +35,7 @@ from client.types import (
     PinOut,
     RequestOut,
     RequestPage,
+    TierPage,
     WhatIfRunOut,
     WhatIfRunPage,
 )
@@ -87,6 +88,14 @@ class ApiClient(JsonClient):
         params = {"group": group, "start": start, "stop": stop, "keys": keys}
         params["max_cells"] = max_cells
         return self.call("GET", f"/engines/{engine_id}/blocks/grid", params=params, into=BlockGrid)
+
+    def tier_units(
+        self, engine_id: str, tier: str | None = None, limit: int = 1000, offset: int = 0
+    ) -> TierPage:
+        """Where an engine's blocks live below its device: each tier's usage now and one page
+        of the units held (`tier` filters it)."""
+        params = {"tier": tier, "limit": limit, "offset": offset}
+        return self.call("GET", f"/engines/{engine_id}/blocks/tiers", params=params, into=TierPage)
 
     def peer_blocks(
         self,

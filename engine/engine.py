@@ -6,6 +6,8 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from engine.config import CacheConfig, ModelConfig, SchedulerConfig, TierConfig
 from engine.events import EventSink, ListSink
 from engine.geometry import CacheGeometry
@@ -242,7 +244,15 @@ class Engine:
     def cache_geometry(self) -> CacheGeometry:
         """What the engine's hello says of its cache."""
         pools = self.scheduler.coordinator.pools
-        return cache_geometry(self.cache_config, self.scheduler_config, pools)
+        geometry = cache_geometry(self.cache_config, self.scheduler_config, pools)
+        tiering = self.scheduler.tiering
+        if tiering is None:
+            return geometry
+        stack = tiering.stack
+        tiers = {"host": stack.host.index.capacity_bytes}
+        if stack.disk is not None:
+            tiers["disk"] = stack.disk.index.capacity_bytes
+        return msgspec.structs.replace(geometry, tier_bytes=tiers)
 
     def snapshot(self) -> dict:
         """The block table as JSON (`engine.snapshot`)."""

@@ -145,6 +145,33 @@ class BlockStored(CacheEvent):
 #: `BlockStored` or `BlockRemoved` carrying one of these is about a tier, never a device block,
 #: and names no block id
 TIER_MEDIA = frozenset({"host", "disk", "shared"})
+#: where a block lives, fastest first: the views name every medium by one of these
+DEVICE, HOST, DISK, SHARED = TIERS = ("device", "host", "disk", "shared")
+BELOW_DEVICE = TIERS[1:]
+# a bridged engine's medium (vLLM's "GPU", "CPU", an offloading connector's own names) by the
+# words it holds: checked in this order, case aside
+_TIER_WORDS = (
+    (SHARED, ("SHARED", "REMOTE", "REDIS", "VALKEY", "MOONCAKE", "LMCACHE_SERVER", "S3")),
+    (DISK, ("DISK", "STORAGE", "FILE", "SSD", "NVME", "GDS", "LOCAL_FS")),
+    (HOST, ("HOST", "CPU", "DRAM", "RAM", "PINNED")),
+    (DEVICE, ("GPU", "DEVICE", "CUDA", "HBM", "XPU", "TPU", "HPU", "NPU")),
+)
+
+
+def tier_of_medium(medium: str | None) -> str | None:
+    """The tier a bridged engine's medium names (vLLM's "GPU", "CPU", a connector's disk);
+    None for a name no word of `_TIER_WORDS` is in; no medium (an older peer): the device. A
+    Junction engine's own media need no reading: "host", "disk" and "shared" are its tiers and
+    anything else its device (whose medium says "CPU" when it runs on the CPU)."""
+    if medium is None:
+        return DEVICE
+    if medium in TIERS:
+        return medium
+    name = medium.upper()
+    for tier, words in _TIER_WORDS:
+        if any(word in name for word in words):
+            return tier
+    return None
 
 
 class BlockRemoved(CacheEvent):
@@ -159,9 +186,10 @@ class BlockRemoved(CacheEvent):
 class UnitLoaded(CacheEvent):
     """A request's hit was read from the tiers below the device (docs/rules.md section 16):
     the units `unit_hashes` (root first, each from the tier in `media`: "host", "disk" or
-    "shared") were
-    written into its device blocks over `token_range`, `num_bytes` in all. The device's
-    `BlockStored` events for those blocks follow when the step registers them."""
+    "shared") were written into its device blocks over `token_range`, `num_bytes` in all, of
+    which `bytes_by_medium` says each tier's part; `tokens_by_medium` the hit tokens past the
+    device's own hit each tier's units served (empty from an engine before them). The
+    device's `BlockStored` events for those blocks follow when the step registers them."""
 
     type: ClassVar[str] = "UnitLoaded"
     request_id: Text
@@ -169,6 +197,8 @@ class UnitLoaded(CacheEvent):
     media: list[Text]
     token_range: tuple[Int, Int]
     num_bytes: Int
+    tokens_by_medium: dict[Text, Count] = {}
+    bytes_by_medium: dict[Text, Count] = {}
 
 
 class AllBlocksCleared(CacheEvent):

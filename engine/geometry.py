@@ -65,6 +65,8 @@ class CacheGeometry(
     eviction: Kind | None = None  # the eviction policy's name (`CacheConfig.eviction`)
     # each group's pool, so a store lays out a new epoch's table before any row comes
     groups: Annotated[dict[PeerGroup, GroupShape], Meta(max_length=MAX_GROUPS)] | None = None
+    # the bytes each tier below the device may hold ("host", "disk", "shared"; None: none)
+    tier_bytes: Annotated[dict[Kind, Count], Meta(max_length=8)] | None = None
     # --- a bridged vLLM or SGLang engine (`junction attach`)
     kind: Kind | None = None  # "vllm", "sglang": the peer's engine
     physical_block_ids: bool | None = None  # False: its events name blocks by hash alone

@@ -20,10 +20,15 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 
 from engine.events import GROUPS
 from engine.stats import CacheUsage
+from engine.tiers.counters import READ_SECONDS_BUCKETS, ReadTimes, TierStats
 from engine.tiers.tiering import TieringStats
 from engine.wire import BLOCK_STATES
 from publish.publisher import PublisherStats
@@ -187,6 +192,44 @@ class TierCollector:
         )
         for name, help_text, value in counters:
             yield CounterMetricFamily(name, help_text, value=value)
+        yield from offload_families(s, tiers)
+
+
+def offload_families(s: TieringStats, tiers: list[tuple[str, TierStats]]):
+    """The tiers per tier, named as vLLM names its KV offloading's (`vllm:kv_offload_*`, its
+    tiering's `..._tiering_block_hits`, `..._read_bytes`, `..._read_time` by `tier`) with
+    Junction's prefix: usage, unit hits, hit tokens, bytes read and read seconds."""
+    usage = GaugeMetricFamily(
+        "junction:kv_offload_cache_usage_perc", "Share of a tier's bytes in use", labels=["tier"]
+    )
+    for tier, t in tiers:
+        usage.add_metric([tier], t.num_bytes / t.capacity_bytes if t.capacity_bytes else 0.0)
+    yield usage
+    tokens = s.loaded_tokens_by_medium
+    for name, help_text, read in (
+        ("block_hits", "Units read from a tier for hits", lambda t, _: t.num_hits),
+        ("hit_tokens", "Hit tokens a tier served", lambda _, tier: tokens.get(tier, 0)),
+        ("read_bytes", "Bytes read from a tier for hits", lambda t, _: t.bytes_out),
+    ):
+        family = CounterMetricFamily(
+            f"junction:kv_offload_tiering_{name}", help_text, labels=["tier"]
+        )
+        for tier, stats in tiers:
+            family.add_metric([tier], read(stats, tier))
+        yield family
+    seconds = HistogramMetricFamily(
+        "junction:kv_offload_tiering_read_time_seconds",
+        "Seconds reading one unit out of a tier for a hit",
+        labels=["tier"],
+    )
+    for tier, _ in tiers:
+        times = s.read_times.get(tier, ReadTimes.empty())
+        cumulative, buckets = 0, []
+        for bound, count in zip((*READ_SECONDS_BUCKETS, float("inf")), times.counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+        seconds.add_metric([tier], buckets, times.total_s)
+    yield seconds
 
 
 def shared_metrics(s: TieringStats):

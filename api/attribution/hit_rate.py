@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from api.attribution.misses import REASONS
 from api.store import bulk
 from api.store.models import HitRateBucket, PendingAttribution
+from engine.events import BELOW_DEVICE
 
 BUCKETS: Table = HitRateBucket.__table__
 HIT_COUNTERS = (
@@ -29,6 +30,9 @@ HIT_COUNTERS = (
     "attention_hit_tokens",
     "mamba_hit_tokens",
     "computed_tokens",
+    # what the tiers below the device served, by the batch that loaded it (`api.ingest.tiers`)
+    *(f"{tier}_hit_tokens" for tier in BELOW_DEVICE),
+    *(f"{tier}_loaded_bytes" for tier in BELOW_DEVICE),
 )
 ATTRIBUTION_COUNTERS = (
     "attributed_requests",

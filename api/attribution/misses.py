@@ -25,18 +25,37 @@ one reason, so the hit plus the missed tokens is max(L, H):
     [max(proof, F, E), R)   in_flight   still being computed by an earlier arrival
     [R, L)                  held_back   coarse hits stop at the grid below L
 
+On an engine with tiers below the device (`api.attribution.tiers`), `evicted` is split by
+where the prefix went after the device gave it up: `evicted_host`, `evicted_disk` or
+`evicted_shared` up to the deepest unit a tier had taken and then given up (or still held:
+then it stays `evicted`), and `not_admitted` past it (no tier ever took those units).
+
 `copy_pending` is always 0 tokens: the engine waits for a pending copy rather than miss it
 (`match_stop.copy_wait_steps` counts the steps it waited).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, NamedTuple, get_args
 
 from engine.geometry import CacheGeometry
 
-MissReason = Literal["no_state", "in_flight", "held_back", "evicted", "restarted", "copy_pending"]
+MissReason = Literal[
+    "no_state",
+    "in_flight",
+    "held_back",
+    "evicted",
+    "evicted_host",
+    "evicted_disk",
+    "evicted_shared",
+    "not_admitted",
+    "restarted",
+    "copy_pending",
+]
 REASONS: tuple[str, ...] = get_args(MissReason)
+#: splits an evicted span `[start, end)` by tier (`api.attribution.tiers`): tokens by reason
+Below = Callable[[int, int], dict[str, int]]
 
 
 class HitGrid(NamedTuple):
@@ -46,6 +65,7 @@ class HitGrid(NamedTuple):
     eagle: bool
     partial_hits: bool  # fine-grained hits; False: hits land on the `alignment` grid only
     alignment: int  # the hit grid (`hit_alignment`)
+    has_tiers: bool = False  # tiers below the device (`tier_bytes`): evicted is split by them
 
     @classmethod
     def of(cls, geometry: CacheGeometry) -> HitGrid | None:
@@ -59,6 +79,7 @@ class HitGrid(NamedTuple):
             bool(geometry.eagle),
             geometry.partial_hits is not False,  # not reported: partial, the engine's default
             geometry.hit_alignment or unit,
+            bool(geometry.tier_bytes),
         )
 
 
@@ -80,10 +101,12 @@ def split_misses(
     finished: int,
     grid: HitGrid,
     finished_this_epoch: int | None = None,
+    below: Below | None = None,
 ) -> dict[str, int]:
     """The tokens of [hit, max(shared, hit)) by reason (every reason a key); `attention` is A,
     `shared` L, `finished` E and `finished_this_epoch` N of the module's table (None: E, every
-    finish in this epoch). Reads only its arguments."""
+    finish in this epoch); `below` splits the evicted span by tier (None: all `evicted`).
+    Reads only its arguments."""
     missed = dict.fromkeys(REASONS, 0)
     if shared <= hit:
         return missed
@@ -103,7 +126,12 @@ def split_misses(
         add("in_flight", proof, in_flight)
         rest = max(proof, in_flight)
         now = finished if finished_this_epoch is None else min(finished_this_epoch, finished)
-        add("evicted", rest, now)
+        start, end = max(rest, hit), min(now, reach)
+        if below is not None and end > start:
+            for reason, tokens in below(start, end).items():
+                missed[reason] += tokens
+        else:
+            add("evicted", rest, now)
         add("restarted", max(rest, now), finished)
         add("in_flight", max(rest, finished), reach)
     missed["held_back"] += shared - max(reach, hit)

@@ -30,6 +30,7 @@ from sqlalchemy import Table, delete
 from sqlalchemy.orm import Session
 
 from api.attribution import request_chains, shared_units, unit_salt
+from api.attribution import tiers as tier_attribution
 from api.attribution.hit_rate import ATTRIBUTION_COUNTERS, add_buckets, bucket_row
 from api.attribution.misses import HitGrid, MatchStop, split_misses
 from api.settings import Settings
@@ -219,9 +220,12 @@ def _attribute(
     written = written or {}
     wanted = {u for s in subjects for u in s.units}
     records = written | shared_units.records(session, engine_id, wanted - written.keys())
+    tiers = None
+    if grid.has_tiers or tier_attribution.has_tiers(session, engine_id):
+        tiers = tier_attribution.records(session, engine_id, wanted)
     rows = []
     for subject in sorted(subjects, key=lambda s: (s.epoch, s.arrival_index)):
-        row = attribute(subject, records, grid)
+        row = attribute(subject, records, grid, tiers)
         rows.append({"engine_id": engine_id, "epoch": subject.epoch} | row)
         bucket = bucket_row(buckets, engine_id, subject.finished_ts, bucket_s)
         bucket["attributed_requests"] += 1
@@ -232,8 +236,14 @@ def _attribute(
     bulk.insert_missing(session, ATTRIBUTIONS, rows)
 
 
-def attribute(subject: Subject, records: dict[int, shared_units.Record], grid: HitGrid) -> dict:
-    """The attribution row of one request (without its engine and epoch). Reads only."""
+def attribute(
+    subject: Subject,
+    records: dict[int, shared_units.Record],
+    grid: HitGrid,
+    tiers: dict[int, list[tier_attribution.TierRecord]] | None = None,
+) -> dict:
+    """The attribution row of one request (without its engine and epoch); `tiers` the tier
+    rows of its units, on an engine with tiers below the device (None: none). Reads only."""
     arrival = (subject.epoch, subject.arrival_index)
     num_shared = num_finished = num_finished_now = 0
     for unit in subject.units:  # records are prefix-closed: stop at the first not shared
@@ -258,6 +268,9 @@ def attribute(subject: Subject, records: dict[int, shared_units.Record], grid: H
         num_finished * grid.unit,
         grid,
         num_finished_now * grid.unit,
+        None
+        if tiers is None
+        else tier_attribution.splitter(subject.units, subject.arrival_ts, grid.unit, tiers),
     )
     return {
         "arrival_index": subject.arrival_index,

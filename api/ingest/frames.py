@@ -23,8 +23,10 @@ store as it was. The seq bookkeeping is `Engine.next_seq`, per engine and epoch:
   (`api.ingest.dead_letters`) and its seq counts as applied, so the stream goes on without it.
 
 Only `BlockStateChanged` (whole block rows), `RequestFinished` (requests, buckets, pin hits,
-miss attribution) and `PinUpdated` (pin targets, pinned prefixes for attribution) change
-tables besides `event_batches`; the other events are kept in their batch for readers of
+miss attribution), `PinUpdated` (pin targets, pinned prefixes for attribution) and the tiers'
+`BlockStored`/`BlockRemoved` (medium `host`, `disk`, `shared`) and `UnitLoaded`
+(`api.ingest.tiers`) change tables besides `event_batches`; the other events are kept in their
+batch for readers of
 `/events`, without the prompt-derived fields (`unit_hashes`, `junction_token_ids`) that only
 `api.attribution.record` and the requests table use. An engine without physical block ids (its
 hello's geometry says `physical_block_ids: false`, `CacheGeometry.is_peer`) sends the peer
@@ -52,6 +54,7 @@ from api.attribution.hit_rate import add_buckets, bucket_row
 from api.attribution.record import AttributionConfig
 from api.fleet import pins
 from api.ingest import dead_letters
+from api.ingest import tiers as tier_units
 from api.ingest.lease import LeaseConfig, check_hello
 from api.peers import blocks as peer_blocks
 from api.peers.blocks import PeerConfig
@@ -157,6 +160,7 @@ def apply_hello(
             )
             session.execute(delete(Block).where(Block.engine_id == hello.engine_id))
             peer_blocks.forget_blocks(session, engine)
+            tier_units.on_restart(session, engine.engine_id, now.timestamp())
             engine.epoch = hello.epoch
             engine.next_seq = 0
             engine.num_batches_dropped = engine.num_requests_dropped = 0  # counts are per epoch
@@ -267,6 +271,8 @@ def _store_batches(
     bulk.upsert(session, BLOCKS, [_block_values(engine_id, r) for r in latest.values()])
     all_finished = [e for f in finished for e in f]
     buckets: dict[int, dict] = {}  # the requests' totals and the attributed ones', one upsert
+    if not hello.geometry.is_peer:  # the tiers' units and loads, before attribution reads them
+        tier_units.apply(session, engine_id, epoch, new, config.salt, bucket_s, buckets)
     _insert_requests(session, engine_id, epoch, all_finished, bucket_s, buckets)
     attribution.record_frames(
         session,
@@ -281,6 +287,8 @@ def _store_batches(
         buckets,
         check_cap=any(b.seq % shared_units.CAP_CHECK_EVERY == 0 for b in new),
     )
+    if any(b.seq % shared_units.CAP_CHECK_EVERY == 0 for b in new):
+        tier_units.prune(session, engine_id, new[-1].ts, config.window_s, config.max_units)
     add_buckets(session, buckets)
     commands = {}
     for batch, its_reports, its_finished in zip(new, reports, finished, strict=True):
@@ -562,10 +570,13 @@ def _insert_requests(
     """Store the finished requests; their totals go into `buckets` (`bucket_row`'s)."""
     if not finished:
         return
+    loaded = tier_units.fold(session, engine_id, epoch, finished)
     values = []
     for event in finished:
         row = msgspec.to_builtins(event)  # lists for tuples, as JSON columns hold them
         del row["type"], row["unit_hashes"]  # attribution keeps only salted hashes
+        tokens, sizes = loaded.get(event.request_id, (None, None))
+        row["hit_tokens_by_tier"], row["loaded_bytes_by_tier"] = tokens, sizes
         values.append({"engine_id": engine_id, "epoch": epoch, **row})
         bucket = bucket_row(buckets, engine_id, event.finished_ts, bucket_s)
         bucket["num_requests"] += 1

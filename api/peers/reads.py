@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from api.peers.blocks import kind
 from api.store.models import Engine, PeerBlock, PeerChurnBucket, PeerMetricSample, PeerResyncRecord
 from api.store.paging import fetch_page
+from engine.events import tier_of_medium
 
 MAX_SERIES_ROWS = 10_000  # churn buckets and metric samples a summary lists (the newest)
 MAX_RESYNCS = 1000
@@ -77,6 +78,7 @@ def summary(session: Session, engine: Engine, since: float) -> dict:
         return {
             "kind": kind(engine),
             "groups": {},
+            "tiers": {},
             "ranks": [],
             "churn": [],
             "metrics": [],
@@ -88,6 +90,7 @@ def summary(session: Session, engine: Engine, since: float) -> dict:
     return {
         "kind": kind(engine),
         "groups": groups,
+        "tiers": by_tier(groups),
         "ranks": ranks,
         "churn": _churn(session, engine.engine_id, since),
         "metrics": [
@@ -103,6 +106,19 @@ def summary(session: Session, engine: Engine, since: float) -> dict:
         "hit_rate": hit_rate(metrics),
         "resyncs": _resyncs(session, engine.engine_id, since),
     }
+
+
+def by_tier(groups: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Blocks by group then by the tier their medium names (`engine.events.tier_of_medium`:
+    vLLM's "GPU" the device, "CPU" host memory, a storage medium the disk); a medium no tier
+    word names keeps its own name."""
+    tiers: dict[str, dict[str, int]] = {}
+    for group, media in groups.items():
+        into = tiers.setdefault(group, {})
+        for medium, count in media.items():
+            tier = tier_of_medium(medium) or medium
+            into[tier] = into.get(tier, 0) + count
+    return tiers
 
 
 def _layout(session: Session, engine: Engine) -> tuple[dict[str, dict[str, int]], list[int]]:

@@ -1,16 +1,19 @@
-"""An engine's block table as the store holds it, in `BlockPool.row`'s shape."""
+"""An engine's block table as the store holds it, in `BlockPool.row`'s shape (every row a
+device block), and the units its tiers below the device hold (`/blocks/tiers`)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query, status
 
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.openapi import ENGINE_NOT_FOUND
-from api.schemas import BlockOut, BlockPage
+from api.schemas import BlockOut, BlockPage, TierPage, TierUnitOut, TierUsage
 from api.store import blocks
-from api.store.models import Block
+from api.store import tier_units as tier_reads
+from api.store.models import Block, TierUnit
+from engine.events import BELOW_DEVICE
 from engine.wire import BlockState, Group
 
 router = APIRouter(
@@ -49,6 +52,54 @@ def list_blocks(
         offset=offset,
         limit=limit,
         blocks=[block_out(row) for row in rows],
+    )
+
+
+@router.get("/tiers", response_model=TierPage)
+def list_tier_units(
+    engine: EngineDep,
+    session: SessionDep,
+    tier: str | None = None,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
+) -> TierPage:
+    """Where the engine's blocks live below the device: each tier's units and tokens now (the
+    engine's `tier_bytes` their capacity), and a page of its units by tier then token range;
+    `tier` (`host`, `disk`, `shared`) filters the page. A bridged engine's tiers are its
+    `/peer-blocks` media."""
+    if tier is not None and tier not in BELOW_DEVICE:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"tier {tier!r} is not one of {', '.join(BELOW_DEVICE)} (the tiers below the device)",
+        )
+    capacity = engine.geometry.tier_bytes or {}
+    held = tier_reads.usage(session, engine.engine_id)
+    tiers = {
+        name: TierUsage(
+            num_units=held.get(name, (0, 0))[0],
+            num_tokens=held.get(name, (0, 0))[1],
+            capacity_bytes=capacity.get(name),
+        )
+        for name in dict.fromkeys([*capacity, *held])
+    }
+    total, rows = tier_reads.unit_page(session, engine.engine_id, tier, offset, limit)
+    return TierPage(
+        engine_id=engine.engine_id,
+        tiers=tiers,
+        total=total,
+        offset=offset,
+        limit=limit,
+        units=[tier_unit_out(row) for row in rows],
+    )
+
+
+def tier_unit_out(row: TierUnit) -> TierUnitOut:
+    return TierUnitOut(
+        tier=row.tier,
+        key=row.unit_key,
+        parent=row.parent_key,
+        token_range=(row.token_start, row.token_end),
+        stored_at=row.stored_ts,
     )
 
 

@@ -11,6 +11,7 @@ from api.deps import READ, EngineDep, SessionDep
 from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import HitRateBucketOut, HitRateOut, HitRateTotals
 from api.store.models import HitRateBucket
+from engine.events import BELOW_DEVICE
 from engine.wire import ATTENTION, MAMBA
 
 router = APIRouter(
@@ -53,8 +54,14 @@ def _totals(rows: list[HitRateBucket]) -> HitRateTotals:
         MAMBA: sum(row.mamba_hit_tokens for row in rows),
     }
     prompt = sums["prompt_tokens"]
+    tiers = {
+        part: {tier: sum(getattr(row, f"{tier}_{part}") for row in rows) for tier in BELOW_DEVICE}
+        for part in ("hit_tokens", "loaded_bytes")
+    }
     return HitRateTotals(
         **sums,
+        hit_tokens_by_tier=tiers["hit_tokens"],
+        loaded_bytes_by_tier=tiers["loaded_bytes"],
         hit_tokens_by_group=hits,
         hit_rate=sums["cached_tokens"] / prompt if prompt else 0.0,
         hit_rate_by_group={group: hit / prompt if prompt else 0.0 for group, hit in hits.items()},

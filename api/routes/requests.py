@@ -14,6 +14,7 @@ from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import MatchStopOut, RequestAttribution, RequestOut, RequestPage
 from api.store import requests
 from api.store.models import Attribution, Request
+from engine.events import DEVICE
 
 router = APIRouter(
     prefix="/engines/{engine_id}/requests",
@@ -63,6 +64,9 @@ def request_outs(session: Session, engine_id: str, rows: Sequence[Request]) -> l
     outs = []
     for row in rows:
         out = RequestOut.model_validate(row)
+        if out.hit_tokens_by_tier is None:  # nothing loaded: the device served the hit
+            out.hit_tokens_by_tier = {DEVICE: row.num_cached_tokens}
+            out.loaded_bytes_by_tier = {}
         key = (row.epoch, row.arrival_index)
         if out.match_stop is not None and (key in done or key in pending):
             out.attribution = _attribution(done.get(key), out.match_stop)

@@ -224,6 +224,50 @@ class Request(Base):
     # salted chain is `request_chains`'
     arrival_step: Mapped[int | None] = mapped_column(BigInteger)
     checkpoint_offsets: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
+    # its hit by the tier that served it ("device", "host", "disk", "shared") and the bytes read
+    # from each tier below the device (None: nothing was loaded, the device served the hit)
+    hit_tokens_by_tier: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    loaded_bytes_by_tier: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+
+
+class TierUnit(Base):
+    """A usable-hit unit an engine keeps in a tier below its device pools (`host`, `disk`,
+    `shared`), as its `BlockStored`/`BlockRemoved` events of that medium said: the unit's key
+    `H_end` and its parent's, its token range `[token_start, token_end)`, and `unit`, the key
+    salted as miss attribution salts a request's chain (`api.attribution.unit_salt`). A removed
+    unit keeps its row (`removed_ts`) for attribution until the retention window passes."""
+
+    __tablename__ = "tier_units"
+    __table_args__ = (Index("ix_tier_units_engine_unit", "engine_id", "unit"),)
+
+    engine_id: Mapped[str] = mapped_column(
+        ForeignKey(ENGINE_FK, ondelete="CASCADE"), primary_key=True
+    )
+    tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    unit_key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    unit: Mapped[int] = mapped_column(BigInteger)
+    parent_key: Mapped[str | None] = mapped_column(String(128))
+    token_start: Mapped[int] = mapped_column(BigInteger)
+    token_end: Mapped[int] = mapped_column(BigInteger)
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    stored_ts: Mapped[float] = mapped_column(Float)
+    removed_ts: Mapped[float | None] = mapped_column(Float)
+
+
+class RequestLoad(Base):
+    """A request's `UnitLoaded`: the hit tokens and bytes each tier served it, kept until its
+    `RequestFinished` folds them into its `requests` row."""
+
+    __tablename__ = "request_loads"
+    __table_args__ = (Index("ix_request_loads_engine_request", "engine_id", "request_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    engine_id: Mapped[str] = mapped_column(ForeignKey(ENGINE_FK, ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    request_id: Mapped[str] = mapped_column(Text)
+    tokens_by_tier: Mapped[dict[str, Any]] = mapped_column()
+    bytes_by_tier: Mapped[dict[str, Any]] = mapped_column()
+    loaded_ts: Mapped[float] = mapped_column(Float)
 
 
 class AttributionSalt(Base):
@@ -302,6 +346,11 @@ class Attribution(Base):
     missed_evicted: Mapped[int] = mapped_column(Integer, default=0)
     missed_restarted: Mapped[int] = mapped_column(Integer, default=0)
     missed_copy_pending: Mapped[int] = mapped_column(Integer, default=0)
+    # `evicted` split by the tiers below the device (`api.attribution.tiers`)
+    missed_evicted_host: Mapped[int] = mapped_column(Integer, default=0)
+    missed_evicted_disk: Mapped[int] = mapped_column(Integer, default=0)
+    missed_evicted_shared: Mapped[int] = mapped_column(Integer, default=0)
+    missed_not_admitted: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class RequestChain(Base):
@@ -378,6 +427,18 @@ class HitRateBucket(Base):
     missed_evicted: Mapped[int] = mapped_column(BigInteger, default=0)
     missed_restarted: Mapped[int] = mapped_column(BigInteger, default=0)
     missed_copy_pending: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_evicted_host: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_evicted_disk: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_evicted_shared: Mapped[int] = mapped_column(BigInteger, default=0)
+    missed_not_admitted: Mapped[int] = mapped_column(BigInteger, default=0)
+    # hit tokens the tiers below the device served and the bytes read for them, by the batch
+    # that loaded them (`UnitLoaded`; the device's share is `cached_tokens` less these)
+    host_hit_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    disk_hit_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    shared_hit_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    host_loaded_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    disk_loaded_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    shared_loaded_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Pin(Base):

@@ -7,7 +7,16 @@ its type or whether it may be left out. `Body` is every struct's base: unknown f
 newer API are ignored."""
 
 from client.types.base import Body
-from client.types.blocks import BlockGrid, BlockOut, BlockPage, CellCounts, GridLink
+from client.types.blocks import (
+    BlockGrid,
+    BlockOut,
+    BlockPage,
+    CellCounts,
+    GridLink,
+    TierPage,
+    TierUnitOut,
+    TierUsage,
+)
 from client.types.engines import EngineDetail, EngineOut, GroupUsage, ModelCard, ReplicaOut
 from client.types.events import BatchOut, DeadLetterOut, DeadLetterPage, EventPage
 from client.types.fleet import (
@@ -80,6 +89,9 @@ __all__ = [
     "BlockGrid",
     "BlockOut",
     "BlockPage",
+    "TierPage",
+    "TierUnitOut",
+    "TierUsage",
     "Body",
     "CellCounts",
     "Decision",

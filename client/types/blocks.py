@@ -21,6 +21,7 @@ class BlockOut(Body):
     ref_cnt: int
     pinned: bool
     last_change: int
+    tier: str = "device"  # where the block lives: a block-table row is the device's
 
 
 class BlockPage(Body):
@@ -82,3 +83,31 @@ class BlockGrid(Body):
     keys: list[list[str]] | None
     links: list[GridLink]
     note: str | None = None  # why the grid is empty: an engine without physical block ids
+
+
+class TierUnitOut(Body):
+    """A usable-hit unit in a tier below the device: `[start, end)` of attention and the
+    state at `end`, keyed `H_end`."""
+
+    tier: str
+    key: str
+    parent: str | None
+    token_range: tuple[int, int]
+    stored_at: float
+
+
+class TierUsage(Body):
+    num_units: int
+    num_tokens: int
+    capacity_bytes: int | None
+
+
+class TierPage(Body):
+    """`GET /engines/{id}/blocks/tiers`: each tier's usage and a page of its units."""
+
+    engine_id: str
+    tiers: dict[str, TierUsage]
+    total: int
+    offset: int
+    limit: int
+    units: list[TierUnitOut]

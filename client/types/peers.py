@@ -20,6 +20,7 @@ class PeerBlockOut(Body):
     num_tokens: int
     token_sample: list[int]
     stored_at: float
+    tier: str  # where it lives: "device", "host", "disk", "shared" (else the medium)
 
 
 class PeerBlockPage(Body):
@@ -70,6 +71,7 @@ class PeerSummary(Body):
     metrics: list[PeerMetricOut]
     hit_rate: float | None
     resyncs: list[PeerResyncOut]
+    tiers: dict[str, dict[str, int]]  # blocks by group then tier
 
 
 class TreeNodeOut(Body):

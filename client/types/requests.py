@@ -8,7 +8,18 @@ from typing import Literal
 from client.types.base import Body
 
 #: Why a request missed tokens it shared (docs/api.md, "Miss attribution").
-MissReason = Literal["no_state", "in_flight", "held_back", "evicted", "restarted", "copy_pending"]
+MissReason = Literal[
+    "no_state",
+    "in_flight",
+    "held_back",
+    "evicted",
+    "evicted_host",
+    "evicted_disk",
+    "evicted_shared",
+    "not_admitted",
+    "restarted",
+    "copy_pending",
+]
 
 
 class MatchStopOut(Body):
@@ -59,6 +70,10 @@ class RequestOut(Body):
     match_stop: MatchStopOut | None = None
     arrival_step: int | None = None
     checkpoint_offsets: list[int] | None = None
+    # its hit by the tier that served it ("device", "host", "disk", "shared") and the bytes
+    # read from each tier below the device (None: a control plane before tiers)
+    hit_tokens_by_tier: dict[str, int] | None = None
+    loaded_bytes_by_tier: dict[str, int] | None = None
     attribution: RequestAttribution | None = None  # None: the engine reported no match stop
 
 
@@ -80,9 +95,12 @@ class HitRateTotals(Body):
     hit_tokens_by_group: dict[str, int]
     hit_rate: float
     hit_rate_by_group: dict[str, float]
+    # hit tokens the tiers below the device served, and the bytes read from each
+    hit_tokens_by_tier: dict[str, int] = {}
+    loaded_bytes_by_tier: dict[str, int] = {}
 
 
-class HitRateBucketOut(HitRateTotals):
+class HitRateBucketOut(HitRateTotals, kw_only=True):
     bucket_start: int
     bucket_s: int
 

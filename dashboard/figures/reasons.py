@@ -62,6 +62,34 @@ REASONS: dict[str, Series] = {
         "removed before the request came",
         "The prefix had been cached and was evicted before this request came.",
     ),
+    "evicted_host": Series(
+        "host eviction",
+        "#c98a4b",
+        "host memory gave it up before the request came",
+        "The prefix went down from the device into host memory, which gave it up (to make room) "
+        "before this request came: a bigger host tier would have kept it.",
+    ),
+    "evicted_disk": Series(
+        "disk eviction",
+        "#7a5230",
+        "the disk tier gave it up before the request came",
+        "The prefix went down to the disk tier, which gave it up before this request came: a "
+        "bigger disk tier would have kept it.",
+    ),
+    "evicted_shared": Series(
+        "shared eviction",
+        "#5c4a3d",
+        "the shared store gave it up (its TTL or its bound)",
+        "The prefix was in the fleet's shared store, which gave it up (its TTL ran out, or its "
+        "byte bound took it) before this request came.",
+    ),
+    "not_admitted": Series(
+        "not admitted below",
+        "#d4b483",
+        "evicted from the device; no tier below took it",
+        "The device gave the prefix up and no tier below it took it: a tier too small for it, "
+        "a state whose attention was gone (unbacked), or one the eviction policy declined.",
+    ),
     "restarted": Series(
         "restarted",
         "#5b7db1",

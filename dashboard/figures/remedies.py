@@ -13,6 +13,12 @@ from dashboard.figures.reasons import REASONS
 CHECKPOINTS_PAGE = "views/checkpoints.py"
 CHECKPOINTS_LINK = "Checkpoints: suggested junctions and the pin form"
 POOL_FLAGS = {ATTENTION: "--num-blocks", MAMBA: "--num-mamba-blocks"}
+#: the tier each eviction reason names, and the flag that sizes it
+TIER_FLAGS = {
+    "evicted_host": ("host", "--host-cache-bytes"),
+    "evicted_disk": ("disk", "--disk-cache-bytes"),
+}
+TIER_REASONS = (*TIER_FLAGS, "evicted_shared", "not_admitted")
 
 
 class Action(NamedTuple):
@@ -82,6 +88,8 @@ def _actions(
         return (pin,)
     if reason == "evicted":
         return (*_pool_actions(geometry, cache), _pin_prefix("so it is never evicted"))
+    if reason in TIER_REASONS:
+        return _tier_actions(reason, geometry)
     if reason == "restarted":
         return (
             Action(
@@ -124,6 +132,42 @@ def _actions(
             _pin_prefix("so resends of it still hit up to the pin"),
         )
     return ()
+
+
+def _tier_actions(reason: str, geometry: CacheGeometry) -> tuple[Action, ...]:
+    """A miss a tier below the device explains: enlarge that tier (its flag and size now), or
+    the shared store's TTL and bound, or room in the tiers for what none took; or a pin."""
+    if reason in TIER_FLAGS:
+        return (_tier_action(reason, geometry), _pin_prefix("so it is never evicted"))
+    if reason == "evicted_shared":
+        return (
+            Action(
+                "**Lengthen the shared store's TTL or raise its byte bound**: it gave this "
+                "prefix up before the request came."
+            ),
+            _pin_prefix("so it is never evicted"),
+        )
+    host = (geometry.tier_bytes or {}).get("host")
+    size = f" (now {host:,} bytes)" if host is not None else ""
+    return (
+        Action(
+            f"**Give the tiers room for it** (`--host-cache-bytes`{size}, or a disk tier: "
+            "`--disk-cache-dir` with `--disk-cache-bytes`): the device gave the prefix up "
+            "and no tier took it, too small for its unit or full of others."
+        ),
+        _pin_prefix("so the device keeps it"),
+    )
+
+
+def _tier_action(reason: str, geometry: CacheGeometry) -> Action:
+    """Enlarge the tier that gave the prefix up, naming its flag and its size now."""
+    tier, flag = TIER_FLAGS[reason]
+    size = (geometry.tier_bytes or {}).get(tier)
+    now = f" (now {size:,} bytes)" if size is not None else ""
+    return Action(
+        f"**Enlarge the {tier} tier** (`{flag}`{now}): it gave the prefix up before the "
+        "request came, to make room for others."
+    )
 
 
 def _turn_on_junctions(why: str) -> Action:

@@ -9,6 +9,7 @@ from client.schema import GROUPS
 from client.types import BlockGrid, EngineOut, RequestOut
 from dashboard.connection import START_ENGINE, api_client, api_errors, pick_engine
 from dashboard.figures.block_grid import block_grid_figure
+from dashboard.figures.tiers import tier_style, tier_units_frame, tier_usage_frame
 from dashboard.grid.arrows import MAX_ARROWS, Arrows, arrows, link_frame
 from dashboard.grid.cells import MAX_CELLS, grid_cells
 from dashboard.grid.outline import request_outline
@@ -167,6 +168,19 @@ def draw(engine_id: str, group: str, request_id: str, zoom_start: int | None) ->
         )
     else:
         st.caption("No copy or move in the engine's recent event batches.")
+    below_device(engine_id)
+
+
+def below_device(engine_id: str) -> None:
+    """The units the engine's tiers below the device hold, coloured by tier."""
+    page = api_client().tier_units(engine_id, limit=500)
+    if not page.tiers:
+        return
+    st.markdown("**Below the device: the units each tier holds** (every grid cell is `device`)")
+    st.dataframe(tier_usage_frame(page), hide_index=True)
+    if page.units:
+        st.caption(f"{len(page.units):,} of {page.total:,} units, by tier then token range.")
+        st.dataframe(tier_style(tier_units_frame(page)), hide_index=True, key="tier_units")
 
 
 with api_errors():

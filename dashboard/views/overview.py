@@ -10,13 +10,14 @@ import streamlit as st
 
 from client.rest import ApiError
 from client.schema import CacheGeometry
-from client.types import EngineDetail, EngineOut
+from client.types import EngineDetail, EngineOut, HitRateOut
 from dashboard.connection import START_ENGINE, api_client, api_errors, connection_state
 from dashboard.figures.attribution import attribution_figure, attribution_frame
 from dashboard.figures.cache_usage import cache_usage_figure, cache_usage_frame, usage_text
 from dashboard.figures.hit_rate import hit_rate_figure, hit_rate_frame, requests_rate_figure
 from dashboard.figures.reasons import HIT, REASONS, SHARED
 from dashboard.figures.remedies import remedies
+from dashboard.figures.tiers import bytes_moved_figure, moves_frame, tier_hits_figure
 from dashboard.groups import STATE_LAYERS, group_label, state_kind
 from dashboard.live import live
 from dashboard.model_view import model_text
@@ -204,7 +205,19 @@ def engine_section(summary: EngineOut) -> None:
         st.caption(usage_text(engine))
         st.markdown("**Geometry**")
         st.table(geometry_frame(engine.geometry, engine).set_index("setting"))
+    tiers_section(engine_id, hit_rate)
     attribution_section(engine, since)
+
+
+def tiers_section(engine_id: str, hit_rate: HitRateOut) -> None:
+    """Hit tokens by the tier that served them and bytes loaded per tier, over time."""
+    frame = moves_frame(hit_rate)
+    if not len(frame) or not frame[frame["tier"] != "device"]["hit_tokens"].any():
+        return
+    st.markdown("**Where hits came from: hit tokens by tier, and bytes loaded per tier**")
+    left, right = st.columns([3, 2])
+    left.plotly_chart(tier_hits_figure(frame), key=f"tier_hits_{engine_id}")
+    right.plotly_chart(bytes_moved_figure(frame), key=f"tier_bytes_{engine_id}")
 
 
 def body() -> None:

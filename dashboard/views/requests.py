@@ -16,6 +16,7 @@ from dashboard.figures.request_attribution import (
     is_attributed,
     request_columns,
 )
+from dashboard.figures.tiers import request_tiers, request_tiers_text
 from dashboard.groups import group_label
 from dashboard.live import live
 from dashboard.peers import PEER_PAGE, PEER_PAGE_LABEL, is_peer, why_empty
@@ -53,6 +54,7 @@ def requests_frame(page: RequestPage, engine: EngineOut | None = None) -> pd.Dat
             **request_columns(r),
             "hit attention": r.hit_tokens_by_group.get(ATTENTION, 0),
             f"hit {group_label(engine, MAMBA)}": r.hit_tokens_by_group.get(MAMBA, 0),
+            "hit by tier": ", ".join(f"{t} {n:,}" for t, n in request_tiers(r).items()),
             "computed": r.num_computed_tokens,
             "chunks": len(r.chunks),
             "TTFT (ms)": None if r.ttft_s is None else round(r.ttft_s * 1000, 2),
@@ -130,6 +132,7 @@ with api_errors():
                     f"{checkpoints_text(request.checkpoints)}; arrived "
                     f"{arrived(request.arrival_ts)} UTC."
                 )
+                st.markdown(request_tiers_text(request))
                 st.markdown(attribution_sentence(request))
                 if is_attributed(request):
                     one_request_remedies(request)

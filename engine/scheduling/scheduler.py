@@ -277,7 +277,7 @@ class Scheduler:
         need[MAMBA] += 1
         if not coordinator.can_allocate(need):
             return None
-        read = tiering.read(plan, request_id)
+        read = tiering.read(plan, request_id, device.length)
         if read is None:
             return False
         units, places = read

@@ -44,3 +44,28 @@ class TierStats:
     num_evictions: int
     num_refused: int
     num_corrupt: int
+
+
+#: upper bounds (seconds) of the read-time histogram's buckets: a host read of a unit takes
+#: microseconds, a disk read milliseconds
+READ_SECONDS_BUCKETS = (1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+
+
+@dataclass(slots=True)
+class ReadTimes:
+    """How long reading units out of one tier took, as a fixed histogram (bounded)."""
+
+    counts: list[int]  # per bucket of `READ_SECONDS_BUCKETS`, then one past the last
+    total_s: float = 0.0
+
+    @classmethod
+    def empty(cls) -> ReadTimes:
+        return cls([0] * (len(READ_SECONDS_BUCKETS) + 1))
+
+    def add(self, seconds: float) -> None:
+        index = next(
+            (i for i, bound in enumerate(READ_SECONDS_BUCKETS) if seconds <= bound),
+            len(READ_SECONDS_BUCKETS),
+        )
+        self.counts[index] += 1
+        self.total_s += seconds

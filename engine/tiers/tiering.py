@@ -25,8 +25,9 @@ reads the tiers then (the device's own hits are unchanged).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from engine.cache.block import InvariantError
@@ -38,6 +39,7 @@ from engine.cache.lookup import attention_match
 from engine.cache.mamba import MambaHit
 from engine.events import ATTENTION, MAMBA, BlockRemoved, BlockStored, EventSink, UnitLoaded
 from engine.hashing import BlockHash
+from engine.tiers.counters import ReadTimes
 from engine.tiers.index import Record
 from engine.tiers.moves import UnitSave
 from engine.tiers.shared import SHARED, SharedStats, SharedTier
@@ -103,6 +105,9 @@ class TieringStats:
     num_shared_loaded_tokens: int = 0  # tokens of those loads read from the shared tier
     num_published: int = 0  # units sent to the shared tier while their state was on device
     shared: SharedStats | None = None  # None without a shared tier
+    # each tier's share of the loads: hit tokens served, and how long reading its units took
+    loaded_tokens_by_medium: dict[str, int] = field(default_factory=dict)
+    read_times: dict[str, ReadTimes] = field(default_factory=dict)
 
 
 class Tiering:
@@ -139,6 +144,8 @@ class Tiering:
         self.owners: dict[BlockHash, set[BlockHash]] = {}
         self.num_saves = self.num_unbacked = self.num_declined = self.num_loads = 0
         self.num_loaded_tokens = self.num_loaded_bytes = self.num_refused_slow = 0
+        self.loaded_tokens_by_medium: dict[str, int] = {}
+        self.read_times: dict[str, ReadTimes] = {}
         # the reason of each unit sent down, while a tier may hold it: what the policy is asked
         # when host memory gives the unit up (is it worth a disk file?)
         self.reasons: dict[BlockHash, CheckpointReason] = {}
@@ -442,15 +449,21 @@ class Tiering:
         assert record is not None
         return record.num_bytes
 
-    def read(self, plan: TierPlan, request_id: str) -> tuple[list[TierUnit], list[str]] | None:
+    def read(
+        self, plan: TierPlan, request_id: str, device_length: int = 0
+    ) -> tuple[list[TierUnit], list[str]] | None:
         """The plan's units, root first, each with the tier it was read from (a unit read from
         disk is promoted into host memory on the way); None when one turned out corrupt (then
-        it and the units after it are gone from the tiers)."""
+        it and the units after it are gone from the tiers). Each tier is credited the hit
+        tokens past `device_length` (the device's own hit) up to its units' ends."""
         before = self._keys()
-        units, places = [], []
+        units, places, sizes = [], [], []
         for key in plan.keys:
             place = self._place(key)
+            sizes.append(self._bytes(key))  # what `plan.num_bytes` counted of it
+            started = time.perf_counter()
             unit = self.stack.load(key) if place != SHARED else self._load_shared(key)
+            self.read_times.setdefault(place, ReadTimes.empty()).add(time.perf_counter() - started)
             if unit is None:
                 self._announce(before)
                 return None
@@ -466,6 +479,17 @@ class Tiering:
                 for unit, place in zip(units, places, strict=True)
                 if place == SHARED
             )
+        tokens: dict[str, int] = {}
+        by_medium: dict[str, int] = {}
+        reached = device_length  # the device's own hit is not the tiers'
+        for unit, place, size in zip(units, places, sizes, strict=True):
+            # root first, so each unit serves the hit tokens from where the last one reached
+            # (or the device's own hit) to its end: together, the hit past the device's own
+            tokens[place] = tokens.get(place, 0) + max(0, unit.end - reached)
+            reached = max(reached, unit.end)
+            by_medium[place] = by_medium.get(place, 0) + size
+        for place, num in tokens.items():
+            self.loaded_tokens_by_medium[place] = self.loaded_tokens_by_medium.get(place, 0) + num
         if self.sink.is_recording:
             self.sink.emit(
                 UnitLoaded(
@@ -474,6 +498,8 @@ class Tiering:
                     media=places,
                     token_range=(plan.start, plan.length),
                     num_bytes=plan.num_bytes,
+                    tokens_by_medium=tokens,
+                    bytes_by_medium=by_medium,
                 )
             )
         return units, places
@@ -563,6 +589,8 @@ class Tiering:
             self.num_shared_loaded_tokens,
             self.num_published,
             None if self.shared is None else self.shared.stats(),
+            dict(self.loaded_tokens_by_medium),
+            {place: ReadTimes(list(t.counts), t.total_s) for place, t in self.read_times.items()},
         )
 
     def check_invariants(self) -> None:

@@ -154,7 +154,9 @@ def store_rows(session: Session, engine_id: str) -> dict[Key, dict]:
     """The store's rows of the engine, as the REST API serves them, read afresh."""
     query = select(Block).where(Block.engine_id == engine_id)
     rows = session.scalars(query.execution_options(populate_existing=True))
-    return table(block_out(row).model_dump(mode="json") for row in rows)
+    served = [block_out(row).model_dump(mode="json") for row in rows]
+    assert all(row.pop("tier") == "device" for row in served), "a block-table row off the device"
+    return table(served)
 
 
 def engine_rows(engine: Engine) -> dict[Key, dict]:
@@ -165,7 +167,11 @@ def assert_same_table(stored: dict[Key, dict], engine: Engine) -> None:
     """`stored` (the store's rows, or those a REST read served) is the engine's table, both
     ways: every row the engine reported is there with the same fields, and no other row is.
     A block the engine never changed (`last_change` 0) was never in a batch: it may be absent,
-    or present (from a snapshot) as the engine has it."""
+    or present (from a snapshot) as the engine has it. Every stored row is the device's
+    (`tier`, which the engine's own rows do not carry)."""
+    tiers = {row.get("tier", "device") for row in stored.values()}
+    assert tiers <= {"device"}, f"a block-table row below the device: {tiers}"
+    stored = {key: {k: v for k, v in row.items() if k != "tier"} for key, row in stored.items()}
     truth = engine_rows(engine)
     expected = {key: row for key, row in truth.items() if row["last_change"] or key in stored}
     missing = sorted(expected.keys() - stored.keys())

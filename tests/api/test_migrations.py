@@ -22,6 +22,7 @@ PEER_TABLES = {"peer_blocks", "peer_churn_buckets", "peer_metric_samples", "peer
 REPLICA_TABLES = {"replicas"}
 WHATIF_TABLES = {"request_chains", "whatif_runs"}
 TOKEN_TABLES = {"api_secrets"}  # 0012
+TIER_TABLES = {"tier_units", "request_loads"}  # 0015
 TABLES = (
     ATTRIBUTION_TABLES
     | PEER_TABLES
@@ -39,6 +40,7 @@ TABLES = (
     | REPLICA_TABLES
     | WHATIF_TABLES
     | TOKEN_TABLES
+    | TIER_TABLES
 )
 
 
@@ -167,7 +169,7 @@ def test_0002_keeps_the_pins_an_engine_reported(empty_database_url: str) -> None
         ]
         migrate.downgrade(empty_database_url, "0001")
         later = {"pin_targets", "dead_letters"} | ATTRIBUTION_TABLES | PEER_TABLES
-        later |= REPLICA_TABLES | WHATIF_TABLES | TOKEN_TABLES
+        later |= REPLICA_TABLES | WHATIF_TABLES | TOKEN_TABLES | TIER_TABLES
         assert table_names(empty_database_url) == TABLES - later
         with db.connect() as connection:
             old = connection.execute(
@@ -202,7 +204,7 @@ def test_0008_adds_the_peer_tables_and_takes_them_back(empty_database_url: str) 
                 )
             )
         migrate.downgrade(empty_database_url, "0007")
-        later = PEER_TABLES | REPLICA_TABLES | WHATIF_TABLES | TOKEN_TABLES
+        later = PEER_TABLES | REPLICA_TABLES | WHATIF_TABLES | TOKEN_TABLES | TIER_TABLES
         assert table_names(empty_database_url) == TABLES - later
         columns = {c["name"] for c in inspect(db).get_columns("engines")}
         assert "num_peer_blocks" not in columns
@@ -236,7 +238,7 @@ def test_0009_adds_replicas_and_keeps_the_engines(empty_database_url: str) -> No
         indexes = {i["name"] for i in inspect(db).get_indexes("event_batches")}
         assert "ix_event_batches_received_at" in indexes
         migrate.downgrade(empty_database_url, "0008")
-        later = REPLICA_TABLES | WHATIF_TABLES | TOKEN_TABLES
+        later = REPLICA_TABLES | WHATIF_TABLES | TOKEN_TABLES | TIER_TABLES
         assert table_names(empty_database_url) == TABLES - later
         columns = {c["name"] for c in inspect(db).get_columns("engines")}
         assert not {"replica_id", "connection_id"} & columns

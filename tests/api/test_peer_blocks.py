@@ -142,11 +142,17 @@ def test_stores_removes_and_clears_through_the_socket(client: TestClient) -> Non
         "group",
         "group_idx",
         "medium",
+        "tier",
         "hash",
         "parent",
         "num_tokens",
         "token_sample",
         "stored_at",
+    }
+    # each medium served with the tier it names: vLLM's GPU the device, its CPU host memory
+    assert {(b["medium"], b["tier"]) for b in page["blocks"]} == {
+        ("GPU", "device"),
+        ("CPU", "host"),
     }
     assert abs(a1["stored_at"] - time.time()) < 60
     assert page["blocks"][2]["group_idx"] == 1
@@ -325,6 +331,7 @@ def test_an_engine_with_block_ids_has_no_peer_blocks(client, session, engine_run
     assert summary == {
         "kind": "junction",
         "groups": {},
+        "tiers": {},
         "ranks": [],
         "churn": [],
         "metrics": [],

@@ -262,3 +262,23 @@ def test_restarted_says_the_cache_was_empty_and_enlarges_no_pool():
     assert "the engine restarted; its cache was empty" in note
     assert "Pin the shared prefix" in pin and remedy.actions[1].page == CHECKPOINTS_PAGE
     assert not any("Enlarge" in a.text for a in remedy.actions)
+
+
+def test_a_tier_eviction_names_the_tier_flag_and_its_size_and_a_pin():
+    geometry = CacheGeometry.from_json(GEOMETRY_JSON | {"tier_bytes": {"host": 4096, "disk": 8192}})
+    found = {
+        r.reason: r
+        for r in remedies(
+            missed(evicted_host=300, evicted_disk=200, evicted_shared=50, not_admitted=100),
+            1000,
+            geometry,
+        )
+    }
+    assert list(found) == ["evicted_host", "evicted_disk", "not_admitted", "evicted_shared"]
+    host, disk = (found[r].actions[0].text for r in ("evicted_host", "evicted_disk"))
+    assert "`--host-cache-bytes` (now 4,096 bytes)" in host
+    assert "`--disk-cache-bytes` (now 8,192 bytes)" in disk
+    assert "--host-cache-bytes" in found["not_admitted"].actions[0].text
+    assert "TTL" in found["evicted_shared"].actions[0].text
+    for remedy in found.values():
+        assert any(a.page == CHECKPOINTS_PAGE for a in remedy.actions)  # and a pin

@@ -30,9 +30,10 @@ def test_the_peer_cache_page_shows_a_vllm_engines_cache(peer_env: Stack):
     assert "1 gap the bridge could not fill" in shown and "replay no longer held them" in shown
     charts = {chart["layout"]["xaxis"]["title"]["text"]: chart for chart in figures(at)}
     tiers = charts["blocks"]["data"]
+    # vLLM's media by the tiers they name, as a Junction engine's views name them
     assert {t["name"]: sum(t["x"]) for t in tiers} == {
-        medium: sum(m.get(medium, 0) for m in summary["groups"].values())
-        for medium in ("CPU", "GPU")
+        tier: sum(m.get(medium, 0) for m in summary["groups"].values())
+        for tier, medium in (("host", "CPU"), ("device", "GPU"))
     }
     tree = charts["position (tokens)"]["data"]
     states = next(t for t in tree if t.get("name") == "Mamba state")

@@ -58,10 +58,22 @@ def test_metrics_count_tier_saves_loads_and_bytes() -> None:
         assert metrics[("junction_tier_capacity_bytes", host)] == 1 << 26
         assert metrics[("junction_tier_units", host)] > 0
         assert ("junction_tier_bytes", (("tier", "disk"),)) not in metrics
+        # per tier, as vLLM names its offloading's: the tiering's hits, reads and read time
+        assert metrics[("junction:kv_offload_tiering_block_hits_total", host)] > 0
+        assert (
+            metrics[("junction:kv_offload_tiering_hit_tokens_total", host)]
+            == (metrics[("junction_tier_loaded_tokens_total", ())])
+        )
+        assert metrics[("junction:kv_offload_tiering_read_bytes_total", host)] > 0
+        reads = metrics[("junction:kv_offload_tiering_read_time_seconds_count", host)]
+        assert reads == metrics[("junction:kv_offload_tiering_block_hits_total", host)]
+        inf = (("le", "+Inf"), ("tier", "host"))
+        assert metrics[("junction:kv_offload_tiering_read_time_seconds_bucket", inf)] == reads
+        assert 0 < metrics[("junction:kv_offload_cache_usage_perc", host)] <= 1
 
 
 def test_no_tier_series_without_tiers() -> None:
     for server in serve(engine(None)):
         send_families(server)
         names = {name for name, _ in scrape(server)}
-        assert not {n for n in names if n.startswith("junction_tier_")}
+        assert not {n for n in names if n.startswith(("junction_tier_", "junction:kv_offload"))}

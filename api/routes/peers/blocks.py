@@ -13,7 +13,7 @@ from api.openapi import ENGINE_NOT_FOUND
 from api.peers import reads as peer_reads
 from api.schemas import PeerBlockOut, PeerBlockPage, PeerSummary
 from api.store.models import PeerBlock
-from engine.events import INT32_MAX
+from engine.events import INT32_MAX, tier_of_medium
 
 router = APIRouter(
     prefix="/engines/{engine_id}", tags=["peers"], dependencies=[READ], responses=ENGINE_NOT_FOUND
@@ -59,6 +59,7 @@ def peer_block_out(row: PeerBlock) -> PeerBlockOut:
         group=row.group,
         group_idx=row.group_idx,
         medium=row.medium,
+        tier=tier_of_medium(row.medium) or row.medium,
         hash=row.block_hash,
         parent=row.parent_hash,
         num_tokens=row.num_tokens,

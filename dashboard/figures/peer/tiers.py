@@ -1,4 +1,6 @@
-"""The blocks each tier (GPU, CPU, storage) holds per cache group, from `GET .../peer-summary`."""
+"""The blocks each tier holds per cache group, from `GET .../peer-summary`: by the tier the
+peer's medium names (device, host, disk, shared: `tiers`), as a Junction engine's views name
+them, or by its raw medium from a control plane before tiers (`groups`)."""
 
 from __future__ import annotations
 
@@ -6,15 +8,16 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from client.types import PeerSummary
+from dashboard.figures.tiers import TIER_COLORS
 
-MEDIUM_COLORS = {"GPU": "#4c9be8", "CPU": "#f0a202", "STORAGE": "#8e6cc2"}
+MEDIUM_COLORS = {"GPU": "#4c9be8", "CPU": "#f0a202", "STORAGE": "#8e6cc2"} | TIER_COLORS
 
 
 def tiers_frame(summary: PeerSummary) -> pd.DataFrame:
-    """Blocks per group and medium."""
+    """Blocks per group and tier (`medium`: the tier, or the raw medium without tiers)."""
     rows = [
         {"group": group, "medium": medium, "blocks": count}
-        for group, media in summary.groups.items()
+        for group, media in (summary.tiers or summary.groups).items()
         for medium, count in media.items()
     ]
     return pd.DataFrame(rows, columns=["group", "medium", "blocks"])

@@ -10,7 +10,7 @@ from attach.bridge import peer_wire
 from attach.bridge.peer_wire import BadBatch, decode_batch, hash_hex
 from attach.bridge.table import PeerTable
 from attach.bridge.translate import BadEvent, group_name, translate
-from engine.events import PeerBlockRemoved, PeerBlockStored, PeerCacheCleared
+from engine.events import PeerBlockRemoved, PeerBlockStored, PeerCacheCleared, tier_of_medium
 from tests.attach.conftest import removed, stored
 
 
@@ -153,3 +153,21 @@ def test_a_full_table_still_forwards() -> None:
     assert len(table.entries) == 1 and table.num_untracked == 1
     (gone,) = translate(0, peer_wire.VllmBlockRemoved(block_hashes=[2]), table)
     assert gone.block_hashes == ["02"]
+
+
+def test_vllm_media_map_onto_junctions_tiers() -> None:
+    """A vLLM 0.33 batch with CPU offloading (and a disk connector's medium) as it comes off
+    the wire: each block keeps the peer's medium and reads as the tier the views name."""
+    events = [
+        stored([b"\x01"], medium="GPU"),
+        stored([b"\x02"], b"\x01", medium="CPU"),
+        stored([b"\x03"], b"\x02", medium="DISK_STORAGE"),
+        removed([b"\x02"]) | {"medium": "CPU"},
+    ]
+    payload = msgspec.msgpack.encode([1.0, events, 0])
+    table = PeerTable()
+    out = [e for event in decode_batch(payload, "vllm").events for e in translate(0, event, table)]
+    media = [(e.medium, tier_of_medium(e.medium)) for e in out]
+    assert media == [("GPU", "device"), ("CPU", "host"), ("DISK_STORAGE", "disk"), ("CPU", "host")]
+    assert isinstance(out[-1], PeerBlockRemoved)
+    assert tier_of_medium(None) == "device" and tier_of_medium("SOMETHING") is None

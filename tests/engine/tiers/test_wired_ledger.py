@@ -270,6 +270,10 @@ def test_random_traces_over_tiny_tiers_keep_invariants_and_equal_cache_off(
                 assert set(load.media) <= {HOST, DISK}
                 assert len(load.media) == len(load.unit_hashes) > 0
             assert sum(r.num_loaded_tokens for r in requests) == stats.num_loaded_tokens
+            # each load's tiers' parts add up to it (what the store splits hits by)
+            for load in part_loads:
+                assert sum(load.bytes_by_medium.values()) == load.num_bytes
+            assert sum(stats.loaded_tokens_by_medium.values()) == stats.num_loaded_tokens
             if corrupt is None:  # else a chain read up to a corrupt unit loads nothing
                 read = Counter(medium for load in part_loads for medium in load.media)
                 assert stats.stack.host.num_hits == read[HOST]
