@@ -74,6 +74,11 @@ class Decision:
         return asdict(self)
 
 
+def _nowhere(key: BlockHash) -> None:
+    """A tier that holds nothing (an engine's shared store it cannot reach)."""
+    return None
+
+
 class NoEngineError(RuntimeError):
     """No engine that serves the model is up."""
 
@@ -194,8 +199,9 @@ class Fleet:
         hit, attention = (found.length, found.attention_length) if found else (0, 0)
         rates = engine.rates
         host, disk = index.tiers["host"].get, index.tiers["disk"].get
+        shared = self.shared.get if rates.shared_up is not False else _nowhere  # it cannot load
         tiers = tier_hit(
-            index.geometry, (host, disk, self.shared.get), hashes, num_tokens, hit, attention, rates
+            index.geometry, (host, disk, shared), hashes, num_tokens, hit, attention, rates
         )
         shared = engine.in_flight_shared(hashes) * unit
         in_flight = reachable_hit(index.geometry, shared, num_tokens) if shared else 0

@@ -44,6 +44,7 @@ class FleetEngine(Body):
     # its feed stated them (else they are the router's defaults)
     rates: dict[str, float | None] = {}
     rates_measured: bool = False
+    shared_store: str | None = None  # "up" or "down" as its feed says; None: it has none
 
 
 class FleetView(Body):
@@ -56,6 +57,7 @@ class FleetView(Body):
     num_compared: int
     engines: list[FleetEngine]
     num_shared_keys: int = 0  # the shared store's units some engine announced, not expired
+    shared_store: str | None = None  # which engines cannot reach their shared store, if any
 
 
 class EngineScore(Body):

@@ -50,6 +50,9 @@ class FeedRates(Struct, frozen=True, array_like=True):
     shared_bytes_per_s: Rate | None = None
     # how long an entry of the shared store lives after it is put (None: not said)
     shared_ttl_s: Annotated[float, Meta(gt=0.0, le=MAX_TTL_S)] | None = None
+    # whether the engine reaches its shared store now (None: it has none): a router prices
+    # no shared hit for an engine that cannot load one, and `/fleet` says so
+    shared_up: bool | None = None
 
 
 class FeedLoad(Struct, frozen=True, array_like=True):

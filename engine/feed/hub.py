@@ -66,6 +66,7 @@ def engine_rates(engine: Engine) -> FeedRates | None:
         costs.disk_bytes_per_s if tiering.stack.disk is not None else None,
         (costs.shared_bytes_per_s or costs.disk_bytes_per_s) if shared is not None else None,
         None if shared is None else shared.ttl_s,
+        None if shared is None else shared.is_up,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from engine.events import ATTENTION, GROUPS, MAMBA
+from engine.feed import FeedRates
 from protocol.errors import OpenAIError
 from router.deps import Authorized, StateDep
 from router.fleet import Fleet
@@ -83,15 +84,35 @@ def fleet_summary(fleet: Fleet) -> dict:
                 "num_tier_keys": {m: len(units) for m, units in engine.index.tiers.items()}
                 if engine.index
                 else {"host": 0, "disk": 0},
-                "rates": {f: getattr(engine.rates, f) for f in engine.rates.__struct_fields__},
+                "rates": {
+                    f: getattr(engine.rates, f)
+                    for f in engine.rates.__struct_fields__
+                    if f != "shared_up"  # said as `shared_store`
+                },
                 "rates_measured": engine.load.rates is not None,  # else the router's defaults
+                "shared_store": _shared_store(engine.load.rates),
             }
         )
+    down = [e["engine_id"] or e["url"] for e in engines if e["shared_store"] == "down"]
     return {
         "policy": fleet.policy.name,
         "num_shared_keys": len(fleet.shared),
+        # said once here, as each engine's log says it once: hits lost, never a wrong read
+        "shared_store": (
+            f"down for {', '.join(down)}: their hits from it are lost until it is back"
+            if down
+            else None
+        ),
         "num_routed": total,
         "agreement": fleet.agreement,
         "num_compared": fleet.num_compared,
         "engines": engines,
     }
+
+
+def _shared_store(rates: FeedRates | None) -> str | None:
+    """ "up" or "down" as the engine's feed says it reaches its shared store; None: it has
+    none (or its feed does not say)."""
+    if rates is None or rates.shared_up is None:
+        return None
+    return "up" if rates.shared_up else "down"

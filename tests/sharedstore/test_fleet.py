@@ -21,7 +21,14 @@ import redis
 
 from tests.api.processes import free_port
 from tests.polling import wait_for
-from tests.router.processes import MODEL, Process, engine_metric, start_engine, start_router
+from tests.router.processes import (
+    MODEL,
+    TOKEN,
+    Process,
+    engine_metric,
+    start_engine,
+    start_router,
+)
 from tests.sharedstore.test_engines_share import wait_until_up
 
 #: four torch engines starting at once on a loaded 2-core machine take longer than one
@@ -146,6 +153,20 @@ def test_the_store_killed_costs_hits_never_a_request_and_is_said_once(tmp_path):
             health = httpx.get(f"{b.url}/health", timeout=5).json()
             assert health["shared_store"] == {"url": url, "up": False}
             assert b.log.read_text().count(f"{url} is down") == 1
+            router = start_router(tmp_path, [a, b])
+            try:  # the router hears it from the feed: /fleet says so, and prices no shared hit
+
+                def fleet() -> dict:
+                    auth = {"Authorization": f"Bearer {TOKEN}"}
+                    return httpx.get(f"{router.url}/fleet", headers=auth, timeout=5).json()
+
+                complete(b, next(iter(prompts(7)[1])))  # a step: a delta with b's rates
+                wait_for("the router to say b's store is down", lambda: fleet()["shared_store"], 30)
+                view = fleet()
+                assert "down" in view["shared_store"]
+                assert {e["shared_store"] for e in view["engines"]} >= {"down"}
+            finally:
+                router.stop()
 
             server = subprocess.Popen(
                 ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
