@@ -6,7 +6,8 @@ README's); a prefix pinned through the form becomes materialized on the live eng
 the block table of a 100,000-block engine renders in under 3 seconds. The miss attribution's
 views (the Overview's stacked reasons and remedies, the Requests page's reasons) render for an
 engine that replayed the known cases. The Peer cache page renders for a vLLM engine fed by
-hash-keyed peer events. The What-if page draws a done run's curve and ranked settings."""
+hash-keyed peer events. The What-if page draws a done run's curve and ranked settings. An
+engine that loaded a prefix back from its host tier shows hits by tier on three pages."""
 
 from __future__ import annotations
 
@@ -311,5 +312,56 @@ def test_the_whatif_page_in_a_browser(
             page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1500)
             shoot(page, screenshots, "whatif")
+        finally:
+            browser.close()
+
+
+TIER_ENGINE = "tiers-0"
+
+
+def test_the_tier_views_in_a_browser(
+    chromium: str, stack: Stack, dashboard_url: str, screenshots: Path
+):
+    """An engine whose device pool a flood overflows into its host tier, and a request that
+    then loads its prefix back from there: the Overview's hits by tier, the Block tables'
+    units below the device and the Requests page's hit by tier all show it (issue 49)."""
+    from playwright.sync_api import sync_playwright
+
+    serve = Serve(stack.api, TIER_ENGINE, "--host-cache-bytes", "256MiB", runner="ledger")
+    try:
+        prompt = PROMPT + text_prompt(900, 200)
+        serve.ask(prompt)
+        serve.flood(9)  # the device pool gives the prefix up: down to host memory
+        assert serve.ask(prompt) > 0  # loaded back from host memory
+
+        def stored_by_tier() -> bool:
+            rows = httpx.get(
+                f"{stack.url}/api/v1/engines/{TIER_ENGINE}/requests", headers=AUTH, timeout=10
+            ).json()["requests"]
+            return any((r.get("hit_tokens_by_tier") or {}).get("host") for r in rows)
+
+        wait_for("the store to hold a hit from host memory", stored_by_tier, 60)
+    finally:
+        serve.stop()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 2300})
+            page.goto(f"{dashboard_url}/?engine={TIER_ENGINE}")
+            page.get_by_text("Where hits came from").first.wait_for(timeout=60_000)
+            pause_live_refresh(page)
+            page.wait_for_timeout(1500)
+            shoot(page, screenshots, "overview_tiers")
+
+            page.goto(f"{dashboard_url}/block_tables?engine={TIER_ENGINE}")
+            page.get_by_text("Below the device").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            shoot(page, screenshots, "block_tables_tiers")
+
+            page.goto(f"{dashboard_url}/requests?engine={TIER_ENGINE}")
+            # the newest request, chosen first: its hit loaded back from host memory
+            page.get_by_text(re.compile(r"\d from host")).first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            shoot(page, screenshots, "requests_tiers")
         finally:
             browser.close()
