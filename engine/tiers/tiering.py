@@ -445,9 +445,10 @@ class Tiering:
         return DISK if self.stack.disk is not None and key in self.stack.disk else SHARED
 
     def _bytes(self, key: BlockHash) -> int:
+        """The unit's bytes as its tier records them; 0 once no tier does (a load earlier in
+        the same plan made room by giving it up: its own load then fails, and so the plan)."""
         record = self._record(key)
-        assert record is not None
-        return record.num_bytes
+        return 0 if record is None else record.num_bytes
 
     def read(
         self, plan: TierPlan, request_id: str, device_length: int = 0
