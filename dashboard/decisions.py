@@ -19,8 +19,16 @@ REASONS = {
 }
 #: What each policy ranks the engines by.
 SCORES = {
-    "hybrid": "score = gain counted − load + credit, the gain being max(usable hybrid hit, hit "
-    "in flight) and the credit the load of the prefill that hit in flight is waiting for",
+    "hybrid": "chosen by the fewest predicted prefill seconds: (prompt − gain counted + load) / "
+    "the engine's prefill rate + the seconds loading the gain from host, disk or the shared "
+    "store takes, less the credit's; the gain being max(usable hit with its tiers, hit in "
+    "flight) and the credit the load of the prefill that hit in flight is waiting for (score "
+    "below: gain − load + credit)",
+    "hybrid_device": "score = gain counted − load + credit, the gain being max(usable hybrid "
+    "hit on the device, hit in flight) and the credit the load of the prefill that hit in "
+    "flight is waiting for",
+    "lmetric": "chosen by the fewest uncached tokens × (requests in flight + 1), the hit "
+    "counted as hybrid counts it (score below: gain − load)",
     "attention": "score = gain counted − load, the gain being the attention match (matches no "
     "recurrent state backs count too)",
 }
