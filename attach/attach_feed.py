@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,7 +14,7 @@ if TYPE_CHECKING:
     from attach.bridge.peer_feed import PeerFeed
     from attach.peer_feed_server import PeerFeedServer
 
-from engine.feed.subscriber import DEFAULT_SEND_TIMEOUT_S, send_timeout_s
+from engine.feed import add_send_timeout_option
 
 log = logging.getLogger("attach.bridge")
 
@@ -44,14 +43,7 @@ def add_feed_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--feed-rank", type=int, default=0, help="the data-parallel rank the feed announces"
     )
-    parser.add_argument(
-        "--feed-send-timeout",
-        type=send_timeout_s,
-        default=os.environ.get("JUNCTION_FEED_SEND_TIMEOUT_S", str(DEFAULT_SEND_TIMEOUT_S)),
-        metavar="SECONDS",
-        help="a cache feed reader that takes no data for this long is reset (default "
-        f"{DEFAULT_SEND_TIMEOUT_S:g}; JUNCTION_FEED_SEND_TIMEOUT_S)",
-    )
+    add_send_timeout_option(parser)
 
 
 def check_serve_url(url: str | None) -> str:

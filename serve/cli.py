@@ -7,7 +7,6 @@ only when the command runs, so the rest of the command line stays light.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import socket
 import sys
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from engine.config import DEFAULT_SERVE_NUM_MAMBA_BLOCKS, TierConfig
-from engine.feed import send_timeout_s
+from engine.feed import add_send_timeout_option
 from engine.setup.options import (
     EXIT_BAD_INPUT,
     HOST_AUTO,
@@ -35,7 +34,6 @@ from publish.streaming import (
     finish_publishing,
     make_publisher,
 )
-from serve.send_timeout import DEFAULT_FEED_SEND_TIMEOUT_S
 from sharedstore import add_shared_options, open_store, shared_config_from_args
 from sharedstore import describe as describe_shared
 
@@ -63,14 +61,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_max_body_option(serve)
     add_connection_options(serve)
-    serve.add_argument(
-        "--feed-send-timeout",
-        type=send_timeout_s,
-        default=os.environ.get("JUNCTION_FEED_SEND_TIMEOUT_S", str(DEFAULT_FEED_SEND_TIMEOUT_S)),
-        metavar="SECONDS",
-        help="a cache feed reader that takes no data for this long is dropped (default "
-        f"{DEFAULT_FEED_SEND_TIMEOUT_S:g}; JUNCTION_FEED_SEND_TIMEOUT_S)",
-    )
+    add_send_timeout_option(serve)
     add_control_plane_options(serve)
     serve.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")

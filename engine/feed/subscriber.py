@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import struct
 import threading
@@ -83,6 +84,19 @@ async def relay(
             await send(frame)
         if subscriber.is_closed:
             return
+
+
+def add_send_timeout_option(parser: argparse.ArgumentParser) -> None:
+    """`--feed-send-timeout`, for each command that serves a cache feed (`junction serve`,
+    `junction attach --feed-port`)."""
+    parser.add_argument(
+        "--feed-send-timeout",
+        type=send_timeout_s,
+        default=os.environ.get("JUNCTION_FEED_SEND_TIMEOUT_S", str(DEFAULT_SEND_TIMEOUT_S)),
+        metavar="SECONDS",
+        help="a cache feed reader that takes no data for this long is reset (default "
+        f"{DEFAULT_SEND_TIMEOUT_S:g}; JUNCTION_FEED_SEND_TIMEOUT_S)",
+    )
 
 
 def send_timeout_s(value: str) -> float:
