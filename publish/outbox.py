@@ -123,7 +123,6 @@ class Outbox:
         self._send_seq = 0  # the seq the store expects next on the current connection
         self._seq_floor = 0  # a store ahead of us: the next snapshot jumps to here
         self._needs_snapshot = False
-        self._is_urgent = False  # the snapshot asked for fills a gap the store has: built at once
         self._is_connected = False  # between a welcome and the end of its connection
         self._is_overflowing = False  # logged once per connection, not at every overflow
         self._rejected = (None, 0)  # (the seq the store wanted when it refused, times in a row)
@@ -179,11 +178,10 @@ class Outbox:
         meanwhile (`hold_requests`), until the requests a snapshot built now would carry (held,
         in batches, and in a snapshot not yet applied) come within `margin_bytes` of
         `max_request_bytes`: then it is built, so it drops none that one built at once would
-        have kept. Only an overflow waits: a snapshot the store needs (a gap, a store ahead of
-        us, a frame it refused, or asked for) is due at once, since the frames in flight that
-        the wait would wait for are then never acknowledged."""
+        have kept. A snapshot the store needs does not wait for long: a gap, or a store ahead
+        of us, leaves no frame of ours in flight, and a refused frame ends the connection."""
         with self.cond:
-            if self._is_urgent or not self._is_connected:
+            if not self._is_connected:
                 return True
             frames = self._frames
             if not (frames and frames[0].seq < self._send_seq):  # nothing sent and unacked
@@ -217,7 +215,7 @@ class Outbox:
             snapshot = make(seq, [request for request, _ in carried])
             self._frames.append(OutFrame(seq, True, snapshot, None, carried))
             self._next_seq = seq + 1
-            self._needs_snapshot = self._is_urgent = False
+            self._needs_snapshot = False
             self.cond.notify_all()
 
     def _bound_requests(self, carried: list[tuple[CarriedRequest, int]]) -> list:
@@ -243,7 +241,6 @@ class Outbox:
         """Have the engine thread replace the frames with a snapshot (the store has a gap)."""
         with self.cond:
             self._needs_snapshot = True
-            self._is_urgent = True  # the store needs the table: no wait
             self.cond.notify_all()
 
     # ------------------------------------------------------------------ link side
@@ -255,7 +252,6 @@ class Outbox:
             if is_ahead:  # only a snapshot can help
                 self._seq_floor = next_seq
                 self._needs_snapshot = True
-                self._is_urgent = True  # the store needs the table: no wait
             self._drop_upto(next_seq - 1)
             self._release_stored(next_seq - 1)
             self._send_seq = next_seq
@@ -293,7 +289,6 @@ class Outbox:
                     f"the control plane refused the {kind} at seq {next_seq} {times} times",
                 )
             self._needs_snapshot = True  # the next frames start after a gap: send the table
-            self._is_urgent = True  # the store needs the table: no wait
             self.cond.notify_all()
             return f"the {kind} at seq {next_seq} ({len(stuck.requests)} finished requests)"
 
@@ -313,7 +308,6 @@ class Outbox:
                 if self._has_gap() and not self._needs_snapshot:
                     log.warning("the store wants seq %d, no longer buffered", self._send_seq)
                     self._needs_snapshot = True
-                    self._is_urgent = True  # the store needs the table: no wait
                     self.cond.notify_all()  # a flush waiting on the engine thread builds it
                 if self._needs_snapshot and may_ask and self.snapshot_due():
                     return ASK_SNAPSHOT

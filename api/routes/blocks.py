@@ -3,9 +3,9 @@ device block), and the units its tiers below the device hold (`/blocks/tiers`)."
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Query
 
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.openapi import ENGINE_NOT_FOUND
@@ -13,7 +13,6 @@ from api.schemas import BlockOut, BlockPage, TierPage, TierUnitOut, TierUsage
 from api.store import blocks
 from api.store import tier_units as tier_reads
 from api.store.models import Block, TierUnit
-from engine.events import BELOW_DEVICE
 from engine.wire import BlockState, Group
 
 router = APIRouter(
@@ -59,7 +58,7 @@ def list_blocks(
 def list_tier_units(
     engine: EngineDep,
     session: SessionDep,
-    tier: str | None = None,
+    tier: Literal["host", "disk", "shared"] | None = None,
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
 ) -> TierPage:
@@ -67,11 +66,6 @@ def list_tier_units(
     engine's `tier_bytes` their capacity), and a page of its units by tier then token range;
     `tier` (`host`, `disk`, `shared`) filters the page. A bridged engine's tiers are its
     `/peer-blocks` media."""
-    if tier is not None and tier not in BELOW_DEVICE:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"tier {tier!r} is not one of {', '.join(BELOW_DEVICE)} (the tiers below the device)",
-        )
     capacity = engine.geometry.tier_bytes or {}
     held = tier_reads.usage(session, engine.engine_id)
     tiers = {

@@ -172,7 +172,7 @@ def test_the_api_serves_the_tiers_the_hits_by_tier_and_the_reasons(
     disk = client.get(f"{base}/blocks/tiers", params={"tier": "disk"}, headers=auth).json()
     assert {u["key"] for u in disk["units"]} == held["disk"]
     bad = client.get(f"{base}/blocks/tiers", params={"tier": "ram"}, headers=auth)
-    assert bad.status_code == 422 and "host, disk, shared" in bad.text
+    assert bad.status_code == 422 and "'host', 'disk' or 'shared', got 'ram'" in bad.text
     rows = client.get(f"{base}/blocks", headers=auth).json()["blocks"]
     assert rows and {row["tier"] for row in rows} == {"device"}
     reasons = client.get(f"{base}/attribution", headers=auth).json()["total"]["missed_tokens"]

@@ -56,17 +56,3 @@ def test_a_step_never_waits_for_a_store_it_is_not_connected_to():
     assert outbox.put_batch(batch_of(finished("a0")))
     outbox.ask_snapshot()
     assert outbox.hold_requests([finished("b0")])  # the outage: the table now, as before
-
-
-def test_a_snapshot_the_store_needs_never_waits():
-    """The store wants the table (a gap, or it asked): the frames in flight will never be
-    acknowledged, so waiting for their ack would hold the table back for good (the store
-    never converged after a database outage in test_faults while the wait applied to it)."""
-    outbox = Outbox(max_batches=8, max_request_bytes=SIZE * 8)
-    outbox.welcome(0)
-    assert outbox.put_batch(batch_of(finished("a0")))
-    assert take(outbox).seq == 0  # in flight
-    outbox.ask_snapshot()
-    assert outbox.snapshot_due()
-    outbox.put_snapshot(snapshot_maker)
-    assert not outbox.needs_snapshot
