@@ -71,7 +71,11 @@ class ApiProcess:
             self.process.wait(10)
 
     def blocks(self, engine_id: str) -> list[dict]:
-        return self.all_blocks(engine_id, "blocks")
+        """The block table as the engine's own rows: the store's say their tier too, always
+        "device" in this table (checked, then left out)."""
+        rows = self.all_blocks(engine_id, "blocks")
+        assert all(row.pop("tier") == "device" for row in rows), "a block-table row off device"
+        return rows
 
     def all_blocks(self, engine_id: str, route: str) -> list[dict]:
         """Every row of a paged block route (`blocks`, `peer-blocks`), page after page."""

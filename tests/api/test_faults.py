@@ -45,13 +45,8 @@ def engine_blocks(serve: Serve) -> list[dict]:
 
 def touched(rows: list[dict]) -> list[dict]:
     """The rows of blocks some event has touched: a block never used is not in the store until
-    a snapshot lists it, and is free either way. The store's rows say their tier too (a device
-    block's is "device"), which the engine's own table, all device blocks, leaves out."""
-    return [
-        {k: v for k, v in row.items() if k != "tier"}
-        for row in rows
-        if row["last_change"] or row["state"] != "free"
-    ]
+    a snapshot lists it, and is free either way."""
+    return [row for row in rows if row["last_change"] or row["state"] != "free"]
 
 
 def store_matches_engine(api: ApiProcess, serve: Serve) -> bool:

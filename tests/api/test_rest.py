@@ -239,6 +239,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/api/v1/engines/{engine_id}",
         "/api/v1/engines/{engine_id}/blocks",
         "/api/v1/engines/{engine_id}/blocks/grid",
+        "/api/v1/engines/{engine_id}/blocks/tiers",
         "/api/v1/engines/{engine_id}/requests",
         "/api/v1/engines/{engine_id}/requests/{request_id}",
         "/api/v1/engines/{engine_id}/dead-letters",

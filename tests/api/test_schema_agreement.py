@@ -17,6 +17,8 @@ from engine.wire import Batch, decode, encode
 
 # Fields the REST request model and the table add to the event: whose and which epoch.
 REQUEST_CONTEXT = {"engine_id", "epoch"}
+# What the store adds to a request from its `UnitLoaded` events (its hit and bytes by tier)
+REQUEST_TIERS = {"hit_tokens_by_tier", "loaded_bytes_by_tier"}
 # Fields of `RequestFinished` left out of the REST model on purpose: the prompt's tokens, which
 # only the suggested junctions return (the table keeps them to rank those), and the raw unit
 # hashes, which the store never keeps (`shared_units` holds salted ones).
@@ -41,12 +43,12 @@ def test_every_event_is_tagged_with_its_type():
 
 def test_the_rest_request_model_covers_request_finished():
     event = fields(RequestFinished) - REST_OMITTED
-    assert set(RequestOut.model_fields) == event | REQUEST_CONTEXT | {"attribution"}
+    assert set(RequestOut.model_fields) == event | REQUEST_CONTEXT | REQUEST_TIERS | {"attribution"}
 
 
 def test_the_requests_table_covers_request_finished():
     event = fields(RequestFinished) - TABLE_OMITTED
-    assert columns(Request) == event | REQUEST_CONTEXT | {"id"}
+    assert columns(Request) == event | REQUEST_CONTEXT | REQUEST_TIERS | {"id"}
 
 
 def test_match_stop_and_miss_reasons_agree_everywhere():
@@ -61,7 +63,7 @@ def test_match_stop_and_miss_reasons_agree_everywhere():
 def test_the_block_row_the_pool_the_rest_model_and_the_table_agree(engine_run):
     rows = engine_run.snapshot()["blocks"]
     assert rows and all(set(row) == fields(BlockRow) for row in rows)
-    assert set(BlockOut.model_fields) == fields(BlockRow)
+    assert set(BlockOut.model_fields) == fields(BlockRow) | {"tier"}  # the store's: "device"
     # the table splits `token_range` into its ends and keys rows by engine
     table = fields(BlockRow) - {"token_range"} | {"token_start", "token_end", "engine_id"}
     assert columns(Block) == table
