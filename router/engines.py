@@ -88,6 +88,15 @@ class FleetEngine:
         """What its feed says it measured; `DEFAULT_RATES` where it says nothing."""
         return self.load.rates or DEFAULT_RATES
 
+    @property
+    def shared_store(self) -> str | None:
+        """ "up" or "down" as its feed says it reaches its shared store; None: it has none (or
+        its feed does not say)."""
+        rates = self.load.rates
+        if rates is None or rates.shared_up is None:
+            return None
+        return "up" if rates.shared_up else "down"
+
     # ------------------------------------------------------------------ reads
     @property
     def is_up(self) -> bool:

@@ -9,7 +9,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from engine.events import ATTENTION, GROUPS, MAMBA
-from engine.feed import FeedRates
 from protocol.errors import OpenAIError
 from router.deps import Authorized, StateDep
 from router.fleet import Fleet
@@ -90,7 +89,7 @@ def fleet_summary(fleet: Fleet) -> dict:
                     if f != "shared_up"  # said as `shared_store`
                 },
                 "rates_measured": engine.load.rates is not None,  # else the router's defaults
-                "shared_store": _shared_store(engine.load.rates),
+                "shared_store": engine.shared_store,
             }
         )
     down = [e["engine_id"] or e["url"] for e in engines if e["shared_store"] == "down"]
@@ -108,11 +107,3 @@ def fleet_summary(fleet: Fleet) -> dict:
         "num_compared": fleet.num_compared,
         "engines": engines,
     }
-
-
-def _shared_store(rates: FeedRates | None) -> str | None:
-    """ "up" or "down" as the engine's feed says it reaches its shared store; None: it has
-    none (or its feed does not say)."""
-    if rates is None or rates.shared_up is None:
-        return None
-    return "up" if rates.shared_up else "down"
