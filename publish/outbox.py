@@ -58,15 +58,15 @@ _JSON = msgspec.json.Encoder()
 class OutFrame:
     """One unacknowledged frame. A batch is encoded when put (`payload`); a snapshot, the
     engine's table, once, on the sending thread, into as many frames of its seq as the frame
-    limit needs (`wire.snapshot_chunks`). `requests` are its finished requests (a batch's, or
-    those a snapshot carries), with their encoded sizes, measured when put: while a snapshot
-    waits (`snapshot_due`), the batches' requests count toward what it would carry."""
+    limit needs (`wire.snapshot_chunks`). `requests` are the finished requests it carries,
+    with their encoded sizes; a batch's sizes are None, measured only if a snapshot carries
+    them (most batches are acknowledged, and the engine's step pays for every encode)."""
 
     seq: int
     is_snapshot: bool
     frame: Snapshot | None
     payload: str | bytes | None = None
-    requests: list[tuple[CarriedRequest, int]] = field(default_factory=list)
+    requests: list[tuple[CarriedRequest, int | None]] = field(default_factory=list)
     was_sent: bool = False
     chunks: list[str | bytes] | None = None
 
@@ -84,10 +84,10 @@ def _carried_bytes(frames: list[OutFrame]) -> int:
     return sum(n for frame in frames for _, n in frame.requests)
 
 
-def _carried(seq: int, event: RequestFinished) -> tuple[CarriedRequest, int]:
-    """A finished request of the batch at `seq`, with its encoded size (what a snapshot that
-    carries it spends of `max_request_bytes`)."""
-    return CarriedRequest(seq, event), len(_JSON.encode(event))
+def _sized(request: tuple[CarriedRequest, int | None]) -> tuple[CarriedRequest, int]:
+    """A finished request with its encoded size, measured now if it was not yet."""
+    carried, num_bytes = request
+    return carried, len(_JSON.encode(carried.event)) if num_bytes is None else num_bytes
 
 
 class Outbox:
@@ -116,7 +116,6 @@ class Outbox:
         self.cond = threading.Condition()
         self._frames: deque[OutFrame] = deque()
         self._num_batch_bytes = 0  # encoded bytes of the batches in `_frames`
-        self._num_batch_request_bytes = 0  # of their finished requests (a part of those)
         self._num_carried_bytes = 0  # of the requests a snapshot carries, and `_refused`
         self._refused: list[tuple[CarriedRequest, int]] = []  # of batches refused for room
         self._next_seq = 0  # the seq of the next frame the engine thread makes
@@ -140,55 +139,37 @@ class Outbox:
             seq = self._next_seq
             batch = make(seq)
             payload = encode(batch, self.binary)
-            requests = [_carried(seq, e) for e in batch.events if type(e) is RequestFinished]
+            requests = [
+                (CarriedRequest(seq, e), None) for e in batch.events if type(e) is RequestFinished
+            ]
             has_room = len(self._frames) < self.max_batches
             has_room &= len(payload) <= self.max_frame_bytes
             held = self._num_batch_bytes + self._num_carried_bytes - self._applying_bytes()
             if has_room and held + len(payload) <= self.max_bytes:
                 self._frames.append(OutFrame(seq, False, None, payload, requests))
                 self._num_batch_bytes += len(payload)
-                self._num_batch_request_bytes += sum(n for _, n in requests)
                 self._next_seq += 1
                 self.cond.notify_all()
                 return True
-            self._refused += requests
-            self._num_carried_bytes += sum(n for _, n in requests)
+            refused = [_sized(request) for request in requests]
+            self._refused += refused
+            self._num_carried_bytes += sum(n for _, n in refused)
             self._counts["dropped"] += 1
             self._needs_snapshot = True
             return False
 
-    def hold_requests(self, events: list) -> bool:
-        """Keep a step's finished requests for the snapshot asked for (its other events the
-        table covers; counted as a batch dropped), and say whether to build it now
-        (`snapshot_due`), leaving room for one more step's like these."""
+    def hold_requests(self, events: list) -> None:
+        """Keep a step's finished requests for the snapshot it builds (its other events the
+        table covers; counted as a batch dropped): before, a step that built the snapshot
+        asked for lost its own finished requests, neither carried nor counted."""
         with self.cond:
             seq = self._next_seq
-            held = [_carried(seq, e) for e in events if type(e) is RequestFinished]
+            held = [
+                _sized((CarriedRequest(seq, e), None)) for e in events if type(e) is RequestFinished
+            ]
             self._refused += held
-            num_bytes = sum(n for _, n in held)
-            self._num_carried_bytes += num_bytes
+            self._num_carried_bytes += sum(n for _, n in held)
             self._counts["dropped"] += 1
-            return self.snapshot_due(num_bytes)
-
-    def snapshot_due(self, margin_bytes: int = 0) -> bool:
-        """Whether the snapshot asked for should be built now. Not while the store, connected,
-        still has frames of ours in flight: it is busy, and a snapshot built at every overflow
-        costs it the whole table each time, so that a store catching up after an outage fell
-        further behind at each (issue 47, item 3). The steps' finished requests are held
-        meanwhile (`hold_requests`), until the requests a snapshot built now would carry (held,
-        in batches, and in a snapshot not yet applied) come within `margin_bytes` of
-        `max_request_bytes`: then it is built, so it drops none that one built at once would
-        have kept. A snapshot the store needs does not wait for long: a gap, or a store ahead
-        of us, leaves no frame of ours in flight, and a refused frame ends the connection."""
-        with self.cond:
-            if not self._is_connected:
-                return True
-            frames = self._frames
-            if not (frames and frames[0].seq < self._send_seq):  # nothing sent and unacked
-                return True
-            carried = self._num_carried_bytes - self._applying_bytes()
-            carried += self._num_batch_request_bytes
-            return carried + margin_bytes >= self.max_request_bytes
 
     def overflowed(self) -> bool:
         """Note an overflow; True for the first since the last welcome (worth a warning)."""
@@ -204,13 +185,13 @@ class Outbox:
             seq = max(self._next_seq, self._seq_floor)
             applying = self._applying()  # they stay, with their requests: see the docstring
             replaced = list(self._frames)[len(applying) :]
-            carried = [r for f in replaced for r in f.requests] + self._refused
+            carried = [_sized(r) for f in replaced for r in f.requests] + self._refused
             self._refused = []
             self._counts["dropped"] += sum(1 for f in replaced if not f.is_snapshot)
             carried = self._bound_requests(carried)
             self._frames.clear()
             self._frames.extend(applying)
-            self._num_batch_bytes = self._num_batch_request_bytes = 0
+            self._num_batch_bytes = 0
             self._num_carried_bytes = self._applying_bytes() + sum(n for _, n in carried)
             snapshot = make(seq, [request for request, _ in carried])
             self._frames.append(OutFrame(seq, True, snapshot, None, carried))
@@ -309,7 +290,7 @@ class Outbox:
                     log.warning("the store wants seq %d, no longer buffered", self._send_seq)
                     self._needs_snapshot = True
                     self.cond.notify_all()  # a flush waiting on the engine thread builds it
-                if self._needs_snapshot and may_ask and self.snapshot_due():
+                if self._needs_snapshot and may_ask:
                     return ASK_SNAPSHOT
                 self.cond.wait(1.0)
             return None
@@ -369,7 +350,6 @@ class Outbox:
             self._num_carried_bytes -= sum(n for _, n in frame.requests)
         else:
             self._num_batch_bytes -= len(frame.payload)
-            self._num_batch_request_bytes -= sum(n for _, n in frame.requests)
 
     def _next_frame(self) -> OutFrame | None:
         """The frame to send now: seq `_send_seq`, or a snapshot past it; none while a snapshot

@@ -197,9 +197,9 @@ class EventPublisher:
         try:
             events = engine.sink.drain()
             if self.outbox.needs_snapshot:
-                # the snapshot holds their blocks; their requests ride in it
-                if self.outbox.hold_requests(events) if events else self.outbox.snapshot_due():
-                    self.enqueue_snapshot(engine)
+                if events:  # the snapshot holds their blocks; their requests ride in it
+                    self.outbox.hold_requests(events)
+                self.enqueue_snapshot(engine)
                 return
             if not events:
                 return
@@ -217,8 +217,7 @@ class EventPublisher:
                 self.outbox.num_buffered,
                 self.outbox.num_buffered_bytes,
             )
-            if self.outbox.snapshot_due():
-                self.enqueue_snapshot(engine)
+            self.enqueue_snapshot(engine)
         except Exception:
             self.outbox.ask_snapshot()  # events may be lost: the next call sends the table
             log.exception("event publisher failed to batch a step's events")
