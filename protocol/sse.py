@@ -30,12 +30,16 @@ async def _encode(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
     yield DONE
 
 
-def sse_response(chunks: AsyncIterator[dict]) -> StreamingResponse:
+def _streaming(body: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(
-        _encode(chunks),
+        body,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def sse_response(chunks: AsyncIterator[dict]) -> StreamingResponse:
+    return _streaming(_encode(chunks))
 
 
 async def _encode_anthropic(events: AsyncIterator[dict]) -> AsyncIterator[str]:
@@ -48,8 +52,4 @@ async def _encode_anthropic(events: AsyncIterator[dict]) -> AsyncIterator[str]:
 
 
 def anthropic_sse_response(events: AsyncIterator[dict]) -> StreamingResponse:
-    return StreamingResponse(
-        _encode_anthropic(events),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return _streaming(_encode_anthropic(events))
