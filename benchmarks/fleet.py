@@ -34,15 +34,25 @@ besides: the seconds the engines' tier loads took (`junction_tier_loaded_bytes` 
 rate) and the prefill seconds of the run at the trace's rates (tokens computed / prefill rate
 + those load seconds).
 
+With `--busy`, every trace runs twice in one invocation: on the machine as it is ("idle"),
+then beside a CPU burner of the benchmark's own (`--burners` processes spinning from the
+engines' start to the run's end, default one per CPU), where the engines and their feeds lag;
+then the hybrid router's hit tokens over family affinity's and over attention-only's, per trace
+and condition (issue 50: a router that learns where a prefix is from the feed alone slips when
+the feed lags, since a family's next request arrives before its predecessor's blocks are in
+the index).
+
 Then the router alone, in-process: 8 engines, 100k indexed keys, the time to route a request.
 
-    .venv/bin/python benchmarks/fleet.py [--engines 4] [--concurrency 1] [--skip-scale]
+    .venv/bin/python benchmarks/fleet.py [--engines 4] [--concurrency N] [--busy [--burners N]]
+        [--traces families,...] [--placements hybrid,...] [--skip-scale]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import random
 import subprocess
@@ -259,6 +269,29 @@ def start_router(procs: Processes, engines: list[str], policy: str) -> str:
     return url
 
 
+class Burner:
+    """`count` processes spinning on the CPU while it is open: a busy machine's other work."""
+
+    SPIN = "while True:\n    pass"
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.children: list[subprocess.Popen] = []
+
+    def __enter__(self) -> Burner:
+        self.children = [
+            subprocess.Popen([sys.executable, "-c", self.SPIN]) for _ in range(self.count)
+        ]
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for child in self.children:
+            child.kill()
+        for child in self.children:
+            child.wait()
+        self.children = []
+
+
 # ---------------------------------------------------------------------- a run
 @dataclass
 class RunResult:
@@ -306,7 +339,15 @@ async def send_all(
     return hits, engines
 
 
-def run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunResult:
+def run(
+    trace: Trace, placement: str, num_engines: int, log_dir: Path, burners: int = 0
+) -> RunResult:
+    """One placement on fresh engines, beside `burners` spinning processes (none: idle)."""
+    with Burner(burners):
+        return _run(trace, placement, num_engines, log_dir)
+
+
+def _run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunResult:
     procs = Processes(log_dir)
     try:
         options = trace.one_engine_options if placement == "one engine" else trace.engine_options
@@ -427,6 +468,15 @@ def main() -> int:
     parser.add_argument(
         "--placements", default=",".join(PLACEMENTS), help="a comma-separated subset to run"
     )
+    parser.add_argument(
+        "--busy", action="store_true", help="run every trace idle, then beside a CPU burner"
+    )
+    parser.add_argument(
+        "--burners", type=int, default=os.cpu_count() or 1, help="spinning processes (--busy)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="requests in flight (default: the trace's)"
+    )
     parser.add_argument("--skip-scale", action="store_true")
     args = parser.parse_args()
     builders = {
@@ -439,10 +489,22 @@ def main() -> int:
     unknown = [p for p in placements if p not in PLACEMENTS]
     if unknown:
         parser.error(f"--placements: unknown {unknown}; choose from {', '.join(PLACEMENTS)}")
+    if args.burners < 1:
+        parser.error(f"--burners must be at least 1, got {args.burners}")
+    conditions = {"idle": 0, f"busy ({args.burners} burners)": args.burners}
+    if not args.busy:
+        conditions = {"idle": 0}
+    summary: dict[tuple[str, str], dict[str, int]] = {}
     with tempfile.TemporaryDirectory(prefix="junction-fleet-") as logs:
         for name in args.traces.split(","):
             trace = builders[name](args.seed, args.engines)
-            report(trace, args.engines, Path(logs), placements)
+            if args.concurrency is not None:
+                trace = dataclasses.replace(trace, concurrency=args.concurrency)
+            for condition, burners in conditions.items():
+                hits = report(trace, args.engines, Path(logs), placements, condition, burners)
+                summary[name, condition] = hits
+    if args.busy:
+        print_ratios(summary)
     if not args.skip_scale:
         times = scale()
         print(
@@ -452,20 +514,41 @@ def main() -> int:
     return 0
 
 
-def report(trace: Trace, num_engines: int, log_dir: Path, placements: list[str]) -> None:
+def print_ratios(summary: dict[tuple[str, str], dict[str, int]]) -> None:
+    """Hybrid's hit tokens over family affinity's and attention-only's, per trace and
+    condition (issue 50's goal: >= 0.98x affinity on families, >= attention everywhere)."""
+    print(f"\n  {'trace':<10} {'condition':<22} {'hybrid/affinity':>15} {'hybrid/attention':>16}")
+    for (trace, condition), hits in summary.items():
+        hybrid = hits.get("hybrid")
+        cells = []
+        for other in ("family affinity", "attention"):
+            cells.append(f"{hybrid / hits[other]:.3f}x" if hybrid and hits.get(other) else "-")
+        print(f"  {trace:<10} {condition:<22} {cells[0]:>15} {cells[1]:>16}")
+
+
+def report(
+    trace: Trace,
+    num_engines: int,
+    log_dir: Path,
+    placements: list[str],
+    condition: str = "idle",
+    burners: int = 0,
+) -> dict[str, int]:
+    """Run every placement on `trace` beside `burners` spinning processes and print its
+    table; the hit tokens by placement."""
     best = oracle_tokens(trace.warmup + trace.prompts) - oracle_tokens(trace.warmup)
     total = sum(len(p.token_ids) for p in trace.prompts)
     prefill_rate, host_rate = trace.rates
     print(
-        f"\n{trace.name}: {len(trace.prompts)} requests, {total} prompt tokens, oracle {best} "
-        f"hit tokens, {num_engines} engines ({' '.join(trace.engine_options)}), "
+        f"\n{trace.name}, {condition}: {len(trace.prompts)} requests, {total} prompt tokens, "
+        f"oracle {best} hit tokens, {num_engines} engines ({' '.join(trace.engine_options)}), "
         f"{trace.concurrency} in flight; seconds at {prefill_rate:,.0f} prefill tokens/s and "
         f"{host_rate / 1e9:g} GB/s from host"
     )
     results = {}
     for placement in placements:
         started = time.monotonic()
-        results[placement] = run(trace, placement, num_engines, log_dir)
+        results[placement] = run(trace, placement, num_engines, log_dir, burners)
         print(f"  ran {placement} in {time.monotonic() - started:.1f} s", file=sys.stderr)
     one = results["one engine"].hit_tokens if "one engine" in results else 0
     affinity = results["family affinity"].hit_tokens if "family affinity" in results else 0
@@ -490,6 +573,13 @@ def report(trace: Trace, num_engines: int, log_dir: Path, placements: list[str])
             f"{ratio:>7.2f} {timing:>16} {agree:>6}"
         )
     hits = {p: r.hit_tokens for p, r in results.items()}
+    for placement, result in results.items():
+        chosen = [s for d in result.decisions for s in d["scores"] if s["url"] == d["url"]]
+        if any(s.get("expected") for s in chosen):  # a router that keeps what it sent
+            counted = sum(s.get("expected", 0) > 0 for s in chosen)
+            print(
+                f"  {placement}: {counted} requests scored on a finish its feed had not confirmed"
+            )
     if hits.get("attention"):
         print(f"  hybrid / attention-only: {hits.get('hybrid', 0) / hits['attention']:.2f}x")
     if hits.get("hybrid_device"):
@@ -504,6 +594,7 @@ def report(trace: Trace, num_engines: int, log_dir: Path, placements: list[str])
             f"  hybrid / lmetric: {hits['hybrid'] / hits['lmetric']:.2f}x hit tokens, prefill s "
             f"{seconds['hybrid']:.2f} against {seconds['lmetric']:.2f}"
         )
+    return hits
 
 
 if __name__ == "__main__":
