@@ -22,6 +22,10 @@ predicted one. Traces:
   state misleads an attention-only scorer;
 - `uniform`: prompts that share only a chat template's 32-token header, 8 in flight: the
   busiest engine's share;
+- `chats`: 16 families of 1000-3000-token system prompts, 8 questions each, asked as chat
+  sessions (a family's next question as soon as its last is answered, 8 sessions at a time):
+  the next question reaches the router while the engine's feed may still be reporting the
+  last one;
 - `tiers`: device pools of a few states and a host tier on every engine, its rates declared
   (`--prefill-tokens-per-s`, `--host-bytes-per-s`), after a plain balancer spread the families
   over the fleet: most hits live in some engine's host memory, which a router scoring the
@@ -101,6 +105,7 @@ class Trace:
         DEFAULT_RATES.prefill_tokens_per_s,
         DEFAULT_RATES.host_bytes_per_s,
     )
+    sessions: bool = False  # each family's prompts in turn, `concurrency` families at a time
 
 
 def families_trace(seed: int, num_engines: int) -> Trace:
@@ -119,6 +124,24 @@ def families_trace(seed: int, num_engines: int) -> Trace:
         ["--num-blocks", str(blocks // num_engines), "--num-mamba-blocks", "128"],
         ["--num-blocks", str(blocks), "--num-mamba-blocks", str(128 * num_engines)],
         1,
+    )
+
+
+def chats_trace(seed: int, num_engines: int) -> Trace:
+    rng = random.Random(seed + 4)
+    prompts = []
+    for family in range(16):
+        system = segment_tokens(seed * 11000 + family, rng.randint(1000, 3000))
+        for question in range(8):
+            asked = segment_tokens(seed * 13000 + family * 10 + question, rng.randint(64, 256))
+            prompts.append(Prompt(family, system + asked, len(system)))
+    return Trace(
+        "chats",
+        prompts,
+        ["--num-blocks", "1000", "--num-mamba-blocks", "128"],
+        ["--num-blocks", str(1000 * num_engines), "--num-mamba-blocks", str(128 * num_engines)],
+        8,
+        sessions=True,
     )
 
 
@@ -315,27 +338,39 @@ async def loaded_bytes(engines: list[str], client: httpx.AsyncClient) -> int:
 
 
 async def send_all(
-    prompts: list[Prompt], target, concurrency: int, client: httpx.AsyncClient
+    prompts: list[Prompt],
+    target,
+    concurrency: int,
+    client: httpx.AsyncClient,
+    sessions: bool = False,
 ) -> tuple[list[int], list[str]]:
     """Each prompt as a completion with its system prompt's end as a message checkpoint (what a
-    chat request sends); `target(prompt)` gives the base URL. Cached tokens and engines, in
-    order."""
+    chat request sends); `target(prompt)` gives the base URL. `concurrency` prompts at a time,
+    or with `sessions`, families: each family's prompts one after the other. Cached tokens and
+    engines, in order."""
     hits, engines = [0] * len(prompts), [""] * len(prompts)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int, prompt: Prompt) -> None:
-        async with gate:
-            body = {"model": MODEL, "prompt": prompt.token_ids, "max_tokens": 4}
-            if prompt.system_len:
-                body["checkpoint_offsets"] = [prompt.system_len]
-            base = target(prompt)
-            response = await client.post(base + "/v1/completions", json=body)
-            response.raise_for_status()
-            usage = response.json()["usage"]
-            hits[i] = usage["prompt_tokens_details"]["cached_tokens"]
-            engines[i] = response.headers.get("x-junction-engine", base)
+        body = {"model": MODEL, "prompt": prompt.token_ids, "max_tokens": 4}
+        if prompt.system_len:
+            body["checkpoint_offsets"] = [prompt.system_len]
+        base = target(prompt)
+        response = await client.post(base + "/v1/completions", json=body)
+        response.raise_for_status()
+        usage = response.json()["usage"]
+        hits[i] = usage["prompt_tokens_details"]["cached_tokens"]
+        engines[i] = response.headers.get("x-junction-engine", base)
 
-    await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+    async def gated(indices: list[int]) -> None:
+        async with gate:
+            for i in indices:
+                await one(i, prompts[i])
+
+    groups: dict[object, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(prompt.family if sessions else i, []).append(i)
+    await asyncio.gather(*(gated(indices) for indices in groups.values()))
     return hits, engines
 
 
@@ -368,7 +403,9 @@ def _run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunRe
                         trace.warmup, lambda p: engines[p.slot % len(engines)], 1, client
                     )
                 before = await loaded_bytes(engines, client)
-                hits, where = await send_all(trace.prompts, target, trace.concurrency, client)
+                hits, where = await send_all(
+                    trace.prompts, target, trace.concurrency, client, trace.sessions
+                )
                 moved = await loaded_bytes(engines, client) - before
                 fleet = decisions = None
                 if router is not None:
@@ -484,6 +521,7 @@ def main() -> int:
         "scarce": scarce_trace,
         "uniform": uniform_trace,
         "tiers": tiers_trace,
+        "chats": chats_trace,
     }
     placements = args.placements.split(",")
     unknown = [p for p in placements if p not in PLACEMENTS]

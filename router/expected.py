@@ -26,6 +26,9 @@ from router.index import EngineIndex
 #: Expectations kept per engine, the oldest dropped first: a feed confirms within its lag, and
 #: even at 100 requests/s an engine finishes far fewer than this in a second of lag.
 MAX_EXPECTED = 256
+#: ... and their units in all, so that long prompts stay bounded in memory too (16 bytes and a
+#: count each: about 10 MB at most per engine; 256 prompts of 16k units fill it)
+MAX_EXPECTED_UNITS = 100_000
 #: How long an expectation stands without word from the feed: a loaded machine's feed lags a
 #: second or so; one whose confirmation never comes (an engine request id the feed does not
 #: name) must stop steering requests soon after, since nothing else would remove it.
@@ -47,12 +50,17 @@ class Expectations:
     (one count per expectation holding the unit)."""
 
     def __init__(
-        self, max_entries: int = MAX_EXPECTED, clock: Callable[[], float] = time.monotonic
+        self,
+        max_entries: int = MAX_EXPECTED,
+        clock: Callable[[], float] = time.monotonic,
+        max_units: int = MAX_EXPECTED_UNITS,
     ) -> None:
         self.max_entries = max_entries
+        self.max_units = max_units
         self.clock = clock
         self.entries: OrderedDict[str, Expected] = OrderedDict()
         self.keys: Counter[BlockHash] = Counter()
+        self.num_units = 0  # the entries' hashes, counted with repeats
 
     def __len__(self) -> int:
         """How many stand now (those past their time are dropped first)."""
@@ -63,13 +71,15 @@ class Expectations:
         self.drop(request_id)
         self.entries[request_id] = Expected(hashes, num_tokens, self.clock() + ttl_s)
         self.keys.update(hashes)
-        while len(self.entries) > self.max_entries:
-            self.drop(next(iter(self.entries)))
+        self.num_units += len(hashes)
+        while len(self.entries) > self.max_entries or self.num_units > self.max_units:
+            self.drop(next(iter(self.entries)))  # the newest alone over it: it goes too
 
     def drop(self, request_id: str) -> None:
         entry = self.entries.pop(request_id, None)
         if entry is None:
             return
+        self.num_units -= len(entry.hashes)
         keys = self.keys
         for key in entry.hashes:
             left = keys[key] - 1
@@ -81,6 +91,7 @@ class Expectations:
     def clear(self) -> None:
         self.entries.clear()
         self.keys.clear()
+        self.num_units = 0
 
     def expire(self) -> None:
         """Drop those past their time (each engine's entries share one TTL: the oldest first)."""

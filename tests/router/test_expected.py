@@ -175,7 +175,7 @@ def test_a_peer_feed_confirms_by_its_index() -> None:
     assert "cmpl-1" not in peer.engine.expected.entries
 
 
-def test_expectations_are_bounded_in_number_and_age() -> None:
+def test_expectations_are_bounded_in_number_units_and_age() -> None:
     now = [0.0]
     expectations = Expectations(clock=lambda: now[0])
     prompts = [[n, *range(1000, 1100)] for n in range(MAX_EXPECTED + 5)]
@@ -189,4 +189,11 @@ def test_expectations_are_bounded_in_number_and_age() -> None:
     assert len(expectations) == MAX_EXPECTED
     now[0] = EXPECT_S
     assert expectations.shared(hash_prefix(prompts[-1], UNIT)) == 0
-    assert len(expectations) == 0 and not expectations.keys
+    assert len(expectations) == 0 and not expectations.keys and expectations.num_units == 0
+
+    few = Expectations(max_units=13)  # two prompts of 6 units fit; a third pushes the first out
+    for n, prompt in enumerate(prompts[:3]):
+        few.add(f"r{n}", hash_prefix(prompt, UNIT), len(prompt), EXPECT_S)
+    assert list(few.entries) == ["r1", "r2"] and few.num_units == 12
+    few.add("long", hash_prefix(list(range(16 * 14)), UNIT), 16 * 14, EXPECT_S)  # 14 alone
+    assert len(few) == 0 and few.num_units == 0 and not few.keys
