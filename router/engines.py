@@ -125,10 +125,18 @@ class FleetEngine:
         """Whether its feed names the requests that finished (a bridged peer's does not)."""
         return self.hello.reports_finished if self.hello else True
 
+    @property
+    def num_running(self) -> int:
+        """Requests running or waiting there: what its feed said, less those this router saw
+        finish that the feed has not confirmed (its load predates their end), or those this
+        router sent it and has not seen finish, whichever is more."""
+        said = self.load.num_running + self.load.num_waiting - len(self.expected)
+        return max(said, len(self.in_flight))
+
     def load_tokens(self, running_cost: int) -> int:
         """Its queue in prefill tokens: what its feed said, or what this router sent it and has
         not seen finish, whichever is more (the feed lags a step), running requests weighted."""
-        running = max(self.load.num_running + self.load.num_waiting, len(self.in_flight))
+        running = self.num_running
         return max(self.load.num_prefill_tokens, self.in_flight_prefill) + running_cost * running
 
     def in_flight_shared(self, hashes: list[BlockHash]) -> int:

@@ -225,7 +225,6 @@ class Fleet:
         in_flight = reachable_hit(index.geometry, shared, num_tokens) if shared else 0
         load = engine.load_tokens(self.running_cost)
         rate = rates.prefill_tokens_per_s
-        running = engine.load.num_running + engine.load.num_waiting
         candidate = Candidate(
             engine.url,
             hit,
@@ -236,7 +235,7 @@ class Fleet:
             max(tiers.length, hit),
             tiers.load_s,
             rate,
-            max(running, len(engine.in_flight)),
+            engine.num_running,
         )
         best = max(candidate.tier_hit, in_flight)
         load_s = tiers.load_s if tiers.length > in_flight else 0.0

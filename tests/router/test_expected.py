@@ -14,6 +14,7 @@ from engine.cache.lookup import HitGeometry, reachable_hit
 from engine.feed import (
     FeedDelta,
     FeedFinished,
+    FeedHeartbeat,
     FeedHello,
     FeedLoad,
     FeedSnapshot,
@@ -107,6 +108,21 @@ def test_a_family_stays_where_it_went_while_the_feed_lags() -> None:
     assert "cmpl-1" not in a.engine.expected.entries
     third = fleet.route(ask(2), "m")
     assert third.url == "http://a" and row(third, "http://a").hit == expected
+
+
+def test_a_finished_request_is_no_load_though_the_lagging_feed_still_counts_it() -> None:
+    """`a`'s last word (a heartbeat while the request ran) says one request running; the
+    router saw it finish since: `a` carries no load, only the expected hit."""
+    a, b = Feed("http://a"), Feed("http://b")
+    fleet = Fleet([a.engine, b.engine], make_policy("hybrid"), running_cost=128)
+    decision = fleet.route(ask(0), "m")
+    fleet.started(decision, "cmpl-1")
+    a.engine.apply(encode(FeedHeartbeat(a.seq, FeedLoad(1, 0, 0, 0.0, 0.0))))
+    assert a.engine.load_tokens(128) == len(ask(0)) + 128  # in flight: its prompt, running
+    fleet.finish(decision, 0)
+    assert a.engine.load_tokens(128) == 0 and a.engine.num_running == 0
+    second = fleet.route(ask(1), "m")
+    assert second.url == "http://a" and row(second, "http://a").load == 0
 
 
 def test_a_request_the_feed_confirmed_first_leaves_no_expectation() -> None:
