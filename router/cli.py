@@ -176,6 +176,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
     from router.discovery import discover, keep_discovering
     from router.engines import FleetEngine, follow
     from router.fleet import Fleet
+    from router.readiness import Readiness
 
     if args.control_plane and not urls:
         try:
@@ -184,6 +185,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
             print(f"junction route: cannot list the engines: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
     fleet = Fleet([], policy, running_cost=args.running_cost)
+    readiness = Readiness(fleet)  # from now: a restarted router rebuilds from the snapshots
     followers: set[asyncio.Task] = set()
 
     def add(url: str) -> None:
@@ -224,6 +226,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         background,
         read_timeout_s=args.read_timeout,
         max_body_bytes=args.max_body_bytes,
+        readiness=readiness,
     )
     print(
         f"junction route: {args.policy} over {len(fleet.engines)} engines "
