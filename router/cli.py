@@ -21,6 +21,7 @@ from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
+from router.readiness import Readiness
 
 DEFAULT_START_TIMEOUT_S = 15.0
 
@@ -176,7 +177,6 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
     from router.discovery import discover, keep_discovering
     from router.engines import FleetEngine, follow
     from router.fleet import Fleet
-    from router.readiness import Readiness
 
     if args.control_plane and not urls:
         try:
