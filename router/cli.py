@@ -21,6 +21,7 @@ from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
+from router.readiness import Readiness
 
 DEFAULT_START_TIMEOUT_S = 15.0
 
@@ -184,6 +185,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
             print(f"junction route: cannot list the engines: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
     fleet = Fleet([], policy, running_cost=args.running_cost)
+    readiness = Readiness(fleet)  # from now: a restarted router rebuilds from the snapshots
     followers: set[asyncio.Task] = set()
 
     def add(url: str) -> None:
@@ -224,6 +226,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         background,
         read_timeout_s=args.read_timeout,
         max_body_bytes=args.max_body_bytes,
+        readiness=readiness,
     )
     print(
         f"junction route: {args.policy} over {len(fleet.engines)} engines "

@@ -125,11 +125,14 @@ class Fleet:
         model: str,
         exclude: Sequence[str] = (),
         num_tokens_held: int = 0,
+        record: bool = True,
     ) -> Decision:
         """Choose an engine for a prompt whose request holds `num_tokens_held` prompt + output
         tokens; `NoEngineError` when no engine that serves `model` and takes that many is up
         (besides `exclude`). This records the decision and counts the request in flight
-        there until `finish` or `fail`."""
+        there until `finish` or `fail`; with `record` False it changes nothing of the fleet
+        (what this router would choose, `POST /fleet/route`), though `round_robin` and
+        `random` still take their turn."""
         started = time.perf_counter()
         engines = [
             e
@@ -166,6 +169,8 @@ class Fleet:
             predicted_s=score.predicted_s,
             predicted_load_s=score.load_s if candidate.tier_hit > candidate.in_flight else 0.0,
         )
+        if not record:
+            return decision
         chosen.num_routed += 1
         chosen.num_prompt_tokens += num_tokens
         chosen.num_predicted_tokens += predicted

@@ -47,9 +47,20 @@ class FleetEngine(Body):
     shared_store: str | None = None  # "up" or "down" as its feed says; None: it has none
 
 
+class WaitedFor(Body):
+    """An engine the router is not routing to yet: `connecting` (no snapshot yet) or `down`."""
+
+    url: str
+    engine_id: str | None
+    status: str
+    since: float  # Unix seconds: when the router began waiting for it
+
+
 class FleetView(Body):
     """The fleet: the policy, requests routed, how often the predicted hit was the realised one
-    (`agreement` over `num_compared`; None before any), and each engine."""
+    (`agreement` over `num_compared`; None before any), each engine, and the fleet's status:
+    `ready` (every engine in), `degraded` (routing by the engines up, waiting for the others)
+    or `no_engine`."""
 
     policy: str
     num_routed: int
@@ -58,6 +69,10 @@ class FleetView(Body):
     engines: list[FleetEngine]
     num_shared_keys: int = 0  # the shared store's units some engine announced, not expired
     shared_store: str | None = None  # which engines cannot reach their shared store, if any
+    status: str = "ready"
+    waiting_for: list[WaitedFor] = []
+    degraded_since: float | None = None  # Unix seconds: the longest wait's start
+    ready_after_s: float | None = None  # the router's start to every engine in, the first time
 
 
 class EngineScore(Body):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import NamedTuple
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -19,6 +20,7 @@ from protocol.errors import OpenAIError
 from protocol.prompts import chat_prompt, fewest_chat_tokens, fewest_tokens, prompt_token_ids
 from protocol.schemas import DEFAULT_MAX_TOKENS, ChatCompletionRequest, CompletionRequest
 from router.deps import RouterState, StateDep
+from router.readiness import READY
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -84,10 +86,25 @@ def _check_length(
     return total
 
 
-async def _route(
-    request: Request, state: RouterState, schema: type[BaseModel], path: str
-) -> Response:
+class Prepared(NamedTuple):
+    """A request read, checked and tokenized, ready to route."""
+
+    body: dict
+    model: str
+    stream: bool
+    token_ids: list[int]
+    num_tokens_held: int  # prompt + output tokens
+
+
+async def prepare(
+    request: Request, state: RouterState, schema: type[BaseModel] | None = None
+) -> Prepared:
+    """Read, validate, check and tokenize a request as the engines do; an OpenAI error
+    naming what is wrong with it. `schema` None: a chat's when the body has `messages`, else a
+    completion's (the decision route, `routes/decide.py`, takes either)."""
     body = await _json_body(request)
+    if schema is None:
+        schema = ChatCompletionRequest if "messages" in body else CompletionRequest
     parsed = _validated(schema, body)
     _check_model(state, parsed.model)
     tokenizer = state.tokenizer
@@ -113,7 +130,19 @@ async def _route(
     if not token_ids:
         raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
     held = _check_length(state, parsed.model, len(token_ids), max_tokens)
-    return await state.proxy.forward(path, body, token_ids, parsed.model, bool(parsed.stream), held)
+    return Prepared(body, parsed.model, bool(parsed.stream), token_ids, held)
+
+
+async def _route(
+    request: Request, state: RouterState, schema: type[BaseModel], path: str
+) -> Response:
+    ready = await prepare(request, state, schema)
+    response = await state.proxy.forward(
+        path, ready.body, ready.token_ids, ready.model, ready.stream, ready.num_tokens_held
+    )
+    if state.readiness.observe() != READY:  # routed by the engines up, not all of them
+        response.headers["X-Junction-Fleet"] = state.readiness.status
+    return response
 
 
 @router.post("/completions")
