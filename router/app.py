@@ -22,6 +22,7 @@ from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import Fleet
 from router.proxy import Proxy
 from router.routes import fleet as fleet_routes
+from router.routes import messages as messages_routes
 from router.routes import openai as openai_routes
 from router.routes import ops as ops_routes
 
@@ -67,6 +68,6 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, setting=MAX_BODY_SETTING)
 
-    for module in (openai_routes, fleet_routes, ops_routes):
+    for module in (openai_routes, messages_routes, fleet_routes, ops_routes):
         app.include_router(module.router)
     return app

@@ -113,7 +113,15 @@ async def _route(
     if not token_ids:
         raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
     held = _check_length(state, parsed.model, len(token_ids), max_tokens)
-    return await state.proxy.forward(path, body, token_ids, parsed.model, bool(parsed.stream), held)
+    return await state.proxy.forward(
+        path,
+        body,
+        token_ids,
+        parsed.model,
+        bool(parsed.stream),
+        held,
+        cache_key=parsed.prompt_cache_key,
+    )
 
 
 @router.post("/completions")
