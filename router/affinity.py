@@ -3,13 +3,14 @@ one engine (the key's home) while its load allows.
 
 A key names requests the client expects to share a prefix (one user's conversation, one
 agent's session), including prefixes the router cannot see yet: the next turn's, or one below
-the policy's `--min-hit-share`. It is a hint, not a salt: the engines cache by prefix alone,
-and a key never keeps a request from a hit elsewhere. A new key goes where the policy sends
-its first request; after that the key's home is chosen unless the request's predicted prefill
-seconds there exceed those on the policy's choice by more than `spill_s`, when the request and
-the key move to the policy's choice (OpenAI's keys spill the same way once a prefix and key
-take more than one machine's rate). A home that is down or refused the request is left the
-same way. The map is bounded: the least recently used key goes first.
+the policy's `--min-hit-share`. It is a hint, not a salt: the engines cache by prefix alone. A
+new key goes where the policy sends its first request; after that the key's home is chosen
+unless the request's predicted prefill seconds there exceed those on the policy's choice by
+more than `spill_s`, when the request and the key move to the policy's choice. Load and hits
+count alike there: a home much busier than another engine, or a far longer hit elsewhere, moves
+the key. (OpenAI's keys overflow to more machines too, once one prefix and key come faster than
+about 15 requests a minute, its documentation says.) A home that is down or refused the request
+is left the same way. The map is bounded: the least recently used key goes first.
 """
 
 from __future__ import annotations
