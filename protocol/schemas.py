@@ -13,6 +13,9 @@ from pydantic import BaseModel, Field
 DEFAULT_MAX_TOKENS = 16  # OpenAI's, for a request that names none
 
 
+MAX_CACHE_KEY_CHARS = 256  # `prompt_cache_key`, as `cache_salt`
+
+
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
@@ -29,7 +32,9 @@ class SamplingFields(BaseModel):
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    prompt_cache_key: str | None = None  # a routing hint for `junction route`, not a salt
+    # a routing hint for `junction route` (`router.affinity`), not a salt; bounded, as the
+    # router keeps keys in memory
+    prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY_CHARS)
     prompt_cache_retention: str | None = None  # "in_memory" (default) or "24h"
     # extension (vLLM's name): the prefix cache's salt; a request reuses only the cache of
     # requests of the same salt, on the device and in every tier below it

@@ -24,6 +24,7 @@ from router.proxy import Proxy
 from router.readiness import Readiness, watch
 from router.routes import decide as decide_routes
 from router.routes import fleet as fleet_routes
+from router.routes import messages as messages_routes
 from router.routes import openai as openai_routes
 from router.routes import ops as ops_routes
 
@@ -72,6 +73,6 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, setting=MAX_BODY_SETTING)
 
-    for module in (openai_routes, fleet_routes, decide_routes, ops_routes):
+    for module in (openai_routes, messages_routes, fleet_routes, decide_routes, ops_routes):
         app.include_router(module.router)
     return app

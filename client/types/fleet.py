@@ -104,7 +104,8 @@ class Decision(Body):
     url: str
     engine_id: str | None
     policy: str
-    reason: str  # "hit", "in_flight", "least_loaded", "round_robin", "random"
+    # "hit", "in_flight", "least_loaded", "round_robin", "random", "cache_key", "cache_key_spill"
+    reason: str
     predicted_hit: int
     route_s: float
     scores: list[EngineScore]
@@ -115,6 +116,8 @@ class Decision(Body):
     min_hit: int = 0  # the least gain the policy counts (`--min-hit-share` of the prompt)
     predicted_s: float = 0.0  # the chosen engine's predicted prefill seconds
     predicted_load_s: float = 0.0  # of those, loading from the tiers
+    cache_key: str | None = None  # the request's `prompt_cache_key`
+    cache_key_home: str | None = None  # that key's engine before this request (None: new)
 
 
 class DecisionPage(Body):

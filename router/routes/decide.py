@@ -28,7 +28,11 @@ async def choose(request: Request, state: StateDep) -> dict:
     ready = await prepare(request, state)
     try:
         decision = state.fleet.route(
-            ready.token_ids, ready.model, num_tokens_held=ready.num_tokens_held, record=False
+            ready.token_ids,
+            ready.model,
+            num_tokens_held=ready.num_tokens_held,
+            record=False,
+            cache_key=ready.cache_key,
         )
     except NoEngineError:
         raise OpenAIError(

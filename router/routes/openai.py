@@ -94,6 +94,7 @@ class Prepared(NamedTuple):
     stream: bool
     token_ids: list[int]
     num_tokens_held: int  # prompt + output tokens
+    cache_key: str | None = None  # its `prompt_cache_key`: a routing hint (`router.affinity`)
 
 
 async def prepare(
@@ -130,7 +131,9 @@ async def prepare(
     if not token_ids:
         raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
     held = _check_length(state, parsed.model, len(token_ids), max_tokens)
-    return Prepared(body, parsed.model, bool(parsed.stream), token_ids, held)
+    return Prepared(
+        body, parsed.model, bool(parsed.stream), token_ids, held, parsed.prompt_cache_key
+    )
 
 
 async def _route(
@@ -138,7 +141,13 @@ async def _route(
 ) -> Response:
     ready = await prepare(request, state, schema)
     response = await state.proxy.forward(
-        path, ready.body, ready.token_ids, ready.model, ready.stream, ready.num_tokens_held
+        path,
+        ready.body,
+        ready.token_ids,
+        ready.model,
+        ready.stream,
+        ready.num_tokens_held,
+        cache_key=ready.cache_key,
     )
     if state.readiness.observe() != READY:  # routed by the engines up, not all of them
         response.headers["X-Junction-Fleet"] = state.readiness.status
