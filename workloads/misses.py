@@ -1,4 +1,6 @@
-"""The split of a request's missed tokens by reason: pure arithmetic, no store.
+"""The split of a request's missed tokens by reason: pure arithmetic, no store. The control
+plane's attribution at ingest (`api.attribution.record`) and the engine's diagnosis of its own
+requests (`serve.diagnosis`) both split by it, so the two agree token for token.
 
 Symbols (all token positions, multiples of the match unit `U`):
 
@@ -25,7 +27,7 @@ one reason, so the hit plus the missed tokens is max(L, H):
     [max(proof, F, E), R)   in_flight   still being computed by an earlier arrival
     [R, L)                  held_back   coarse hits stop at the grid below L
 
-On an engine with tiers below the device (`api.attribution.tiers`), `evicted` is split by
+On an engine with tiers below the device (`workloads.attribute.splitter`), `evicted` is split by
 where the prefix went after the device gave it up: `evicted_host`, `evicted_disk` or
 `evicted_shared` up to the deepest unit a tier had taken and then given up (or still held:
 then it stays `evicted`), and `not_admitted` past it (no tier ever took those units).
@@ -54,7 +56,7 @@ MissReason = Literal[
     "copy_pending",
 ]
 REASONS: tuple[str, ...] = get_args(MissReason)
-#: splits an evicted span `[start, end)` by tier (`api.attribution.tiers`): tokens by reason
+#: splits an evicted span `[start, end)` by tier (`workloads.attribute.splitter`): tokens by reason
 Below = Callable[[int, int], dict[str, int]]
 
 
