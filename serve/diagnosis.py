@@ -26,7 +26,6 @@ has them; and past either side's bounds (the store's window and unit cap, this o
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -44,25 +43,16 @@ from engine.events import (
     RequestFinished,
 )
 from engine.feed import FeedHub, FeedSink
-from protocol.errors import OpenAIError
-from protocol.schemas import JunctionOptions
 from workloads.attribute import Record, Subject, TierRecord, attribute_units
 from workloads.misses import HitGrid, remedies
 from workloads.oracle import capped_hit
 
 if TYPE_CHECKING:
-    from starlette.requests import Request as HttpRequest
-
     from engine.engine import Engine
-    from serve.deps import ServerState
 
 MAX_UNITS = 200_000  # unit records kept (and as many tier records): about 40 MB at most
 MAX_WAITING = 1024  # requests waiting for their diagnosis; past it the oldest gets none
 HEX = 2 * UNIT_HASH_BYTES
-HEADER = "x-junction-diagnose"  # `1` (or `true`) asks for a diagnosis, as the body's option
-# how long a response waits for the requests that arrived before it to finish (its diagnosis
-# needs their units): past it the response goes out with `diagnosis: null`
-WAIT_S = 300.0
 
 
 def chain(unit_hashes: str) -> list[int]:
@@ -236,42 +226,3 @@ class DiagnosingSink(FeedSink):
     def emit(self, event: CacheEvent) -> None:
         super().emit(event)
         self.oracle.tap(event)
-
-
-# ---------------------------------------------------------------------------- the routes' side
-def expect_diagnosis(
-    state: ServerState,
-    options: JunctionOptions | None,
-    http_request: HttpRequest,
-    request_id: str,
-) -> Future[dict | None] | None:
-    """The future of `request_id`'s diagnosis when the body (`junction.diagnose`) or the header
-    asks for one, else None; a 400 naming the field when this server keeps no oracle."""
-    header = http_request.headers.get(HEADER, "").strip().lower()
-    if not (options is not None and options.diagnose) and header not in ("1", "true"):
-        return None
-    if state.diagnosis is None:
-        raise OpenAIError(
-            "this engine keeps no diagnosis of its misses (its server was built without the "
-            "oracle): leave junction.diagnose and the X-Junction-Diagnose header out",
-            param="junction.diagnose",
-        )
-    return state.diagnosis.expect(request_id)
-
-
-async def diagnosis_fields(
-    state: ServerState, request_id: str, future: Future[dict | None] | None
-) -> dict:
-    """`{"junction": {"diagnosis": ...}}` for a response's body or its last chunk once the
-    request is done (nothing when none was asked); waits up to `WAIT_S` for the requests that
-    arrived before it to finish."""
-    if future is None:
-        return {}
-    try:
-        found = await asyncio.wait_for(asyncio.wrap_future(future), WAIT_S)
-    except TimeoutError:
-        found = None
-    finally:
-        if state.diagnosis is not None:
-            state.diagnosis.forget(request_id)
-    return {"junction": {"diagnosis": found}}

@@ -16,10 +16,11 @@ from protocol.prompts import chat_prompt
 from protocol.schemas import ChatCompletionRequest
 from protocol.sse import sse_response
 from serve.deps import ServerState, StateDep
-from serve.diagnosis import diagnosis_fields, expect_diagnosis
 from serve.generation import (
     Generation,
     check_model,
+    diagnosis_fields,
+    expect_diagnosis,
     lease,
     retention_s,
     sampling_params,

@@ -17,10 +17,11 @@ from protocol.prompts import prompt_token_ids
 from protocol.schemas import CompletionRequest
 from protocol.sse import sse_response
 from serve.deps import ServerState, StateDep
-from serve.diagnosis import diagnosis_fields, expect_diagnosis
 from serve.generation import (
     Generation,
     check_model,
+    diagnosis_fields,
+    expect_diagnosis,
     lease,
     retention_s,
     sampling_params,

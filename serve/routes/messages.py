@@ -22,10 +22,11 @@ from protocol.errors import OpenAIError
 from protocol.messages import MessagesPrompt, MessagesRequest, messages_prompt
 from protocol.sse import anthropic_sse_response
 from serve.deps import ServerState, StateDep
-from serve.diagnosis import diagnosis_fields, expect_diagnosis
 from serve.generation import (
     Generation,
     check_model,
+    diagnosis_fields,
+    expect_diagnosis,
     lease,
     sampling_params,
     start_generation,
