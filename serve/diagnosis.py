@@ -128,7 +128,11 @@ class DiagnosisOracle:
         self._attribute_due()
 
     def _finished(self, event: RequestFinished) -> None:
-        if event.match_stop is None:
+        if event.match_stop is None:  # never looked up (aborted while waiting): the store
+            with self.lock:  # attributes it no more than this does
+                future = self.wanted.pop(event.request_id, None)
+            if future is not None:
+                _resolve(future, None)
             return
         self._merge(chain(event.unit_hashes), event.arrival_index, event.finished_ts)
         self.oldest_unfinished = max(self.oldest_unfinished, event.oldest_unfinished_index)

@@ -4,18 +4,24 @@ waiters), and the 400 of a server built without one."""
 
 from __future__ import annotations
 
+import json
 import random
 from concurrent.futures import Future
 
+import httpx
 import pytest
 
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.events import BlockRemoved, BlockStored
 from engine.feed import FeedHub
+from engine.model.tokenizer import ByteTokenizer
 from engine.request import SamplingParams
+from serve.app import create_app
+from serve.async_engine import AsyncEngine
 from serve.diagnosis import DiagnosingSink, DiagnosisOracle
 from tests.serve.conftest import MODEL, serve, small_engine
+from tests.uvicorn_thread import uvicorn_thread
 
 
 def engine_with(oracle: DiagnosisOracle) -> Engine:
@@ -134,3 +140,36 @@ def test_a_server_without_an_oracle_refuses_a_diagnosis_naming_the_field(plain_s
     assert refused.status_code == 400 == by_header.status_code
     assert refused.json()["error"]["param"] == "junction.diagnose"
     assert plain.status_code == 200 and "junction" not in plain.json()
+
+
+@pytest.fixture(scope="module")
+def diagnosing_server():
+    oracle = DiagnosisOracle()
+    engine = engine_with(oracle)
+    app = create_app(AsyncEngine(engine), MODEL, tokenizer=ByteTokenizer(), diagnosis=oracle)
+    with uvicorn_thread(app, lifespan="on") as url:
+        yield url
+
+
+def events(http: httpx.Client, path: str, body: dict) -> list[dict]:
+    with http.stream("POST", path, json=body, headers={"X-Junction-Diagnose": "true"}) as answer:
+        lines = [line for line in answer.iter_lines() if line.startswith("data: {")]
+    return [json.loads(line.removeprefix("data: ")) for line in lines]
+
+
+def test_a_stream_carries_the_diagnosis_on_its_last_data(diagnosing_server):
+    text = "the same long system prompt, " * 30
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 3}
+    chat |= {"stream": True, "stream_options": {"include_usage": True}}
+    messages = {"model": MODEL, "max_tokens": 3, "stream": True}
+    messages["messages"] = [{"role": "user", "content": text}]
+    with httpx.Client(base_url=diagnosing_server, timeout=30) as http:
+        chunks = events(http, "/v1/chat/completions", chat)
+        sent = events(http, "/v1/messages", messages)
+    assert "usage" in chunks[-1] and chunks[-1]["junction"]["diagnosis"]["arrival_index"] == 0
+    assert all("junction" not in chunk for chunk in chunks[:-1])
+    (delta,) = [event for event in sent if event["type"] == "message_delta"]
+    diagnosis = delta["junction"]["diagnosis"]
+    assert diagnosis["arrival_index"] == 1 and diagnosis["diverged_at"] > 0
+    assert sent[-1]["type"] == "message_stop"
+    assert [event for event in sent if "junction" in event] == [delta]
