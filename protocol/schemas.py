@@ -20,6 +20,14 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JunctionOptions(BaseModel):
+    """The `junction` extension object of a request body: what this engine answers beyond the
+    provider's shape. `diagnose`: the response carries why its prompt missed what it missed
+    (docs/api.md, "A request's diagnosis"); the header `X-Junction-Diagnose: 1` asks the same."""
+
+    diagnose: bool = False
+
+
 class SamplingFields(BaseModel):
     """What completions and chat share: the model, sampling, stop strings and streaming."""
 
@@ -39,6 +47,7 @@ class SamplingFields(BaseModel):
     # extension (vLLM's name): the prefix cache's salt; a request reuses only the cache of
     # requests of the same salt, on the device and in every tier below it
     cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
+    junction: JunctionOptions | None = None  # extension: this engine's own options
 
     @property
     def stop_strings(self) -> list[str]:
