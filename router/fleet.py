@@ -132,6 +132,7 @@ class Fleet:
         model: str,
         exclude: Sequence[str] = (),
         num_tokens_held: int = 0,
+        *,
         record: bool = True,
         cache_key: str | None = None,
     ) -> Decision:

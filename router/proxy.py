@@ -140,7 +140,9 @@ class Proxy:
         cache_key: str | None,
     ) -> Decision:
         try:
-            decision = self.fleet.route(token_ids, model, refused, num_tokens_held, cache_key)
+            decision = self.fleet.route(
+                token_ids, model, refused, num_tokens_held, cache_key=cache_key
+            )
         except NoEngineError:
             if refused:
                 raise OpenAIError(

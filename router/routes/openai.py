@@ -23,6 +23,9 @@ from router.deps import RouterState, StateDep
 from router.readiness import READY
 
 router = APIRouter(prefix="/v1", tags=["openai"])
+#: `X-Junction-Diagnose: 1` asks the engine for the request's diagnosis (docs/api.md); the
+#: router folds it into the body's `junction.diagnose`, which the engine reads too
+DIAGNOSE_HEADER = "x-junction-diagnose"
 
 
 async def _json_body(request: Request) -> dict:
@@ -35,6 +38,10 @@ async def _json_body(request: Request) -> dict:
         ) from exc
     if not isinstance(body, dict):
         raise OpenAIError("the request body must be a JSON object", code="invalid_json")
+    options = body.get("junction")
+    asks = request.headers.get(DIAGNOSE_HEADER, "").strip().lower() in ("1", "true")
+    if asks and (options is None or isinstance(options, dict)):  # the engine answers it
+        body["junction"] = {**(options or {}), "diagnose": True}  # the body's way: one hop
     return body
 
 

@@ -109,6 +109,35 @@ def test_a_streamed_message_through_the_router_equals_the_whole_one(claude, rout
     assert routed["status"] == "finished" and routed["realised_hit"] == read
 
 
+def test_a_diagnosis_asked_of_the_router_comes_from_the_engine(claude, router) -> None:
+    """The router folds `X-Junction-Diagnose: 1` into the body's `junction.diagnose`, which the
+    engine answers; the body's own way goes through as it is."""
+    shared = text_prompt(711, 300)
+    claude.messages.create(model=MODEL, max_tokens=1, messages=turn(shared, text_prompt(712, 50)))
+    raw = claude.messages.with_raw_response.create(
+        model=MODEL,
+        max_tokens=1,
+        messages=turn(shared, "?" + text_prompt(713, 49)),
+        extra_headers={"X-Junction-Diagnose": "1"},
+    )
+    body = raw.http_response.json()
+    diagnosis = body["junction"]["diagnosis"]
+    assert body["usage"]["cache_read_input_tokens"] > 0
+    assert diagnosis["hit_stopped_at"] == body["usage"]["cache_read_input_tokens"]
+    raw = router.client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": text_prompt(714, 200)}],
+        max_tokens=1,
+        extra_body={"junction": {"diagnose": True}},
+    )
+    diagnosis = raw.http_response.json()["junction"]["diagnosis"]
+    assert diagnosis["hit_stopped_at"] == 0 and diagnosis["diverged_at"] == 0  # a new prompt
+    plain = router.client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": text_prompt(715, 50)}], max_tokens=1
+    )
+    assert "junction" not in plain.http_response.json()  # asked for only
+
+
 def ask(router: Process, key: str | None, seed: int, max_tokens: int = 1) -> dict:
     """One chat request of `key` (the same header, then a question no other request shares),
     by OpenAI's SDK; its decision."""
