@@ -1,12 +1,13 @@
-"""A database cut under unpaced load, and what the outbox drops once the store is back.
+"""A database cut under load, and what the outbox drops once the store is back.
 
 `junction api` runs in its own process over a scratch PostgreSQL database, reached through a
 TCP proxy this script cuts (`benchmarks.tcp_proxy`). Each round, a null-runner engine (16
-shared prefixes, 8 in flight, `benchmarks.ingest.Workload`) steps flat out with a publisher
-of a small outbox (`--outbox-bytes`); the database is cut for `--cut-s`, then restored, and
-the engine runs on for `--after-s` more. Past the outbox's bound during the cut, finished
-requests are dropped by design (counted); after the store is back (its first ack after the
-welcome), none should be.
+shared prefixes, 8 in flight, `benchmarks.ingest.Workload`) steps at each of `--steps-per-s`
+(a step finishes about one request) with a publisher of a small outbox (`--outbox-bytes`);
+the database is cut for `--cut-s`, then restored, and the engine runs on for `--after-s` more.
+Past the outbox's bound during the cut, finished requests are dropped by design (counted);
+after the store is back (its first ack after the welcome), none should be while the store can
+take the engine's pace at all: past that pace, drops go on whatever the rule (the bound).
 
 Two sending rules, in alternating rounds of one run (issue 47, item 3):
 
@@ -16,7 +17,7 @@ Two sending rules, in alternating rounds of one run (issue 47, item 3):
   (`Outbox.hold_behind_snapshot = False`).
 
     .venv/bin/python benchmarks/outage.py [--rounds 3] [--outbox-bytes 98304] [--cut-s 5]
-        [--after-s 8]
+        [--after-s 8] [--steps-per-s 25 50 100]
 """
 
 from __future__ import annotations
@@ -55,17 +56,24 @@ class Round(NamedTuple):
     max_waiting: int  # the most finished requests waiting for an ack after it was back
 
 
-def run_until(work: Workload, done, timeout_s: float) -> bool:
-    """Step the engine until `done()` or `timeout_s`; whether `done()` came."""
-    deadline = time.monotonic() + timeout_s
+def run_until(work: Workload, done, timeout_s: float, steps_per_s: float = 0.0) -> bool:
+    """Step the engine (at most `steps_per_s` steps a second; 0: flat out) until `done()` or
+    `timeout_s`; whether `done()` came."""
+    start = time.monotonic()
+    deadline, num_steps = start + timeout_s, 0
     while time.monotonic() < deadline:
         if done():
             return True
         work.step()
+        num_steps += 1
+        if steps_per_s > 0:
+            time.sleep(max(0.0, start + num_steps / steps_per_s - time.monotonic()))
     return False
 
 
-def one_round(base: str, proxy: TcpProxy, rule: str, args: argparse.Namespace) -> Round:
+def one_round(
+    base: str, proxy: TcpProxy, rule: str, pace: float, args: argparse.Namespace
+) -> Round:
     work = Workload(f"outage-{rule}-{uuid.uuid4().hex[:8]}")
     finished = 0
 
@@ -78,24 +86,27 @@ def one_round(base: str, proxy: TcpProxy, rule: str, args: argparse.Namespace) -
         publisher.outbox.hold_behind_snapshot = rule == "held"
         publisher.attach(work.engine)
         stats = publisher.stats
-        if not run_until(work, lambda: stats().is_connected, 30):
+        if not run_until(work, lambda: stats().is_connected, 30, pace):
             raise RuntimeError(f"the publisher never connected: {stats().last_error}")
-        run_until(work, lambda: False, 1.0)
+        run_until(work, lambda: False, 1.0, pace)
         proxy.cut()
-        run_until(work, lambda: False, args.cut_s)
+        run_until(work, lambda: False, args.cut_s, pace)
         proxy.restore()
         restored = time.monotonic()
-        if not run_until(work, lambda: stats().is_connected, 60):
+        if not run_until(work, lambda: stats().is_connected, 60, pace):
             raise RuntimeError(f"the publisher never reconnected: {stats().last_error}")
         welcomed = stats().num_acked
-        if not run_until(work, lambda: stats().num_acked > welcomed, 60):
+        if not run_until(work, lambda: stats().num_acked > welcomed, 60, pace):
             raise RuntimeError("the store acknowledged nothing in 60 s after its welcome")
         back, back_s = stats(), time.monotonic() - restored
-        max_waiting, end = 0, time.monotonic() + args.after_s
-        while time.monotonic() < end:
-            for _ in range(10):
-                work.step()
+        max_waiting = 0
+
+        def watch() -> bool:
+            nonlocal max_waiting
             max_waiting = max(max_waiting, stats().num_requests_waiting)
+            return False
+
+        run_until(work, watch, args.after_s, pace)
         after = stats()
         if not publisher.flush(120):
             raise RuntimeError(f"the store did not catch up in 120 s: {stats()}")
@@ -136,6 +147,14 @@ def main() -> None:
     parser.add_argument("--outbox-bytes", type=int, default=96 * 1024)
     parser.add_argument("--cut-s", type=float, default=5.0, help="how long the database is cut")
     parser.add_argument("--after-s", type=float, default=8.0, help="load after the store is back")
+    parser.add_argument(
+        "--steps-per-s",
+        type=float,
+        nargs="+",
+        default=[25.0, 50.0, 100.0],
+        help="the engine's paces, each a run of its own (0: flat out; a step finishes about "
+        "one request)",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up below on a kill too
     scratch = f"junction_outage_{uuid.uuid4().hex[:12]}"
@@ -151,10 +170,14 @@ def main() -> None:
                 f"junction api at {base}, database {scratch} through a proxy; outbox "
                 f"{args.outbox_bytes:,} bytes, cut {args.cut_s:g} s, {args.after_s:g} s after"
             )
-            rounds = [
-                one_round(base, proxy, rule, args) for _ in range(args.rounds) for rule in RULES
-            ]
-            report(rounds)
+            for pace in args.steps_per_s:
+                print(f"\nthe engine {f'at {pace:g} steps/s' if pace else 'flat out'}:")
+                rounds = [
+                    one_round(base, proxy, rule, pace, args)
+                    for _ in range(args.rounds)
+                    for rule in RULES
+                ]
+                report(rounds)
     finally:
         if server is not None:
             stop(server)
