@@ -16,11 +16,11 @@ from pydantic import (
     model_validator,
 )
 
-from api.attribution.misses import MissReason
 from engine.geometry import CacheGeometry
 from engine.model.tokenizer import ByteTokenizer, render_messages
 from engine.traces.trace import MAX_TOKEN_ID, Segment, segment_tokens
 from engine.wire import ENGINE_ID_PATTERN
+from workloads.misses import MissReason
 
 EngineId = Annotated[str, Field(min_length=1, max_length=128, pattern=ENGINE_ID_PATTERN)]
 #: The longest prefix a pin may take (an engine's own `max_model_len` may be lower).

@@ -16,6 +16,10 @@ REASONS = {
     "least_loaded": "no engine had a hit worth its load, so the least loaded one",
     "round_robin": "its turn in the round robin (the scores are not used)",
     "random": "a random choice (the scores are not used)",
+    "cache_key": "the engine of its prompt_cache_key, within the router's spill margin of the "
+    "policy's choice",
+    "cache_key_spill": "its prompt_cache_key's engine was too busy (predicted prefill seconds "
+    "over the spill margin above the policy's choice), so the policy's choice; the key moved",
 }
 #: What each policy ranks the engines by.
 SCORES = {
@@ -75,6 +79,9 @@ def decision_text(d: Decision) -> str:
     )
     if d.engine_request_id:
         text += f" The engine's id: `{d.engine_request_id}`."
+    if d.cache_key is not None:
+        home = "new" if d.cache_key_home is None else f"its engine was {d.cache_key_home}"
+        text += f" Its prompt_cache_key: `{d.cache_key}` ({home})."
     if d.failed_over_from:
         text += f" Refused first by {', '.join(d.failed_over_from)}."
     if failure:

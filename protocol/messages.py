@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from engine.model.tokenizer import Tokenizer
 from protocol.errors import OpenAIError
+from protocol.schemas import MAX_CACHE_KEY_CHARS, JunctionOptions
 
 MAX_BREAKPOINTS = 4
 TTLS = {"5m": 300.0, "1h": 3600.0}  # what Anthropic offers, in seconds
@@ -78,6 +79,9 @@ class MessagesRequest(BaseModel):
     stream: bool | None = False
     cache_control: CacheControl | None = None  # automatic mode: a breakpoint on the last block
     thinking: dict | None = None
+    # an extension, OpenAI's field: `junction route`'s routing hint; the engine ignores it
+    prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY_CHARS)
+    junction: JunctionOptions | None = None  # extension: this engine's own options
 
     # what the engine's sampling reads of an OpenAI body, which Anthropic's does not have
     n: ClassVar[None] = None

@@ -13,8 +13,19 @@ from pydantic import BaseModel, Field
 DEFAULT_MAX_TOKENS = 16  # OpenAI's, for a request that names none
 
 
+MAX_CACHE_KEY_CHARS = 256  # `prompt_cache_key`, as `cache_salt`
+
+
 class StreamOptions(BaseModel):
     include_usage: bool = False
+
+
+class JunctionOptions(BaseModel):
+    """The `junction` extension object of a request body: what this engine answers beyond the
+    provider's shape. `diagnose`: the response carries why its prompt missed what it missed
+    (docs/api.md, "A request's diagnosis"); the header `X-Junction-Diagnose: 1` asks the same."""
+
+    diagnose: bool = False
 
 
 class SamplingFields(BaseModel):
@@ -29,11 +40,14 @@ class SamplingFields(BaseModel):
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    prompt_cache_key: str | None = None  # a routing hint for `junction route`, not a salt
+    # a routing hint for `junction route` (`router.affinity`), not a salt; bounded, as the
+    # router keeps keys in memory
+    prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY_CHARS)
     prompt_cache_retention: str | None = None  # "in_memory" (default) or "24h"
     # extension (vLLM's name): the prefix cache's salt; a request reuses only the cache of
     # requests of the same salt, on the device and in every tier below it
     cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
+    junction: JunctionOptions | None = None  # extension: this engine's own options
 
     @property
     def stop_strings(self) -> list[str]:

@@ -21,7 +21,10 @@ from router.deps import RouterState
 from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import Fleet
 from router.proxy import Proxy
+from router.readiness import Readiness, watch
+from router.routes import decide as decide_routes
 from router.routes import fleet as fleet_routes
+from router.routes import messages as messages_routes
 from router.routes import openai as openai_routes
 from router.routes import ops as ops_routes
 
@@ -34,11 +37,13 @@ def create_app(
     client: httpx.AsyncClient | None = None,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    readiness: Readiness | None = None,
 ) -> FastAPI:
     """`tokens` are the bearer tokens `/fleet` takes; `background()` gives the coroutines that
     run while the app serves (each engine's feed follower, discovery); `read_timeout_s` is
     the longest an engine may send nothing of an answer (`--read-timeout`); a body over
-    `max_body_bytes` is refused 413 before it is held (`protocol.body_limit`)."""
+    `max_body_bytes` is refused 413 before it is held (`protocol.body_limit`); `readiness`
+    is the fleet's status since the router started (a new one counts from now)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -48,7 +53,8 @@ def create_app(
             limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
         )
         state.proxy = Proxy(fleet, state.metrics, http, read_timeout_s=read_timeout_s)
-        tasks = [asyncio.create_task(coroutine) for coroutine in background()]
+        coroutines = [*background(), watch(state.readiness)]
+        tasks = [asyncio.create_task(coroutine) for coroutine in coroutines]
         try:
             yield
         finally:
@@ -63,10 +69,10 @@ def create_app(
         summary="One OpenAI endpoint over a fleet of engines, routed by usable hybrid hit",
         lifespan=lifespan,
     )
-    app.state.router = RouterState(fleet, tokenizer, tokens, background)
+    app.state.router = RouterState(fleet, tokenizer, tokens, background, readiness)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, setting=MAX_BODY_SETTING)
 
-    for module in (openai_routes, fleet_routes, ops_routes):
+    for module in (openai_routes, messages_routes, fleet_routes, decide_routes, ops_routes):
         app.include_router(module.router)
     return app

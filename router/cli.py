@@ -17,10 +17,12 @@ from client.settings import ControlPlaneSettings
 from engine.setup.options import EXIT_BAD_INPUT
 from protocol.body_size import add_max_body_option
 from protocol.connections.options import add_connection_options, bounds_from_args
+from router.affinity import DEFAULT_SPILL_S, KeyAffinity
 from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import DEFAULT_RUNNING_COST
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
+from router.readiness import Readiness
 
 DEFAULT_START_TIMEOUT_S = 15.0
 
@@ -84,6 +86,7 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         help="a hit below this share of the prompt counts as none, so a shared chat-template "
         f"header does not pull every request to one engine (default {DEFAULT_MIN_HIT_SHARE})",
     )
+    add_cache_key_option(route)
     route.add_argument(
         "--max-index-keys",
         type=int,
@@ -100,6 +103,17 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
     route.set_defaults(func=cmd_route)
+
+
+def add_cache_key_option(route: argparse.ArgumentParser) -> None:
+    route.add_argument(
+        "--cache-key-spill-s",
+        type=float,
+        default=DEFAULT_SPILL_S,
+        metavar="SECONDS",
+        help="a prompt_cache_key's requests stay on its engine until their predicted prefill "
+        f"there is this much slower than on the best engine (default {DEFAULT_SPILL_S})",
+    )
 
 
 def add_timeout_options(route: argparse.ArgumentParser) -> None:
@@ -158,6 +172,7 @@ def cmd_route(args: argparse.Namespace) -> int:
         if not args.start_timeout > 0:
             raise ValueError(f"--start-timeout must be positive, got {args.start_timeout:g}")
         policy = make_policy(args.policy, args.seed, args.min_hit_share)
+        args.affinity = KeyAffinity(spill_s=args.cache_key_spill_s)
         args.bounds = bounds_from_args(args)
         from engine.model.hf.tokenizer import load_tokenizer
 
@@ -183,7 +198,8 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         except Exception as exc:  # noqa: BLE001 - said to the user, exit 2
             print(f"junction route: cannot list the engines: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    fleet = Fleet([], policy, running_cost=args.running_cost)
+    fleet = Fleet([], policy, running_cost=args.running_cost, affinity=args.affinity)
+    readiness = Readiness(fleet)  # from now: a restarted router rebuilds from the snapshots
     followers: set[asyncio.Task] = set()
 
     def add(url: str) -> None:
@@ -224,6 +240,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         background,
         read_timeout_s=args.read_timeout,
         max_body_bytes=args.max_body_bytes,
+        readiness=readiness,
     )
     print(
         f"junction route: {args.policy} over {len(fleet.engines)} engines "

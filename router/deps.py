@@ -15,6 +15,7 @@ from protocol.errors import OpenAIError
 from router.fleet import Fleet
 from router.metrics import RouterMetrics
 from router.proxy import Proxy
+from router.readiness import Readiness
 
 
 class RouterState:
@@ -24,8 +25,10 @@ class RouterState:
         tokenizer: Tokenizer,
         tokens: tuple[str, ...],
         background: Callable[[], list[Coroutine[Any, Any, None]]],
+        readiness: Readiness | None = None,
     ) -> None:
         self.fleet = fleet
+        self.readiness = readiness or Readiness(fleet)  # `/fleet`'s status: ready or degraded
         self.tokenizer = tokenizer
         self.tokens = tokens  # bearer tokens `/fleet` takes
         self.background = background  # the feed followers and discovery, started with the app

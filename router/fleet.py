@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from engine.cache.lookup import reachable_hit
 from engine.hashing import BlockHash, hash_prefix
+from router.affinity import KeyAffinity
 from router.engines import FleetEngine, InFlight
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import Candidate, Policy
@@ -61,7 +62,9 @@ class Decision:
     url: str
     engine_id: str | None
     policy: str
-    reason: str  # "hit", "in_flight", "least_loaded", "round_robin", "random"
+    # "hit", "in_flight", "least_loaded", "round_robin", "random"; "cache_key" (the key's
+    # engine kept) or "cache_key_spill" (too busy: the key moved; `router.affinity`)
+    reason: str
     predicted_hit: int
     route_s: float  # hashing, scoring and choosing
     scores: list[EngineScore]
@@ -72,6 +75,8 @@ class Decision:
     min_hit: int = 0  # the least gain the policy counts (`--min-hit-share` of the prompt)
     predicted_s: float = 0.0  # the chosen engine's predicted prefill seconds
     predicted_load_s: float = 0.0  # of those, loading from the tiers
+    cache_key: str | None = None  # the request's `prompt_cache_key`
+    cache_key_home: str | None = None  # that key's engine before this request (None: new)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -108,6 +113,7 @@ class Fleet:
         policy: Policy,
         running_cost: int = DEFAULT_RUNNING_COST,
         max_decisions: int = DEFAULT_MAX_DECISIONS,
+        affinity: KeyAffinity | None = None,
     ) -> None:
         self.shared = SharedIndex(DEFAULT_MAX_KEYS)  # the shared store's units, fleet-wide
         self.engines: dict[str, FleetEngine] = {}
@@ -116,6 +122,7 @@ class Fleet:
         self.policy = policy
         self.running_cost = running_cost
         self.max_decisions = max_decisions
+        self.affinity = affinity or KeyAffinity()  # `prompt_cache_key`s' engines
         self.decisions: OrderedDict[str, Decision] = OrderedDict()
         self.num_agree = 0
         self.num_compared = 0
@@ -143,11 +150,16 @@ class Fleet:
         model: str,
         exclude: Sequence[str] = (),
         num_tokens_held: int = 0,
+        *,
+        record: bool = True,
+        cache_key: str | None = None,
     ) -> Decision:
         """Choose an engine for a prompt whose request holds `num_tokens_held` prompt + output
-        tokens; `NoEngineError` when no engine that serves `model` and takes that many is up
-        (besides `exclude`). This records the decision and counts the request in flight
-        there until `finish` or `fail`."""
+        tokens (and sends `cache_key` as its `prompt_cache_key`); `NoEngineError` when no
+        engine that serves `model` and takes that many is up (besides `exclude`). This records
+        the decision and counts the request in flight there until `finish` or `fail`; with
+        `record` False it changes nothing of the fleet (what this router would choose,
+        `POST /fleet/route`), though `round_robin` and `random` still take their turn."""
         started = time.perf_counter()
         engines = [
             e
@@ -160,6 +172,8 @@ class Fleet:
         by_unit: dict[int, list[BlockHash]] = {}
         scored = [self._score(engine, token_ids, by_unit) for engine in engines]
         choice = self.policy.choose([candidate for candidate, _, _ in scored], num_tokens)
+        seconds = {s.url: s.predicted_s for *_, s in scored}
+        choice, home = self.affinity.steer(cache_key, choice, seconds, record)
         chosen = self.engines[choice.key]
         for candidate, _, score in scored:
             score.score = choice.scores[candidate.key]
@@ -183,7 +197,11 @@ class Fleet:
             min_hit=choice.least_gain,
             predicted_s=score.predicted_s,
             predicted_load_s=score.load_s if candidate.tier_hit > candidate.in_flight else 0.0,
+            cache_key=cache_key,
+            cache_key_home=home,
         )
+        if not record:
+            return decision
         chosen.num_routed += 1
         chosen.num_prompt_tokens += num_tokens
         chosen.num_predicted_tokens += predicted

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import httpx
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from protocol.errors import OpenAIError
+from protocol.errors import OpenAIError, anthropic_body
 from protocol.sse import DONE, event
 from router.engines import DEFAULT_READ_TIMEOUT_S, FleetEngine
 from router.fleet import Decision, Fleet, NoEngineError
@@ -32,6 +32,12 @@ def _cached_tokens(usage: dict | None) -> int | None:
     details = (usage or {}).get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens")
     return cached if isinstance(cached, int) else None
+
+
+def _cache_read_tokens(usage: dict | None) -> int | None:
+    """The hit of an Anthropic answer's usage."""
+    read = (usage or {}).get("cache_read_input_tokens")
+    return read if isinstance(read, int) else None
 
 
 class Proxy:
@@ -57,16 +63,19 @@ class Proxy:
         model: str,
         stream: bool,
         num_tokens_held: int = 0,
+        cache_key: str | None = None,
+        anthropic: bool = False,
     ) -> Response:
         """Route and send `body` to `path` of the chosen engine (one that takes
-        `num_tokens_held` prompt + output tokens); the engine's answer, or an OpenAI error
-        naming what went wrong."""
+        `num_tokens_held` prompt + output tokens; `cache_key`, the `prompt_cache_key`, steers
+        it); the engine's answer, or an error naming what went wrong. `anthropic`: the body
+        is a Messages request, whose answers and stream are Anthropic's."""
         wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        if stream:
+        if stream and not anthropic:  # Anthropic's stream always carries its usage
             body = {**body, "stream_options": {"include_usage": True}}  # the realised hit
         refused: list[str] = []
         while True:
-            decision = self._route(token_ids, model, refused, num_tokens_held)
+            decision = self._route(token_ids, model, refused, num_tokens_held, cache_key)
             engine = self.fleet.engines[decision.url]
             request = self.client.build_request("POST", engine.openai_url + path, json=body)
             try:  # returns at the answer's head: the body is read below
@@ -103,8 +112,13 @@ class Proxy:
         if decision.engine_id is not None:  # the engine's name, as `GET /fleet` and the pages
             headers["X-Junction-Engine-Id"] = decision.engine_id
         if stream:
+            relay = (
+                self._relay_anthropic(response, decision, engine)
+                if anthropic
+                else self._relay(response, decision, engine, wants_usage)
+            )
             return StreamingResponse(
-                self._relay(response, decision, engine, wants_usage),
+                relay,
                 media_type="text/event-stream",
                 headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
@@ -112,14 +126,23 @@ class Proxy:
             data = response.json()
         except ValueError as exc:
             raise self._failed(decision, "answered with a body that is not JSON") from exc
-        await self._finish(decision, engine, data.get("id"), _cached_tokens(data.get("usage")))
+        usage = data.get("usage")
+        realised = _cache_read_tokens(usage) if anthropic else _cached_tokens(usage)
+        await self._finish(decision, engine, data.get("id"), realised)
         return JSONResponse(data, headers=headers)
 
     def _route(
-        self, token_ids: list[int], model: str, refused: list[str], num_tokens_held: int
+        self,
+        token_ids: list[int],
+        model: str,
+        refused: list[str],
+        num_tokens_held: int,
+        cache_key: str | None,
     ) -> Decision:
         try:
-            decision = self.fleet.route(token_ids, model, refused, num_tokens_held)
+            decision = self.fleet.route(
+                token_ids, model, refused, num_tokens_held, cache_key=cache_key
+            )
         except NoEngineError:
             if refused:
                 raise OpenAIError(
@@ -210,6 +233,45 @@ class Proxy:
             await self._finish(decision, engine, engine_request_id, realised)
             finished = True
             yield DONE
+        finally:
+            await response.aclose()
+            if not finished and decision.status == "routed":
+                self.fleet.fail(decision, "the client left before the end")
+
+    async def _relay_anthropic(
+        self, response: httpx.Response, decision: Decision, engine: FleetEngine
+    ) -> AsyncIterator[str]:
+        """Anthropic's stream, each event as the engine sent it: `message_start` names the
+        engine's request and its hit; before `message_stop` reaches the client the request is
+        finished (as `[DONE]` for OpenAI's)."""
+        realised = stop = None
+        finished = False
+        try:
+            try:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue  # each event's `event:` line is its data's `type`
+                    data = json.loads(line.removeprefix("data: "))
+                    kind = data.get("type")
+                    if kind == "message_start":
+                        message = data.get("message") or {}
+                        realised = _cache_read_tokens(message.get("usage"))
+                        if isinstance(message.get("id"), str):
+                            self.fleet.started(decision, message["id"])
+                    if kind == "message_stop":
+                        stop = data
+                        break
+                    yield f"event: {kind}\n{event(data)}"
+            except (httpx.HTTPError, ValueError) as exc:
+                why = self._silent() if isinstance(exc, httpx.ReadTimeout) else f"{exc!r}"
+                error = self._failed(decision, f"failed mid-stream: {why}")
+                body = anthropic_body(error.message, error.status_code)
+                yield f"event: error\n{event(body)}"
+                return
+            await self._finish(decision, engine, decision.engine_request_id, realised)
+            finished = True
+            if stop is not None:  # else the engine's own `error` event ended it
+                yield f"event: message_stop\n{event(stop)}"
         finally:
             await response.aclose()
             if not finished and decision.status == "routed":

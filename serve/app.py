@@ -22,6 +22,7 @@ from protocol.body_size import DEFAULT_MAX_BODY_BYTES, MAX_BODY_SETTING
 from publish.publisher import EventPublisher
 from serve.async_engine import AsyncEngine
 from serve.deps import ServerState
+from serve.diagnosis import DiagnosisOracle
 from serve.errors import install_error_handlers
 from serve.metrics import ServerMetrics
 from serve.routes import chat, completions, messages, models, ops
@@ -41,13 +42,16 @@ def create_app(
     feed_token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     feed_send_timeout_s: float = DEFAULT_FEED_SEND_TIMEOUT_S,
+    diagnosis: DiagnosisOracle | None = None,
 ) -> FastAPI:
     """`model_name` is the name clients must send (default: the engine's model config);
     `publisher`, the engine's stream to a control plane, if any, shows in `/metrics`;
     `tokenizer` and `card` (`/v1/models`' details) default to the engine's model's; `feed`, the
     engine's cache feed (`engine.feed`), is served to routers holding `feed_token`; a request
     body over `max_body_bytes` is refused before it is held (`protocol.body_limit`); a feed
-    reader that takes no data for `feed_send_timeout_s` is dropped (`serve.send_timeout`)."""
+    reader that takes no data for `feed_send_timeout_s` is dropped (`serve.send_timeout`);
+    `diagnosis`, the oracle following the engine's events (`serve.diagnosis`, attached to it),
+    answers the requests that ask why they missed."""
     engine = async_engine.engine
     model_name = model_name or engine.model_config.name
     if tokenizer is None:
@@ -86,6 +90,7 @@ def create_app(
         {**card, "name": model_name},
         feed=feed,
         feed_token=feed_token,
+        diagnosis=diagnosis,
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, setting=MAX_BODY_SETTING)

@@ -159,14 +159,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"junction serve: {describe_shared(shared)}", file=sys.stderr, flush=True)
 
     from engine.engine import Engine
-    from engine.feed import FeedHub, FeedSink
+    from engine.feed import FeedHub
     from serve.app import create_app
     from serve.async_engine import AsyncEngine
+    from serve.diagnosis import DiagnosingSink, DiagnosisOracle
 
     try:
         # the sink keeps events for the publisher only when there is one to drain them
         feed = FeedHub()
-        sink = FeedSink(feed, keep_events=publisher is not None)
+        diagnosis = DiagnosisOracle()  # why each request missed, for those that ask
+        sink = DiagnosingSink(feed, publisher is not None, diagnosis)
         engine = Engine(
             cache,
             scheduler,
@@ -184,6 +186,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if costs is not None:
         print(f"junction serve: {describe_prices(costs, tiers)}", file=sys.stderr, flush=True)
     feed.attach(engine, model.name)
+    diagnosis.attach(engine)
     async_engine = AsyncEngine(engine)
     if publisher is not None:
         # the listener runs on the engine loop's thread; `call` reaches it while it is idle
@@ -205,6 +208,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         feed_token=args.token,
         max_body_bytes=args.max_body_bytes,
         feed_send_timeout_s=args.feed_send_timeout,
+        diagnosis=diagnosis,
     )
     run_until_stopped(app, args, bounds, publisher)
     return 0

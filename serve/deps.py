@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from engine.feed import FeedHub
 from engine.model.tokenizer import Tokenizer
 from serve.async_engine import AsyncEngine
+from serve.diagnosis import DiagnosisOracle
 from serve.metrics import ServerMetrics
 
 
@@ -24,6 +25,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time()))
     feed: FeedHub | None = None  # the cache feed routers subscribe to, if served
     feed_token: str | None = None  # the bearer token the feed takes
+    diagnosis: DiagnosisOracle | None = None  # why a request missed, asked per request
 
 
 def get_state(request: Request) -> ServerState:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import Future
 
 from starlette.requests import Request as HttpRequest
 
@@ -18,13 +19,17 @@ from engine.engine import Engine
 from engine.model.tokenizer import Detokenizer
 from engine.request import SamplingParams
 from protocol.errors import OpenAIError
-from protocol.schemas import DEFAULT_MAX_TOKENS, SamplingFields
+from protocol.schemas import DEFAULT_MAX_TOKENS, JunctionOptions, SamplingFields
 from serve.deps import ServerState
 from serve.errors import from_engine_error
 from serve.request_stream import EngineDeadError, RequestRejected, RequestStream
 from serve.text_stream import TextStream
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default; pass 0 for greedy
+DIAGNOSE_HEADER = "x-junction-diagnose"  # `1` (or `true`) asks for a diagnosis, as the body does
+# how long a response waits for the requests that arrived before it to finish (its diagnosis
+# needs their units): past it the response goes out with `diagnosis: null`
+DIAGNOSIS_WAIT_S = 300.0
 
 
 def check_model(requested: str, served: str) -> None:
@@ -208,3 +213,42 @@ async def start_generation(
         raise from_engine_error(exc) from exc
     state.metrics.requests.inc()
     return Generation(stream, len(prompt_token_ids), stop, state.tokenizer.detokenizer())
+
+
+def expect_diagnosis(
+    state: ServerState,
+    options: JunctionOptions | None,
+    http_request: HttpRequest,
+    request_id: str,
+) -> Future[dict | None] | None:
+    """The future of `request_id`'s diagnosis (`serve.diagnosis`) when the body
+    (`junction.diagnose`) or the header asks for one, else None; a 400 naming the field when
+    this server keeps no oracle. Call it before the request is submitted."""
+    header = http_request.headers.get(DIAGNOSE_HEADER, "").strip().lower()
+    if not (options is not None and options.diagnose) and header not in ("1", "true"):
+        return None
+    if state.diagnosis is None:
+        raise OpenAIError(
+            "this engine keeps no diagnosis of its misses (its server was built without the "
+            "oracle): leave junction.diagnose and the X-Junction-Diagnose header out",
+            param="junction.diagnose",
+        )
+    return state.diagnosis.expect(request_id)
+
+
+async def diagnosis_fields(
+    state: ServerState, request_id: str, future: Future[dict | None] | None
+) -> dict:
+    """`{"junction": {"diagnosis": ...}}` for a response's body or its last chunk once the
+    request is done (nothing when none was asked); waits up to `DIAGNOSIS_WAIT_S` for the
+    requests that arrived before it to finish."""
+    if future is None:
+        return {}
+    try:
+        found = await asyncio.wait_for(asyncio.wrap_future(future), DIAGNOSIS_WAIT_S)
+    except TimeoutError:
+        found = None
+    finally:
+        if state.diagnosis is not None:
+            state.diagnosis.forget(request_id)
+    return {"junction": {"diagnosis": found}}

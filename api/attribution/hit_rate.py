@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
-from api.attribution.misses import REASONS
 from api.store import bulk
 from api.store.models import HitRateBucket, PendingAttribution
 from engine.events import BELOW_DEVICE
+from workloads.misses import REASONS
 
 BUCKETS: Table = HitRateBucket.__table__
 HIT_COUNTERS = (

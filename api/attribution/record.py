@@ -9,7 +9,8 @@ request is attributed once every request that arrived before it has finished: wh
 event's `oldest_unfinished_index` passes its arrival index (or a newer epoch starts). Until
 then it waits in `pending_attributions`. Its shared length L
 is U times the leading units of its prompt that an earlier arrival held; `capped_hit` of L is
-the oracle hit, and `api.attribution.misses.split_misses` splits L minus the hit by reason.
+the oracle hit, and `workloads.misses.split_misses` splits L minus the hit by reason
+(`workloads.attribute.attribute_units`, which the engine's diagnosis shares).
 
 Everything here runs inside the caller's ingest transaction, a few statements per group of
 batches whatever the number of requests: one upsert of the units (on PostgreSQL it hands
@@ -32,12 +33,13 @@ from sqlalchemy.orm import Session
 from api.attribution import request_chains, shared_units, unit_salt
 from api.attribution import tiers as tier_attribution
 from api.attribution.hit_rate import ATTRIBUTION_COUNTERS, add_buckets, bucket_row
-from api.attribution.misses import HitGrid, MatchStop, split_misses
 from api.settings import Settings
 from api.store import bulk
 from api.store.models import Attribution, PendingAttribution
 from engine.events import ATTENTION, PinUpdated, RequestFinished
 from engine.geometry import CacheGeometry
+from workloads import attribute as chains
+from workloads.misses import HitGrid, MatchStop
 from workloads.oracle import capped_hit
 
 PENDING: Table = PendingAttribution.__table__
@@ -244,33 +246,19 @@ def attribute(
 ) -> dict:
     """The attribution row of one request (without its engine and epoch); `tiers` the tier
     rows of its units, on an engine with tiers below the device (None: none). Reads only."""
-    arrival = (subject.epoch, subject.arrival_index)
-    num_shared = num_finished = num_finished_now = 0
-    for unit in subject.units:  # records are prefix-closed: stop at the first not shared
-        record = records.get(unit)
-        if record is None or (record.first_epoch, record.first_index) >= arrival:
-            break
-        # finish times only rise along a chain: the finished units are a leading run
-        if num_finished == num_shared and record.first_finished_ts < subject.arrival_ts:
-            num_finished += 1
-            # and so are those finished in its own epoch (a later epoch's record says
-            # nothing of this one: taken as held in it, as before restarts were told apart)
-            if num_finished_now == num_shared and _held_this_epoch(record, subject):
-                num_finished_now += 1
-        num_shared += 1
-    shared = num_shared * grid.unit
-    stop = MatchStop(**subject.match_stop)
-    missed = split_misses(
-        subject.num_cached_tokens,
-        subject.attention_hit_tokens,
-        stop,
-        shared,
-        num_finished * grid.unit,
+    shared, missed = chains.attribute_units(
+        chains.Subject(
+            subject.epoch,
+            subject.arrival_index,
+            subject.arrival_ts,
+            subject.num_cached_tokens,
+            subject.attention_hit_tokens,
+            MatchStop(**subject.match_stop),
+            subject.units,
+        ),
+        records,
         grid,
-        num_finished_now * grid.unit,
-        None
-        if tiers is None
-        else tier_attribution.splitter(subject.units, subject.arrival_ts, grid.unit, tiers),
+        tiers,
     )
     return {
         "arrival_index": subject.arrival_index,
@@ -278,11 +266,3 @@ def attribute(
         "oracle_tokens": capped_hit(shared, subject.num_prompt_tokens, grid.unit, grid.eagle),
         **{f"missed_{reason}": n for reason, n in missed.items()},
     }
-
-
-def _held_this_epoch(record: shared_units.Record, subject: Subject) -> bool:
-    """Whether a sequence of the subject's own epoch (or a later one) finished holding the unit
-    before the subject came: else only an earlier epoch's did, and the restart emptied it."""
-    if record.last_epoch != subject.epoch:
-        return record.last_epoch > subject.epoch
-    return record.last_epoch_finished_ts < subject.arrival_ts

@@ -8,14 +8,13 @@ commits: the caller's transaction does.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from sqlalchemy import BigInteger, Table, bindparam, delete, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from api.store import bulk
 from api.store.models import SharedUnit
+from workloads.attribute import Record
 
 UNITS: Table = SharedUnit.__table__
 PRUNE_BATCH = 5000  # units deleted per prune statement: short locks, the next batch goes on
@@ -41,14 +40,6 @@ MERGE = {
     "WHEN {new}.last_epoch_finished_ts < {old}.last_epoch_finished_ts "
     "THEN {new}.last_epoch_finished_ts ELSE {old}.last_epoch_finished_ts END",
 }
-
-
-class Record(NamedTuple):
-    first_epoch: int  # the earliest arrival that held the unit: its epoch
-    first_index: int  # and its arrival index
-    first_finished_ts: float  # the earliest finish of a sequence holding it, any epoch
-    last_epoch: int  # the latest epoch a sequence held it in
-    last_epoch_finished_ts: float  # the earliest finish of one in that epoch
 
 
 RETURNED = ("hash", *Record._fields)  # what `upsert` hands back of each unit

@@ -4,7 +4,7 @@ caller's transaction (nothing here commits).
 - `BlockStored`/`BlockRemoved` of medium `host`, `disk` or `shared` (docs/events.md) keep the
   engine's `tier_units`: a stored unit is (re)written with the batch's ts, a removed one keeps
   its row with `removed_ts` set, so miss attribution can tell a unit a tier gave up from one no
-  tier ever took (`api.attribution.tiers`). The two groups' events of one unit are one row.
+  tier ever took (`workloads.attribute.splitter`). The two groups' events of one unit are one row.
 - `UnitLoaded` adds each tier's hit tokens and bytes to the hit-rate bucket of its batch and
   keeps them in `request_loads` until the request's `RequestFinished`, whose row then says its
   hit by tier (`fold`).

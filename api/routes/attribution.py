@@ -9,11 +9,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.attribution import hit_rate
-from api.attribution.misses import REASONS
 from api.deps import READ, EngineDep, SessionDep
 from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import AttributionBucketOut, AttributionOut, AttributionTotals
 from api.store.models import HitRateBucket
+from workloads.misses import REASONS
 
 router = APIRouter(
     prefix="/engines/{engine_id}/attribution",

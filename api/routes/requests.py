@@ -8,13 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from sqlalchemy.orm import Session
 
-from api.attribution.misses import REASONS
 from api.deps import READ, EngineDep, Offset, SessionDep
 from api.openapi import ENGINE_NOT_FOUND, error
 from api.schemas import MatchStopOut, RequestAttribution, RequestOut, RequestPage
 from api.store import requests
 from api.store.models import Attribution, Request
 from engine.events import DEVICE
+from workloads.misses import REASONS
 
 router = APIRouter(
     prefix="/engines/{engine_id}/requests",

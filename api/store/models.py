@@ -346,7 +346,7 @@ class Attribution(Base):
     missed_evicted: Mapped[int] = mapped_column(Integer, default=0)
     missed_restarted: Mapped[int] = mapped_column(Integer, default=0)
     missed_copy_pending: Mapped[int] = mapped_column(Integer, default=0)
-    # `evicted` split by the tiers below the device (`api.attribution.tiers`)
+    # `evicted` split by the tiers below the device (`workloads.attribute.splitter`)
     missed_evicted_host: Mapped[int] = mapped_column(Integer, default=0)
     missed_evicted_disk: Mapped[int] = mapped_column(Integer, default=0)
     missed_evicted_shared: Mapped[int] = mapped_column(Integer, default=0)

@@ -49,9 +49,20 @@ class FleetEngine(Body):
     num_expected: int = 0
 
 
+class WaitedFor(Body):
+    """An engine the router is not routing to yet: `connecting` (no snapshot yet) or `down`."""
+
+    url: str
+    engine_id: str | None
+    status: str
+    since: float  # Unix seconds: when the router began waiting for it
+
+
 class FleetView(Body):
     """The fleet: the policy, requests routed, how often the predicted hit was the realised one
-    (`agreement` over `num_compared`; None before any), and each engine."""
+    (`agreement` over `num_compared`; None before any), each engine, and the fleet's status:
+    `ready` (every engine in), `degraded` (routing by the engines up, waiting for the others)
+    or `no_engine`."""
 
     policy: str
     num_routed: int
@@ -60,6 +71,10 @@ class FleetView(Body):
     engines: list[FleetEngine]
     num_shared_keys: int = 0  # the shared store's units some engine announced, not expired
     shared_store: str | None = None  # which engines cannot reach their shared store, if any
+    status: str = "ready"
+    waiting_for: list[WaitedFor] = []
+    degraded_since: float | None = None  # Unix seconds: the longest wait's start
+    ready_after_s: float | None = None  # the router's start to every engine in, the first time
 
 
 class EngineScore(Body):
@@ -93,7 +108,8 @@ class Decision(Body):
     url: str
     engine_id: str | None
     policy: str
-    reason: str  # "hit", "in_flight", "least_loaded", "round_robin", "random"
+    # "hit", "in_flight", "least_loaded", "round_robin", "random", "cache_key", "cache_key_spill"
+    reason: str
     predicted_hit: int
     route_s: float
     scores: list[EngineScore]
@@ -104,6 +120,8 @@ class Decision(Body):
     min_hit: int = 0  # the least gain the policy counts (`--min-hit-share` of the prompt)
     predicted_s: float = 0.0  # the chosen engine's predicted prefill seconds
     predicted_load_s: float = 0.0  # of those, loading from the tiers
+    cache_key: str | None = None  # the request's `prompt_cache_key`
+    cache_key_home: str | None = None  # that key's engine before this request (None: new)
 
 
 class DecisionPage(Body):

@@ -62,6 +62,12 @@ def attribution_sentence(request: RequestOut) -> str:
         + (f" ({missed_text(missed)})" if sum(missed.values()) else "")
         + f". The hit stopped because {STOP_REASONS.get(attribution.stop_reason, '?')}."
     )
+    text += (
+        f" The prompt left the cache at token **{request.num_cached_tokens:,}** (where the hit "
+        f"stopped) and diverged from the longest earlier prefix at token **{shared:,}** (on the "
+        "match-unit grid): the diagnosis the engine answers a request that asks for it "
+        "(`junction.diagnose`)."
+    )
     steps = attribution.copy_wait_steps
     if steps:
         text += f" It waited {steps:,} steps for a checkpoint's copy instead of missing it."

@@ -1,7 +1,7 @@
 """Misses lost to an engine restart: `restarted` beside `evicted`.
 
 An engine restart is a new epoch whose cache starts empty, so a unit held only in an earlier
-epoch was lost to the restart, not evicted (`api.attribution.misses`). `shared_units` keeps the
+epoch was lost to the restart, not evicted (`workloads.misses`). `shared_units` keeps the
 latest epoch that held each unit (`last_epoch`) and the earliest finish in that epoch
 (`last_epoch_finished_ts`); `attributions` and `hit_rate_buckets` count `missed_restarted`.
 The units stored before it are taken as held in their engine's current epoch, so what they

@@ -18,8 +18,9 @@ router = APIRouter(prefix="/fleet", tags=["fleet"])
 
 @router.get("", dependencies=[Authorized])
 async def fleet_view(state: StateDep) -> dict:
-    """Each engine: its state, what it holds, its load and share of the routed requests."""
-    return fleet_summary(state.fleet)
+    """Each engine: its state, what it holds, its load and share of the routed requests; and
+    the fleet's: `ready`, or `degraded` with the engines it waits for (`router.readiness`)."""
+    return {**state.readiness.view(), **fleet_summary(state.fleet)}
 
 
 @router.get("/decisions", dependencies=[Authorized])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import NamedTuple
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -19,8 +20,12 @@ from protocol.errors import OpenAIError
 from protocol.prompts import chat_prompt, fewest_chat_tokens, fewest_tokens, prompt_token_ids
 from protocol.schemas import DEFAULT_MAX_TOKENS, ChatCompletionRequest, CompletionRequest
 from router.deps import RouterState, StateDep
+from router.readiness import READY
 
 router = APIRouter(prefix="/v1", tags=["openai"])
+#: `X-Junction-Diagnose: 1` asks the engine for the request's diagnosis (docs/api.md); the
+#: router folds it into the body's `junction.diagnose`, which the engine reads too
+DIAGNOSE_HEADER = "x-junction-diagnose"
 
 
 async def _json_body(request: Request) -> dict:
@@ -33,6 +38,10 @@ async def _json_body(request: Request) -> dict:
         ) from exc
     if not isinstance(body, dict):
         raise OpenAIError("the request body must be a JSON object", code="invalid_json")
+    options = body.get("junction")
+    asks = request.headers.get(DIAGNOSE_HEADER, "").strip().lower() in ("1", "true")
+    if asks and (options is None or isinstance(options, dict)):  # the engine answers it
+        body["junction"] = {**(options or {}), "diagnose": True}  # the body's way: one hop
     return body
 
 
@@ -84,10 +93,26 @@ def _check_length(
     return total
 
 
-async def _route(
-    request: Request, state: RouterState, schema: type[BaseModel], path: str
-) -> Response:
+class Prepared(NamedTuple):
+    """A request read, checked and tokenized, ready to route."""
+
+    body: dict
+    model: str
+    stream: bool
+    token_ids: list[int]
+    num_tokens_held: int  # prompt + output tokens
+    cache_key: str | None = None  # its `prompt_cache_key`: a routing hint (`router.affinity`)
+
+
+async def prepare(
+    request: Request, state: RouterState, schema: type[BaseModel] | None = None
+) -> Prepared:
+    """Read, validate, check and tokenize a request as the engines do; an OpenAI error
+    naming what is wrong with it. `schema` None: a chat's when the body has `messages`, else a
+    completion's (the decision route, `routes/decide.py`, takes either)."""
     body = await _json_body(request)
+    if schema is None:
+        schema = ChatCompletionRequest if "messages" in body else CompletionRequest
     parsed = _validated(schema, body)
     _check_model(state, parsed.model)
     tokenizer = state.tokenizer
@@ -113,7 +138,27 @@ async def _route(
     if not token_ids:
         raise OpenAIError("the prompt is empty: send at least one token", param="prompt")
     held = _check_length(state, parsed.model, len(token_ids), max_tokens)
-    return await state.proxy.forward(path, body, token_ids, parsed.model, bool(parsed.stream), held)
+    return Prepared(
+        body, parsed.model, bool(parsed.stream), token_ids, held, parsed.prompt_cache_key
+    )
+
+
+async def _route(
+    request: Request, state: RouterState, schema: type[BaseModel], path: str
+) -> Response:
+    ready = await prepare(request, state, schema)
+    response = await state.proxy.forward(
+        path,
+        ready.body,
+        ready.token_ids,
+        ready.model,
+        ready.stream,
+        ready.num_tokens_held,
+        cache_key=ready.cache_key,
+    )
+    if state.readiness.observe() != READY:  # routed by the engines up, not all of them
+        response.headers["X-Junction-Fleet"] = state.readiness.status
+    return response
 
 
 @router.post("/completions")

@@ -1,4 +1,5 @@
-"""`/health` (200 while an engine is up, else 503) and `/metrics` (Prometheus text)."""
+"""`/health` (200 while an engine is up, else 503; `fleet` says whether every engine is in) and
+`/metrics` (Prometheus text)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ async def health(state: StateDep) -> JSONResponse:
     up = state.fleet.up()
     body = {"status": "ok" if up else "no_engine", "num_up": len(up)}
     body["num_engines"] = len(state.fleet.engines)
+    body["fleet"] = state.readiness.observe()  # "ready", "degraded" or "no_engine"
     return JSONResponse(body, 200 if up else 503)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 
 from fastapi import APIRouter, Request
 
@@ -14,10 +15,12 @@ from protocol.errors import OpenAIError
 from protocol.prompts import chat_prompt
 from protocol.schemas import ChatCompletionRequest
 from protocol.sse import sse_response
-from serve.deps import StateDep
+from serve.deps import ServerState, StateDep
 from serve.generation import (
     Generation,
     check_model,
+    diagnosis_fields,
+    expect_diagnosis,
     lease,
     retention_s,
     sampling_params,
@@ -42,6 +45,7 @@ async def create_chat_completion(
     sampling = sampling_params(body, max_tokens, state.tokenizer.stop_token_ids)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     prompt = chat_prompt(state.tokenizer, body.messages)
+    diagnosis = expect_diagnosis(state, body.junction, http_request, completion_id)
     generation = await start_generation(
         state,
         prompt.token_ids,
@@ -53,7 +57,7 @@ async def create_chat_completion(
     )
     head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        chunks = _chunks(generation, head, body.include_usage)
+        chunks = _chunks(generation, head, body.include_usage, state, diagnosis)
         held = [(prompt.token_ids, ttl_s)] if ttl_s is not None else []
         return sse_response(then_lease(chunks, state, held, body.cache_salt))
     text = await generation.text(http_request)
@@ -65,10 +69,25 @@ async def create_chat_completion(
         "logprobs": None,
         "finish_reason": generation.finish_reason,
     }
-    return {**head, "object": "chat.completion", "choices": [choice], "usage": generation.usage}
+    found = await diagnosis_fields(state, completion_id, diagnosis)
+    return {
+        **head,
+        "object": "chat.completion",
+        "choices": [choice],
+        "usage": generation.usage,
+        **found,
+    }
 
 
-async def _chunks(generation: Generation, head: dict, include_usage: bool) -> AsyncIterator[dict]:
+async def _chunks(
+    generation: Generation,
+    head: dict,
+    include_usage: bool,
+    state: ServerState,
+    diagnosis: Future[dict | None] | None,
+) -> AsyncIterator[dict]:
+    """The stream's chunks; the last one (the usage chunk when asked, else the finish's) carries
+    the diagnosis when one was asked."""
     head = {**head, "object": "chat.completion.chunk"}
 
     def chunk(delta: dict, finish_reason: str | None) -> dict:
@@ -78,6 +97,9 @@ async def _chunks(generation: Generation, head: dict, include_usage: bool) -> As
     yield chunk({"role": "assistant", "content": ""}, None)
     async for text in generation.deltas():
         yield chunk({"content": text}, None)
+    found = await diagnosis_fields(state, head["id"], diagnosis)
+    if not include_usage:
+        yield {**chunk({}, generation.finish_reason), **found}
+        return
     yield chunk({}, generation.finish_reason)
-    if include_usage:
-        yield {**head, "choices": [], "usage": generation.usage}
+    yield {**head, "choices": [], "usage": generation.usage, **found}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 
 from fastapi import APIRouter, Request
 
@@ -24,6 +25,8 @@ from serve.deps import ServerState, StateDep
 from serve.generation import (
     Generation,
     check_model,
+    diagnosis_fields,
+    expect_diagnosis,
     lease,
     sampling_params,
     start_generation,
@@ -45,12 +48,14 @@ async def create_message(body: MessagesRequest, http_request: Request, state: St
     prompt = messages_prompt(state.tokenizer, body, match_unit)
     message_id = f"msg_{uuid.uuid4().hex}"
     stop = body.stop_sequences or []
+    diagnosis = expect_diagnosis(state, body.junction, http_request, message_id)
     generation = await start_generation(
         state, prompt.token_ids, sampling, stop, message_id, prompt.checkpoint_offsets
     )
     head = {"id": message_id, "type": "message", "role": "assistant", "model": state.model_name}
     if body.stream:
-        return anthropic_sse_response(_events(state, generation, head, prompt, match_unit))
+        events = _events(state, generation, head, prompt, match_unit, diagnosis)
+        return anthropic_sse_response(events)
     text = await generation.text(http_request)
     await lease(state, _held(prompt))
     return {
@@ -58,6 +63,7 @@ async def create_message(body: MessagesRequest, http_request: Request, state: St
         "content": [{"type": "text", "text": text}],
         **_stop(generation),
         "usage": usage(generation, prompt, match_unit),
+        **await diagnosis_fields(state, message_id, diagnosis),
     }
 
 
@@ -92,9 +98,11 @@ async def _events(
     head: dict,
     prompt: MessagesPrompt,
     match_unit: int,
+    diagnosis: Future[dict | None] | None = None,
 ) -> AsyncIterator[dict]:
     """Anthropic's event sequence; `message_start` waits for the first output, which carries
-    the hit its usage reports."""
+    the hit its usage reports; `message_delta`, with the final usage, carries the diagnosis
+    when one was asked (`message_stop` only ends the stream)."""
     started = False
 
     def start() -> list[dict]:
@@ -122,5 +130,6 @@ async def _events(
     await lease(state, _held(prompt))
     yield {"type": "content_block_stop", "index": 0}
     final = usage(generation, prompt, match_unit)
-    yield {"type": "message_delta", "delta": _stop(generation), "usage": final}
+    found = await diagnosis_fields(state, head["id"], diagnosis)
+    yield {"type": "message_delta", "delta": _stop(generation), "usage": final, **found}
     yield {"type": "message_stop"}

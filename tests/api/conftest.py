@@ -23,10 +23,10 @@ from api.main import create_app
 from api.settings import Settings
 from api.store import migrate
 from api.store.db import make_engine, make_sessionmaker
+from benchmarks.tcp_proxy import TcpProxy
 from engine.engine import Engine
 from tests.api import factories
 from tests.api.processes import ApiProcess, free_port
-from tests.api.tcp_proxy import TcpProxy
 from tests.uvicorn_thread import uvicorn_thread
 
 TOKEN = "test-token-0123456789"

@@ -12,7 +12,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.attribution import unit_salt
-from api.attribution.misses import REASONS, HitGrid, MatchStop, split_misses
 from api.attribution.record import AttributionConfig
 from api.attribution.shared_units import prune
 from api.attribution.unit_salt import salted_chain
@@ -23,6 +22,7 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from tests.api import factories
+from workloads.misses import REASONS, HitGrid, MatchStop, split_misses
 
 FINE = HitGrid(unit=16, eagle=False, partial_hits=True, alignment=16)
 

@@ -8,13 +8,13 @@ import random
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api.attribution.misses import REASONS
 from api.ingest.frames import apply_batch, apply_hello
 from api.store.models import Attribution
 from engine.config import CacheConfig, SchedulerConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from tests.api import factories
+from workloads.misses import REASONS
 
 ENGINE_ID = "restarting"
 SHARED = 592  # the family's shared prefix: 37 units of 16, inside a Mamba block

@@ -21,8 +21,8 @@ import time
 import httpx
 import pytest
 
+from benchmarks.tcp_proxy import TcpProxy
 from tests.api.processes import TOKEN, ApiProcess, Serve, api_engine, free_port, pin_state
-from tests.api.tcp_proxy import TcpProxy
 from tests.polling import wait_for
 from tests.serve.conftest import text_prompt
 

@@ -11,10 +11,10 @@ from sqlalchemy import create_engine, text
 
 from api.main import create_app
 from api.settings import Settings
+from benchmarks.tcp_proxy import TcpProxy
 from publish.publisher import EventPublisher
 from publish.publisher_link import Backoff
 from tests.api.conftest import TOKEN, Postgres
-from tests.api.tcp_proxy import TcpProxy
 from tests.engine.conftest import tokens
 from tests.engine.ledger_harness import Harness, Submission
 from tests.polling import wait_until

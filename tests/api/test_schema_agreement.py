@@ -8,12 +8,12 @@ import json
 
 import msgspec
 
-from api.attribution.misses import REASONS, MatchStop
 from api.schemas import BlockOut, MatchStopOut, RequestOut
 from api.store.models import Attribution, Block, HitRateBucket, Request
 from engine.events import EVENT_TYPES, STOP_REASONS, BlockRow, CacheEvent, Event, RequestFinished
 from engine.events import MatchStop as EngineMatchStop
 from engine.wire import Batch, decode, encode
+from workloads.misses import REASONS, MatchStop
 
 # Fields the REST request model and the table add to the event: whose and which epoch.
 REQUEST_CONTEXT = {"engine_id", "epoch"}

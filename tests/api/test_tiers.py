@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.attribution.misses import REASONS
 from api.ingest.frames import apply_batch, apply_hello
 from api.store.models import Attribution, HitRateBucket, Request, TierUnit
 from engine.engine import Engine
 from tests.api import factories, tier_runs
+from workloads.misses import REASONS
 
 
 def ingest(session: Session, engine: Engine, frames: list[dict]) -> None:

@@ -135,6 +135,9 @@ def test_a_request_reads_its_reasons_in_words():
     assert "Shared **304** tokens" in sentence
     assert "missed **48** (32 no state · 16 held back)" in sentence
     assert "no Mamba state was kept at the attention match" in sentence
+    hit = typed(row).num_cached_tokens
+    assert f"left the cache at token **{hit:,}**" in sentence
+    assert "diverged from the longest earlier prefix at token **304**" in sentence
     clean = request()
     assert request_columns(typed(clean))["missed because"] == "none"
     assert request_columns(typed(clean))["hit stopped"] == "match ended"

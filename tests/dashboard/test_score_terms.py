@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from client.types import Decision
-from dashboard.decisions import score_terms
+from dashboard.decisions import decision_text, score_terms
 from dashboard.figures.decision_scores import scores_frame
 from engine.hashing import hash_prefix
 from router.engines import InFlight
@@ -66,3 +66,15 @@ def test_a_policy_that_does_not_score_says_so() -> None:
     prompt = list(range(400))
     fleet = Fleet([engine("http://a", prompt)], make_policy("round_robin"), running_cost=0)
     assert score_terms(routed(fleet, prompt)) == "this policy does not score: every score is 0"
+
+
+def test_a_cache_keys_decision_says_whose_engine_it_kept() -> None:
+    """Issue 51: the text names the key, its engine before, and why the key decided."""
+    prompt = list(range(400))
+    fleet = Fleet([engine("http://a", []), engine("http://b", [])], make_policy("hybrid"))
+    first = msgspec.convert(fleet.route(prompt, "m", cache_key="user-1").as_dict(), Decision)
+    again = msgspec.convert(fleet.route(prompt, "m", cache_key="user-1").as_dict(), Decision)
+    assert "`user-1` (new)" in decision_text(first)
+    assert again.reason == "cache_key" and again.cache_key_home == first.url
+    assert "the engine of its prompt_cache_key" in decision_text(again)
+    assert f"`user-1` (its engine was {first.url})" in decision_text(again)

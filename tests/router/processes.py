@@ -92,17 +92,26 @@ def start_engine(
     return Process(f"junction serve {engine_id}", junction(*args, log=log, **settings), port, log)
 
 
-def start_router(log_dir: Path, engines: list[Process], *extra: str) -> Process:
-    """`junction route` over `engines`, waited for until it serves."""
-    port = free_port()
+def start_router(
+    log_dir: Path,
+    engines: list[Process],
+    *extra: str,
+    port: int | None = None,
+    name: str = "router",
+    wait: bool = True,
+) -> Process:
+    """`junction route` over `engines`, waited for until it serves (`wait`); `port` None: a
+    free one; its log is `name`.log."""
+    port = port or free_port()
     args = ["route", "--port", str(port), "--log-level", "warning", *extra]
     for engine in engines:
         args += ["--engine", engine.url]
-    log = log_dir / "router.log"
+    log = log_dir / f"{name}.log"
     router = Process(
         "junction route", junction(*args, log=log, JUNCTION_API_TOKEN=TOKEN), port, log
     )
-    router.wait_healthy()
+    if wait:
+        router.wait_healthy()
     return router
 
 

@@ -86,6 +86,12 @@ def test_no_token() -> None:
     assert_refused(route("--engine", url), "JUNCTION_API_TOKEN")
 
 
+def test_a_negative_cache_key_spill() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = route("--engine", url, "--cache-key-spill-s", "-1", JUNCTION_API_TOKEN=TOKEN)
+    assert_refused(done, "--cache-key-spill-s", "-1")
+
+
 # ---------------------------------------------------------------------- requests
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Process]]:

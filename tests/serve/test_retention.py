@@ -63,6 +63,16 @@ def test_an_unknown_retention_is_a_400_naming_the_field(client):
     assert info.value.param == "prompt_cache_retention"
 
 
+def test_a_cache_key_over_256_characters_is_refused_naming_the_field(client):
+    """The router keeps keys in memory (`router.affinity`): the schema bounds them, as
+    `cache_salt`, so the engine and the router refuse the same ones."""
+    with pytest.raises(openai.UnprocessableEntityError, match="256") as info:
+        client.completions.create(
+            model=MODEL, prompt="hello", max_tokens=1, extra_body={"prompt_cache_key": "k" * 257}
+        )
+    assert info.value.param == "prompt_cache_key"
+
+
 def test_usage_reports_the_tokens_written_beside_those_read(client):
     prompt = text_prompt(704, 400)
     first = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1).usage

@@ -1,4 +1,6 @@
-"""The split of a request's missed tokens by reason: pure arithmetic, no store.
+"""The split of a request's missed tokens by reason: pure arithmetic, no store. The control
+plane's attribution at ingest (`api.attribution.record`) and the engine's diagnosis of its own
+requests (`serve.diagnosis`) both split by it, so the two agree token for token.
 
 Symbols (all token positions, multiples of the match unit `U`):
 
@@ -25,7 +27,7 @@ one reason, so the hit plus the missed tokens is max(L, H):
     [max(proof, F, E), R)   in_flight   still being computed by an earlier arrival
     [R, L)                  held_back   coarse hits stop at the grid below L
 
-On an engine with tiers below the device (`api.attribution.tiers`), `evicted` is split by
+On an engine with tiers below the device (`workloads.attribute.splitter`), `evicted` is split by
 where the prefix went after the device gave it up: `evicted_host`, `evicted_disk` or
 `evicted_shared` up to the deepest unit a tier had taken and then given up (or still held:
 then it stays `evicted`), and `not_admitted` past it (no tier ever took those units).
@@ -54,7 +56,7 @@ MissReason = Literal[
     "copy_pending",
 ]
 REASONS: tuple[str, ...] = get_args(MissReason)
-#: splits an evicted span `[start, end)` by tier (`api.attribution.tiers`): tokens by reason
+#: splits an evicted span `[start, end)` by tier (`workloads.attribute.splitter`): tokens by reason
 Below = Callable[[int, int], dict[str, int]]
 
 
@@ -136,3 +138,36 @@ def split_misses(
         add("in_flight", max(rest, finished), reach)
     missed["held_back"] += shared - max(reach, hit)
     return missed
+
+
+#: What to do about each reason's missed tokens, one line each: what a response's diagnosis
+#: (`serve.diagnosis`) and the dashboard's request detail show beside the tokens. The one place
+#: these texts live; the flags are `junction serve`'s.
+REMEDIES: dict[str, str] = {
+    "no_state": "attention matched but no recurrent state was kept there: mark the shared "
+    "prefix's end (a cache_control breakpoint, checkpoint_offsets, or chat messages), keep "
+    "--junction-checkpoints on, or lower --checkpoint-interval",
+    "in_flight": "an earlier request was still computing this prefix: send the requests that "
+    "share it after the first one's prefill, raise --max-prefix-wait-steps, or warm the prefix "
+    "with a pin",
+    "held_back": "the hit never covers a whole prompt (its last token is computed), and EAGLE "
+    "or a coarse hit grid drops a unit: expected, nothing to change",
+    "evicted": "cached, then evicted before this request came: more device blocks "
+    "(--num-blocks, --kv-cache-memory), a host tier (--host-cache-bytes), or keep the prefix "
+    "(a cache_control TTL, prompt_cache_retention 24h, a pin)",
+    "evicted_host": "evicted from the device, then from host memory too: raise "
+    "--host-cache-bytes, or add a disk tier (--disk-cache-dir)",
+    "evicted_disk": "evicted from the device and from the disk tier: raise --disk-cache-bytes",
+    "evicted_shared": "evicted from the device and from the shared store: give the store more "
+    "room, or keep the prefix with a pin",
+    "not_admitted": "evicted from the device and no tier took it: a host or disk tier "
+    "(--host-cache-bytes, --disk-cache-dir), or one with room (a full tier refuses units)",
+    "restarted": "cached before the engine restarted, which emptied its cache: a disk tier "
+    "(--disk-cache-dir) keeps units across restarts",
+    "copy_pending": "never counted: the engine waits for a pending checkpoint copy instead",
+}
+
+
+def remedies(missed: dict[str, int]) -> dict[str, str]:
+    """The remedy of each reason that missed tokens, in `REASONS` order."""
+    return {reason: REMEDIES[reason] for reason in REASONS if missed.get(reason, 0) > 0}
