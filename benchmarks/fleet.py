@@ -22,6 +22,10 @@ predicted one. Traces:
   state misleads an attention-only scorer;
 - `uniform`: prompts that share only a chat template's 32-token header, 8 in flight: the
   busiest engine's share;
+- `chats`: 16 families of 1000-3000-token system prompts, 8 questions each, asked as chat
+  sessions (a family's next question as soon as its last is answered, 8 sessions at a time):
+  the next question reaches the router while the engine's feed may still be reporting the
+  last one;
 - `tiers`: device pools of a few states and a host tier on every engine, its rates declared
   (`--prefill-tokens-per-s`, `--host-bytes-per-s`), after a plain balancer spread the families
   over the fleet: most hits live in some engine's host memory, which a router scoring the
@@ -34,15 +38,25 @@ besides: the seconds the engines' tier loads took (`junction_tier_loaded_bytes` 
 rate) and the prefill seconds of the run at the trace's rates (tokens computed / prefill rate
 + those load seconds).
 
+With `--busy`, every trace runs twice in one invocation: on the machine as it is ("idle"),
+then beside a CPU burner of the benchmark's own (`--burners` processes spinning from the
+engines' start to the run's end, default one per CPU), where the engines and their feeds lag;
+then the hybrid router's hit tokens over family affinity's and over attention-only's, per trace
+and condition (issue 50: a router that learns where a prefix is from the feed alone slips when
+the feed lags, since a family's next request arrives before its predecessor's blocks are in
+the index).
+
 Then the router alone, in-process: 8 engines, 100k indexed keys, the time to route a request.
 
-    .venv/bin/python benchmarks/fleet.py [--engines 4] [--concurrency 1] [--skip-scale]
+    .venv/bin/python benchmarks/fleet.py [--engines 4] [--concurrency N] [--busy [--burners N]]
+        [--traces families,...] [--placements hybrid,...] [--skip-scale]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import random
 import subprocess
@@ -91,6 +105,7 @@ class Trace:
         DEFAULT_RATES.prefill_tokens_per_s,
         DEFAULT_RATES.host_bytes_per_s,
     )
+    sessions: bool = False  # each family's prompts in turn, `concurrency` families at a time
 
 
 def families_trace(seed: int, num_engines: int) -> Trace:
@@ -109,6 +124,24 @@ def families_trace(seed: int, num_engines: int) -> Trace:
         ["--num-blocks", str(blocks // num_engines), "--num-mamba-blocks", "128"],
         ["--num-blocks", str(blocks), "--num-mamba-blocks", str(128 * num_engines)],
         1,
+    )
+
+
+def chats_trace(seed: int, num_engines: int) -> Trace:
+    rng = random.Random(seed + 4)
+    prompts = []
+    for family in range(16):
+        system = segment_tokens(seed * 11000 + family, rng.randint(1000, 3000))
+        for question in range(8):
+            asked = segment_tokens(seed * 13000 + family * 10 + question, rng.randint(64, 256))
+            prompts.append(Prompt(family, system + asked, len(system)))
+    return Trace(
+        "chats",
+        prompts,
+        ["--num-blocks", "1000", "--num-mamba-blocks", "128"],
+        ["--num-blocks", str(1000 * num_engines), "--num-mamba-blocks", str(128 * num_engines)],
+        8,
+        sessions=True,
     )
 
 
@@ -259,6 +292,29 @@ def start_router(procs: Processes, engines: list[str], policy: str) -> str:
     return url
 
 
+class Burner:
+    """`count` processes spinning on the CPU while it is open: a busy machine's other work."""
+
+    SPIN = "while True:\n    pass"
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.children: list[subprocess.Popen] = []
+
+    def __enter__(self) -> Burner:
+        self.children = [
+            subprocess.Popen([sys.executable, "-c", self.SPIN]) for _ in range(self.count)
+        ]
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for child in self.children:
+            child.kill()
+        for child in self.children:
+            child.wait()
+        self.children = []
+
+
 # ---------------------------------------------------------------------- a run
 @dataclass
 class RunResult:
@@ -282,31 +338,51 @@ async def loaded_bytes(engines: list[str], client: httpx.AsyncClient) -> int:
 
 
 async def send_all(
-    prompts: list[Prompt], target, concurrency: int, client: httpx.AsyncClient
+    prompts: list[Prompt],
+    target,
+    concurrency: int,
+    client: httpx.AsyncClient,
+    sessions: bool = False,
 ) -> tuple[list[int], list[str]]:
     """Each prompt as a completion with its system prompt's end as a message checkpoint (what a
-    chat request sends); `target(prompt)` gives the base URL. Cached tokens and engines, in
-    order."""
+    chat request sends); `target(prompt)` gives the base URL. `concurrency` prompts at a time,
+    or with `sessions`, families: each family's prompts one after the other. Cached tokens and
+    engines, in order."""
     hits, engines = [0] * len(prompts), [""] * len(prompts)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int, prompt: Prompt) -> None:
-        async with gate:
-            body = {"model": MODEL, "prompt": prompt.token_ids, "max_tokens": 4}
-            if prompt.system_len:
-                body["checkpoint_offsets"] = [prompt.system_len]
-            base = target(prompt)
-            response = await client.post(base + "/v1/completions", json=body)
-            response.raise_for_status()
-            usage = response.json()["usage"]
-            hits[i] = usage["prompt_tokens_details"]["cached_tokens"]
-            engines[i] = response.headers.get("x-junction-engine", base)
+        body = {"model": MODEL, "prompt": prompt.token_ids, "max_tokens": 4}
+        if prompt.system_len:
+            body["checkpoint_offsets"] = [prompt.system_len]
+        base = target(prompt)
+        response = await client.post(base + "/v1/completions", json=body)
+        response.raise_for_status()
+        usage = response.json()["usage"]
+        hits[i] = usage["prompt_tokens_details"]["cached_tokens"]
+        engines[i] = response.headers.get("x-junction-engine", base)
 
-    await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+    async def gated(indices: list[int]) -> None:
+        async with gate:
+            for i in indices:
+                await one(i, prompts[i])
+
+    groups: dict[object, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(prompt.family if sessions else i, []).append(i)
+    await asyncio.gather(*(gated(indices) for indices in groups.values()))
     return hits, engines
 
 
-def run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunResult:
+def run(
+    trace: Trace, placement: str, num_engines: int, log_dir: Path, burners: int = 0
+) -> RunResult:
+    """One placement on fresh engines, beside `burners` spinning processes (none: idle)."""
+    with Burner(burners):
+        return _run(trace, placement, num_engines, log_dir)
+
+
+def _run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunResult:
     procs = Processes(log_dir)
     try:
         options = trace.one_engine_options if placement == "one engine" else trace.engine_options
@@ -327,7 +403,9 @@ def run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunRes
                         trace.warmup, lambda p: engines[p.slot % len(engines)], 1, client
                     )
                 before = await loaded_bytes(engines, client)
-                hits, where = await send_all(trace.prompts, target, trace.concurrency, client)
+                hits, where = await send_all(
+                    trace.prompts, target, trace.concurrency, client, trace.sessions
+                )
                 moved = await loaded_bytes(engines, client) - before
                 fleet = decisions = None
                 if router is not None:
@@ -427,6 +505,15 @@ def main() -> int:
     parser.add_argument(
         "--placements", default=",".join(PLACEMENTS), help="a comma-separated subset to run"
     )
+    parser.add_argument(
+        "--busy", action="store_true", help="run every trace idle, then beside a CPU burner"
+    )
+    parser.add_argument(
+        "--burners", type=int, default=os.cpu_count() or 1, help="spinning processes (--busy)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="requests in flight (default: the trace's)"
+    )
     parser.add_argument("--skip-scale", action="store_true")
     args = parser.parse_args()
     builders = {
@@ -434,15 +521,28 @@ def main() -> int:
         "scarce": scarce_trace,
         "uniform": uniform_trace,
         "tiers": tiers_trace,
+        "chats": chats_trace,
     }
     placements = args.placements.split(",")
     unknown = [p for p in placements if p not in PLACEMENTS]
     if unknown:
         parser.error(f"--placements: unknown {unknown}; choose from {', '.join(PLACEMENTS)}")
+    if args.burners < 1:
+        parser.error(f"--burners must be at least 1, got {args.burners}")
+    conditions = {"idle": 0, f"busy ({args.burners} burners)": args.burners}
+    if not args.busy:
+        conditions = {"idle": 0}
+    summary: dict[tuple[str, str], dict[str, int]] = {}
     with tempfile.TemporaryDirectory(prefix="junction-fleet-") as logs:
         for name in args.traces.split(","):
             trace = builders[name](args.seed, args.engines)
-            report(trace, args.engines, Path(logs), placements)
+            if args.concurrency is not None:
+                trace = dataclasses.replace(trace, concurrency=args.concurrency)
+            for condition, burners in conditions.items():
+                hits = report(trace, args.engines, Path(logs), placements, condition, burners)
+                summary[name, condition] = hits
+    if args.busy:
+        print_ratios(summary)
     if not args.skip_scale:
         times = scale()
         print(
@@ -452,20 +552,41 @@ def main() -> int:
     return 0
 
 
-def report(trace: Trace, num_engines: int, log_dir: Path, placements: list[str]) -> None:
+def print_ratios(summary: dict[tuple[str, str], dict[str, int]]) -> None:
+    """Hybrid's hit tokens over family affinity's and attention-only's, per trace and
+    condition (issue 50's goal: >= 0.98x affinity on families, >= attention everywhere)."""
+    print(f"\n  {'trace':<10} {'condition':<22} {'hybrid/affinity':>15} {'hybrid/attention':>16}")
+    for (trace, condition), hits in summary.items():
+        hybrid = hits.get("hybrid")
+        cells = []
+        for other in ("family affinity", "attention"):
+            cells.append(f"{hybrid / hits[other]:.3f}x" if hybrid and hits.get(other) else "-")
+        print(f"  {trace:<10} {condition:<22} {cells[0]:>15} {cells[1]:>16}")
+
+
+def report(
+    trace: Trace,
+    num_engines: int,
+    log_dir: Path,
+    placements: list[str],
+    condition: str = "idle",
+    burners: int = 0,
+) -> dict[str, int]:
+    """Run every placement on `trace` beside `burners` spinning processes and print its
+    table; the hit tokens by placement."""
     best = oracle_tokens(trace.warmup + trace.prompts) - oracle_tokens(trace.warmup)
     total = sum(len(p.token_ids) for p in trace.prompts)
     prefill_rate, host_rate = trace.rates
     print(
-        f"\n{trace.name}: {len(trace.prompts)} requests, {total} prompt tokens, oracle {best} "
-        f"hit tokens, {num_engines} engines ({' '.join(trace.engine_options)}), "
+        f"\n{trace.name}, {condition}: {len(trace.prompts)} requests, {total} prompt tokens, "
+        f"oracle {best} hit tokens, {num_engines} engines ({' '.join(trace.engine_options)}), "
         f"{trace.concurrency} in flight; seconds at {prefill_rate:,.0f} prefill tokens/s and "
         f"{host_rate / 1e9:g} GB/s from host"
     )
     results = {}
     for placement in placements:
         started = time.monotonic()
-        results[placement] = run(trace, placement, num_engines, log_dir)
+        results[placement] = run(trace, placement, num_engines, log_dir, burners)
         print(f"  ran {placement} in {time.monotonic() - started:.1f} s", file=sys.stderr)
     one = results["one engine"].hit_tokens if "one engine" in results else 0
     affinity = results["family affinity"].hit_tokens if "family affinity" in results else 0
@@ -490,6 +611,13 @@ def report(trace: Trace, num_engines: int, log_dir: Path, placements: list[str])
             f"{ratio:>7.2f} {timing:>16} {agree:>6}"
         )
     hits = {p: r.hit_tokens for p, r in results.items()}
+    for placement, result in results.items():
+        chosen = [s for d in result.decisions for s in d["scores"] if s["url"] == d["url"]]
+        if any(s.get("expected") for s in chosen):  # a router that keeps what it sent
+            counted = sum(s.get("expected", 0) > 0 for s in chosen)
+            print(
+                f"  {placement}: {counted} requests scored on a finish its feed had not confirmed"
+            )
     if hits.get("attention"):
         print(f"  hybrid / attention-only: {hits.get('hybrid', 0) / hits['attention']:.2f}x")
     if hits.get("hybrid_device"):
@@ -504,6 +632,7 @@ def report(trace: Trace, num_engines: int, log_dir: Path, placements: list[str])
             f"  hybrid / lmetric: {hits['hybrid'] / hits['lmetric']:.2f}x hit tokens, prefill s "
             f"{seconds['hybrid']:.2f} against {seconds['lmetric']:.2f}"
         )
+    return hits
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from engine.feed import (
     decode,
 )
 from engine.hashing import BlockHash, num_known_units
+from router.expected import EXPECT_S, PEER_EXPECT_S, Expectations
 from router.index import DEFAULT_MAX_KEYS, EngineIndex, FeedGapError
 from router.tiers import DEFAULT_RATES, SharedIndex
 
@@ -71,6 +72,8 @@ class FleetEngine:
     in_flight: dict[str, InFlight] = field(default_factory=dict)  # by engine request id
     in_flight_keys: Counter[BlockHash] = field(default_factory=Counter)
     in_flight_prefill: int = 0  # their prompt tokens less their predicted hits
+    # requests that finished there and that its feed has not confirmed: cache, not load
+    expected: Expectations = field(default_factory=Expectations)
     recent_finished: OrderedDict[str, FeedFinished] = field(default_factory=OrderedDict)
     waiters: dict[str, asyncio.Future[FeedFinished]] = field(default_factory=dict)
     num_routed: int = 0
@@ -122,10 +125,18 @@ class FleetEngine:
         """Whether its feed names the requests that finished (a bridged peer's does not)."""
         return self.hello.reports_finished if self.hello else True
 
+    @property
+    def num_running(self) -> int:
+        """Requests running or waiting there: what its feed said, less those this router saw
+        finish that the feed has not confirmed (its load predates their end), or those this
+        router sent it and has not seen finish, whichever is more."""
+        said = self.load.num_running + self.load.num_waiting - len(self.expected)
+        return max(said, len(self.in_flight))
+
     def load_tokens(self, running_cost: int) -> int:
         """Its queue in prefill tokens: what its feed said, or what this router sent it and has
         not seen finish, whichever is more (the feed lags a step), running requests weighted."""
-        running = max(self.load.num_running + self.load.num_waiting, len(self.in_flight))
+        running = self.num_running
         return max(self.load.num_prefill_tokens, self.in_flight_prefill) + running_cost * running
 
     def in_flight_shared(self, hashes: list[BlockHash]) -> int:
@@ -139,10 +150,10 @@ class FleetEngine:
         self.in_flight_prefill += entry.num_prompt_tokens - entry.predicted
         self.in_flight_keys.update(entry.hashes)
 
-    def end(self, request_id: str) -> None:
+    def end(self, request_id: str) -> InFlight | None:
         entry = self.in_flight.pop(request_id, None)
         if entry is None:
-            return
+            return None
         self.in_flight_prefill -= entry.num_prompt_tokens - entry.predicted
         keys = self.in_flight_keys
         for key in entry.hashes:  # one count per request holding the unit; none left: gone
@@ -151,6 +162,14 @@ class FleetEngine:
                 keys[key] = left
             else:
                 del keys[key]
+        return entry
+
+    def expect(self, request_id: str, entry: InFlight) -> None:
+        """`request_id` finished here: its prefix is expected in the cache until the feed
+        confirms it (at once when it already did) or contradicts it."""
+        if request_id not in self.recent_finished:
+            ttl_s = EXPECT_S if self.reports_finished else PEER_EXPECT_S
+            self.expected.add(request_id, entry.hashes, entry.num_prompt_tokens, ttl_s)
 
     async def wait_finished(self, request_id: str, timeout_s: float) -> FeedFinished | None:
         """The feed's word that `request_id` finished (its keys are then in the index), or
@@ -174,6 +193,7 @@ class FleetEngine:
         self.retry_at = None
         for request_id in list(self.in_flight):
             self.end(request_id)
+        self.expected.clear()
 
     def mark_unreachable(self, reason: str) -> None:
         """Its OpenAI server refused a connection or closed it without an answer. A dead
@@ -191,10 +211,12 @@ class FleetEngine:
         if isinstance(frame, FeedHello):
             self.hello = frame
             self.index = EngineIndex(frame.geometry, self.max_index_keys)
+            self.expected.clear()
         elif isinstance(frame, FeedSnapshot):
             if self.index is None:
                 raise FeedGapError("a snapshot before the hello")
             self.index.apply_snapshot(frame, self.shared)
+            self.expected.clear()  # what it holds now, whatever this router expected
             self.load = frame.load
             self.num_snapshots += 1
             self.status, self.down_reason, self.retry_at = "up", None, None
@@ -203,6 +225,7 @@ class FleetEngine:
                 raise FeedGapError("a delta before the hello")
             self.index.apply_delta(frame, self.shared)
             self.load = frame.load
+            self._check_expected(frame)
             for finished in frame.finished:
                 self._finished(finished)
         elif isinstance(frame, FeedHeartbeat):
@@ -211,8 +234,24 @@ class FleetEngine:
             if self.index is not None and self.index.is_ready:
                 self.status, self.down_reason, self.retry_at = "up", None, None
 
+    def _check_expected(self, delta: FeedDelta) -> None:
+        """What `delta` removed contradicts the expectations holding it; a feed that names no
+        finished requests confirms those whose prefix its index now holds."""
+        expected = self.expected
+        if not expected:
+            return
+        for change in delta.changes:
+            if change.op == "clear":
+                expected.clear()
+                return
+            if change.op == "remove":
+                expected.contradict(change.keys)
+        if not self.reports_finished and self.index is not None:
+            expected.confirm_held(self.index)
+
     def _finished(self, finished: FeedFinished) -> None:
         self.end(finished.request_id)
+        self.expected.drop(finished.request_id)
         self.recent_finished[finished.request_id] = finished
         while len(self.recent_finished) > MAX_RECENT_FINISHED:
             self.recent_finished.popitem(last=False)

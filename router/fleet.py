@@ -3,7 +3,8 @@
 `route` hashes the prompt once per match unit the fleet uses, scores every engine that is up
 and serves the model (its usable hybrid hit from its index, what its host and disk tiers and
 the fleet's shared store add beyond it and the seconds loading that takes, the hit a request
-in flight there will leave, its load), lets the policy pick, and records the `Decision`: what
+in flight there will leave, the hit requests that finished there leave until its feed confirms
+them (`router/expected.py`), its load), lets the policy pick, and records the `Decision`: what
 each engine scored, its predicted prefill seconds, and why the request went where it went.
 The last `max_decisions` decisions are kept for `GET /fleet/decisions`; `finish` adds the hit
 the engine reported.
@@ -33,7 +34,7 @@ DEFAULT_MAX_DECISIONS = 10_000
 class EngineScore:
     url: str
     engine_id: str | None
-    hit: int  # the usable hybrid hit on its cache
+    hit: int  # the usable hybrid hit on its cache (its index's, or `expected` when more)
     attention: int  # its attention match
     in_flight: int  # the hit a request in flight there leaves
     load: int  # its queue in prefill tokens
@@ -48,6 +49,8 @@ class EngineScore:
     queue_s: float = 0.0  # its queue at its prefill rate
     # the request there: tokens left to compute at its prefill rate + load_s + queue_s
     predicted_s: float = 0.0
+    # the hit requests that finished there leave, while its feed has not confirmed them
+    expected: int = 0
 
 
 @dataclass
@@ -77,6 +80,21 @@ class Decision:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def _device_hit(
+    engine: FleetEngine, hashes: list[BlockHash], num_tokens: int
+) -> tuple[int, int, int]:
+    """The usable hit on its device (its index's, or what requests that finished there leave
+    when more: the feed may not have said it yet), its index's attention match, and that
+    expected hit."""
+    index = engine.index
+    assert index is not None  # `up` engines have one
+    found = index.hit(hashes, num_tokens)
+    hit, attention = (found.length, found.attention_length) if found else (0, 0)
+    expected = engine.expected.shared(hashes) * index.geometry.match_unit
+    expected = reachable_hit(index.geometry, expected, num_tokens) if expected else 0
+    return max(hit, expected), attention, expected
 
 
 def _nowhere(key: BlockHash) -> None:
@@ -213,19 +231,18 @@ class Fleet:
         hashes = by_unit.get(unit)
         if hashes is None:
             hashes = by_unit[unit] = hash_prefix(token_ids, unit)
-        found = index.hit(hashes, num_tokens)
-        hit, attention = (found.length, found.attention_length) if found else (0, 0)
+        hit, attention, expected = _device_hit(engine, hashes, num_tokens)
         rates = engine.rates
         host, disk = index.tiers["host"].get, index.tiers["disk"].get
         shared = self.shared.get if rates.shared_up is not False else _nowhere  # it cannot load
+        reach = max(attention, expected)  # the tiers load above what it holds or will
         tiers = tier_hit(
-            index.geometry, (host, disk, shared), hashes, num_tokens, hit, attention, rates
+            index.geometry, (host, disk, shared), hashes, num_tokens, hit, reach, rates
         )
         shared = engine.in_flight_shared(hashes) * unit
         in_flight = reachable_hit(index.geometry, shared, num_tokens) if shared else 0
         load = engine.load_tokens(self.running_cost)
         rate = rates.prefill_tokens_per_s
-        running = engine.load.num_running + engine.load.num_waiting
         candidate = Candidate(
             engine.url,
             hit,
@@ -236,7 +253,7 @@ class Fleet:
             max(tiers.length, hit),
             tiers.load_s,
             rate,
-            max(running, len(engine.in_flight)),
+            engine.num_running,
         )
         best = max(candidate.tier_hit, in_flight)
         load_s = tiers.load_s if tiers.length > in_flight else 0.0
@@ -253,6 +270,7 @@ class Fleet:
             load_s=tiers.load_s,
             queue_s=load / rate,
             predicted_s=(num_tokens - best + load) / rate + load_s,
+            expected=expected,
         )
         return candidate, hashes, score
 
@@ -264,17 +282,20 @@ class Fleet:
         if entry is not None:
             engine.in_flight[engine_request_id] = entry
 
-    def _end(self, decision: Decision) -> FleetEngine:
-        """No longer in flight on its engine, under either id."""
+    def _end(self, decision: Decision) -> tuple[FleetEngine, InFlight | None]:
+        """No longer in flight on its engine, under either id; the entry it had there."""
         engine = self.engines[decision.url]
-        engine.end(decision.request_id)
+        entry = engine.end(decision.request_id)
         if decision.engine_request_id is not None:
-            engine.end(decision.engine_request_id)
-        return engine
+            entry = engine.end(decision.engine_request_id) or entry
+        return engine, entry
 
     def finish(self, decision: Decision, realised_hit: int | None) -> None:
-        """The engine answered; `realised_hit` is the `cached_tokens` it reported."""
-        engine = self._end(decision)
+        """The engine answered; `realised_hit` is the `cached_tokens` it reported. Its prefix
+        is expected on the engine until the feed confirms it (`FleetEngine.expect`)."""
+        engine, entry = self._end(decision)
+        if entry is not None:
+            engine.expect(decision.engine_request_id or decision.request_id, entry)
         decision.status = "finished"
         decision.realised_hit = realised_hit
         if realised_hit is not None:
@@ -283,7 +304,7 @@ class Fleet:
             self.num_agree += realised_hit == decision.predicted_hit
 
     def fail(self, decision: Decision, reason: str) -> None:
-        engine = self._end(decision)
+        engine, _ = self._end(decision)
         engine.num_failed += 1
         decision.status = "failed"
         decision.reason = f"{decision.reason}; failed: {reason}"

@@ -45,6 +45,8 @@ class FleetEngine(Body):
     rates: dict[str, float | None] = {}
     rates_measured: bool = False
     shared_store: str | None = None  # "up" or "down" as its feed says; None: it has none
+    # requests finished there that its feed has not confirmed (scored as cache, not load)
+    num_expected: int = 0
 
 
 class WaitedFor(Body):
@@ -78,7 +80,7 @@ class FleetView(Body):
 class EngineScore(Body):
     url: str
     engine_id: str | None
-    hit: int  # the usable hybrid hit on its cache
+    hit: int  # the usable hybrid hit on its cache (its index's, or `expected` when more)
     attention: int  # its attention match
     in_flight: int  # the hit a request in flight there leaves
     load: int  # its queue in prefill tokens
@@ -91,6 +93,8 @@ class EngineScore(Body):
     load_s: float = 0.0  # those bytes at the tiers' rates
     queue_s: float = 0.0  # its queue at its prefill rate
     predicted_s: float = 0.0  # tokens left at its prefill rate + load_s + queue_s
+    # the hit requests finished there leave while its feed has not said so (in `hit`)
+    expected: int = 0
 
 
 class Decision(Body):

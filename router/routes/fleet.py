@@ -71,6 +71,7 @@ def fleet_summary(fleet: Fleet) -> dict:
                     "usage": {ATTENTION: load.attention_usage, MAMBA: load.mamba_usage},
                 },
                 "num_in_flight": len(engine.in_flight),
+                "num_expected": len(engine.expected),
                 "num_routed": engine.num_routed,
                 "routed_share": engine.num_routed / total if total else 0.0,
                 "num_prompt_tokens": engine.num_prompt_tokens,

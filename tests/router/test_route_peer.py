@@ -66,6 +66,11 @@ def test_the_router_scores_the_peer_and_sends_to_its_server(peer_fleet) -> None:
     assert answer.headers["x-junction-engine"] == attach.http_url
     made = decision(router, answer.headers["x-junction-route-id"])
     assert (made["predicted_hit"], made["status"]) == (NUM_STORED, "finished")
+    # the router expects the answered prompt on the peer until the bridge's feed holds it; this
+    # fake peer never stores it, so the expectation lapses (`PEER_EXPECT_S`): then the index
+    # alone is scored
+    assert fleet(router)["engines"][0]["num_expected"] == 1
+    wait_for("the expectation to lapse", lambda: fleet(router)["engines"][0]["num_expected"] == 0)
     # a prompt leaving the stored blocks at 30: attention to 28, no state under it
     answer = completion(router, PROMPT[:30] + [1, 2, 3], stream=True)
     assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]")

@@ -92,7 +92,7 @@ def test_the_router_predicts_the_engines_hit_with_its_tiers(
         assert set(index.tiers["disk"]) == on_disk
         for probe in [*(s[: rng.randint(1, len(s))] + [7] for s in systems), prompt]:
             decision = fleet.route(probe, "m")
-            fleet.finish(decision, None)
+            fleet.fail(decision, "a probe, never sent")  # finished, it would be expected there
             expected = _expected(engine, probe)
             assert decision.predicted_hit == expected, (probe[:4], len(probe))
             (score,) = decision.scores

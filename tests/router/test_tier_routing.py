@@ -138,8 +138,11 @@ def run_with(stand_ins: list[StandIn], body, fleet: Fleet | None = None) -> None
 
 
 def route(fleet: Fleet):
+    """Score `PROMPT` and leave nothing behind: not in flight, nor expected from its finish
+    (these stand-ins' feeds never confirm it: the next route scores only what they said)."""
     decision = fleet.route(PROMPT, "m")
     fleet.finish(decision, None)
+    fleet.engines[decision.url].expected.clear()
     return decision, {s.engine_id: s for s in decision.scores}
 
 

@@ -36,11 +36,11 @@ class Follower:
             self.engine.apply(frame)
 
     def predict(self, prompt: list[int]) -> int:
-        """The hit the router predicts for `prompt` (the request then ends: nothing in flight
-        is left to count for the next one)."""
+        """The hit the router predicts for `prompt` (the request is then dropped, never sent:
+        nothing in flight or expected is left to count for the next one)."""
         fleet = Fleet([self.engine], make_policy("hybrid"))
         decision = fleet.route(prompt, MODEL)
-        fleet.finish(decision, None)
+        fleet.fail(decision, "a prediction, never sent")
         return decision.predicted_hit
 
 
