@@ -20,12 +20,21 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+#: The most offsets `junction.checkpoint_offsets` may name.
+MAX_FLEET_OFFSETS = 16
+
+
 class JunctionOptions(BaseModel):
     """The `junction` extension object of a request body: what this engine answers beyond the
     provider's shape. `diagnose`: the response carries why its prompt missed what it missed
-    (docs/api.md, "A request's diagnosis"); the header `X-Junction-Diagnose: 1` asks the same."""
+    (docs/api.md, "A request's diagnosis"); the header `X-Junction-Diagnose: 1` asks the same.
+    `checkpoint_offsets`: token offsets in the (rendered) prompt whose states the engine keeps
+    besides its own, as it keeps a message's end: `junction route` names where the prompt
+    parts from what other engines of the fleet hold or compute (`router.branches`), which an
+    engine that has not seen those prompts cannot know."""
 
     diagnose: bool = False
+    checkpoint_offsets: list[int] | None = Field(default=None, max_length=MAX_FLEET_OFFSETS)
 
 
 class SamplingFields(BaseModel):

@@ -121,6 +121,12 @@ class FleetEngine:
         return serve_url.rstrip("/") if serve_url else self.url
 
     @property
+    def speaks_junction(self) -> bool:
+        """Whether the server its requests go to is a Junction engine (takes the bodies'
+        `junction` extensions); a bridged peer's is vLLM's or SGLang's own."""
+        return not (self.hello and self.hello.serve_url)
+
+    @property
     def reports_finished(self) -> bool:
         """Whether its feed names the requests that finished (a bridged peer's does not)."""
         return self.hello.reports_finished if self.hello else True

@@ -17,10 +17,12 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from engine.cache.lookup import reachable_hit
 from engine.hashing import BlockHash, hash_prefix
 from router.affinity import KeyAffinity
+from router.branches import branch_hint
 from router.engines import FleetEngine, InFlight
 from router.index import DEFAULT_MAX_KEYS
 from router.policies import Candidate, Policy
@@ -51,6 +53,9 @@ class EngineScore:
     predicted_s: float = 0.0
     # the hit requests that finished there leave, while its feed has not confirmed them
     expected: int = 0
+    # how far the prompt matches what it holds, will hold or computes now, in tokens: its
+    # attention match, the requests that finished or run there (`router.branches`)
+    reach: int = 0
 
 
 @dataclass
@@ -77,24 +82,29 @@ class Decision:
     predicted_load_s: float = 0.0  # of those, loading from the tiers
     cache_key: str | None = None  # the request's `prompt_cache_key`
     cache_key_home: str | None = None  # that key's engine before this request (None: new)
+    # where the prompt parts from what the other engines hold, sent for the engine to keep a
+    # state there (`router.branches`; None: nothing it does not know)
+    branch_hint: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _device_hit(
-    engine: FleetEngine, hashes: list[BlockHash], num_tokens: int
-) -> tuple[int, int, int]:
-    """The usable hit on its device (its index's, or what requests that finished there leave
-    when more: the feed may not have said it yet), its index's attention match, and that
-    expected hit."""
+class _DeviceHit(NamedTuple):
+    hit: int  # the usable hit on its device: its index's, or `expected` when more
+    attention: int  # its index's attention match
+    expected: int  # the usable hit requests that finished there leave (the feed may lag)
+    expected_match: int  # the tokens those requests share with the prompt
+
+
+def _device_hit(engine: FleetEngine, hashes: list[BlockHash], num_tokens: int) -> _DeviceHit:
     index = engine.index
     assert index is not None  # `up` engines have one
     found = index.hit(hashes, num_tokens)
     hit, attention = (found.length, found.attention_length) if found else (0, 0)
-    expected = engine.expected.shared(hashes) * index.geometry.match_unit
-    expected = reachable_hit(index.geometry, expected, num_tokens) if expected else 0
-    return max(hit, expected), attention, expected
+    shared = engine.expected.shared(hashes) * index.geometry.match_unit
+    expected = reachable_hit(index.geometry, shared, num_tokens) if shared else 0
+    return _DeviceHit(max(hit, expected), attention, expected, shared)
 
 
 def _nowhere(key: BlockHash) -> None:
@@ -200,6 +210,8 @@ class Fleet:
             cache_key=cache_key,
             cache_key_home=home,
         )
+        if self.policy.knows_states and chosen.speaks_junction:
+            decision.branch_hint = branch_hint(decision.scores, chosen.url, num_tokens)
         if not record:
             return decision
         chosen.num_routed += 1
@@ -231,7 +243,7 @@ class Fleet:
         hashes = by_unit.get(unit)
         if hashes is None:
             hashes = by_unit[unit] = hash_prefix(token_ids, unit)
-        hit, attention, expected = _device_hit(engine, hashes, num_tokens)
+        hit, attention, expected, expected_match = _device_hit(engine, hashes, num_tokens)
         rates = engine.rates
         host, disk = index.tiers["host"].get, index.tiers["disk"].get
         shared = self.shared.get if rates.shared_up is not False else _nowhere  # it cannot load
@@ -239,8 +251,8 @@ class Fleet:
         tiers = tier_hit(
             index.geometry, (host, disk, shared), hashes, num_tokens, hit, reach, rates
         )
-        shared = engine.in_flight_shared(hashes) * unit
-        in_flight = reachable_hit(index.geometry, shared, num_tokens) if shared else 0
+        computing = engine.in_flight_shared(hashes) * unit
+        in_flight = reachable_hit(index.geometry, computing, num_tokens) if computing else 0
         load = engine.load_tokens(self.running_cost)
         rate = rates.prefill_tokens_per_s
         candidate = Candidate(
@@ -271,6 +283,7 @@ class Fleet:
             queue_s=load / rate,
             predicted_s=(num_tokens - best + load) / rate + load_s,
             expected=expected,
+            reach=max(attention, expected_match, computing),
         )
         return candidate, hashes, score
 

@@ -64,6 +64,9 @@ class _Terms(NamedTuple):
 
 class Policy(Protocol):
     name: str
+    # whether it scores by recurrent states: then the router tells the engine where a state is
+    # worth keeping (`router.branches`); an attention-only scorer does not know
+    knows_states: bool
 
     def choose(self, candidates: list[Candidate], num_tokens: int) -> Choice: ...
 
@@ -81,6 +84,7 @@ class _ScoredPolicy:
     benchmark's families trace kept 97% of family affinity with it, 99% without.)"""
 
     name = ""
+    knows_states = False
 
     def __init__(self, min_hit_share: float = DEFAULT_MIN_HIT_SHARE) -> None:
         self.min_hit_share = min_hit_share
@@ -124,6 +128,7 @@ class _ScoredPolicy:
 
 class DeviceHybridPolicy(_ScoredPolicy):
     name = "hybrid_device"
+    knows_states = True
 
     def gain(self, candidate: Candidate) -> int:
         return max(candidate.hit, candidate.in_flight)
@@ -165,6 +170,7 @@ class LMetricPolicy(_ScoredPolicy):
     hit `hybrid` counts (device, tiers, in flight); ties to the lower load."""
 
     name = "lmetric"
+    knows_states = True
 
     def gain(self, candidate: Candidate) -> int:
         return max(candidate.tier_hit, candidate.hit, candidate.in_flight)
@@ -185,6 +191,7 @@ class AttentionPolicy(_ScoredPolicy):
 
 class RoundRobinPolicy:
     name = "round_robin"
+    knows_states = False
 
     def __init__(self) -> None:
         self._turn = itertools.count()
@@ -197,6 +204,7 @@ class RoundRobinPolicy:
 
 class RandomPolicy:
     name = "random"
+    knows_states = False
 
     def __init__(self, seed: int | None = None) -> None:
         self._random = random.Random(seed)

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from protocol.errors import OpenAIError, anthropic_body
 from protocol.sse import DONE, event
+from router.branches import with_hint
 from router.engines import DEFAULT_READ_TIMEOUT_S, FleetEngine
 from router.fleet import Decision, Fleet, NoEngineError
 from router.metrics import RouterMetrics
@@ -77,7 +78,8 @@ class Proxy:
         while True:
             decision = self._route(token_ids, model, refused, num_tokens_held, cache_key)
             engine = self.fleet.engines[decision.url]
-            request = self.client.build_request("POST", engine.openai_url + path, json=body)
+            sent = with_hint(body, decision.branch_hint)
+            request = self.client.build_request("POST", engine.openai_url + path, json=sent)
             try:  # returns at the answer's head: the body is read below
                 response = await self.client.send(request, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:

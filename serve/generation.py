@@ -215,6 +215,26 @@ async def start_generation(
     return Generation(stream, len(prompt_token_ids), stop, state.tokenizer.detokenizer())
 
 
+def checkpoint_offsets(
+    offsets: list[int] | None, num_prompt_tokens: int, param: str = "checkpoint_offsets"
+) -> list[int]:
+    """The offsets a body names for states to keep (`param`): each in `(0, prompt length]`."""
+    bad = [p for p in offsets or [] if not 0 < p <= num_prompt_tokens]
+    if bad:
+        raise OpenAIError(
+            f"{param} must lie in (0, {num_prompt_tokens}] (the prompt's length), got {bad[:5]}",
+            param=param,
+        )
+    return list(offsets or [])
+
+
+def fleet_offsets(options: JunctionOptions | None, num_prompt_tokens: int) -> list[int]:
+    """`junction.checkpoint_offsets`: where the router saw the prompt part from what the fleet
+    holds; kept as message ends are (a state there, retained as theirs)."""
+    offsets = options.checkpoint_offsets if options is not None else None
+    return checkpoint_offsets(offsets, num_prompt_tokens, "junction.checkpoint_offsets")
+
+
 def expect_diagnosis(
     state: ServerState,
     options: JunctionOptions | None,

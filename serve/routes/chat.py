@@ -21,6 +21,7 @@ from serve.generation import (
     check_model,
     diagnosis_fields,
     expect_diagnosis,
+    fleet_offsets,
     lease,
     retention_s,
     sampling_params,
@@ -52,7 +53,7 @@ async def create_chat_completion(
         sampling,
         body.stop_strings,
         completion_id,
-        prompt.message_ends,
+        [*prompt.message_ends, *fleet_offsets(body.junction, len(prompt.token_ids))],
         body.cache_salt,
     )
     head = {"id": completion_id, "created": int(time.time()), "model": state.model_name}

@@ -20,8 +20,10 @@ from serve.deps import ServerState, StateDep
 from serve.generation import (
     Generation,
     check_model,
+    checkpoint_offsets,
     diagnosis_fields,
     expect_diagnosis,
+    fleet_offsets,
     lease,
     retention_s,
     sampling_params,
@@ -30,18 +32,6 @@ from serve.generation import (
 )
 
 router = APIRouter(prefix="/v1", tags=["openai"])
-
-
-def checkpoint_offsets(offsets: list[int] | None, num_prompt_tokens: int) -> list[int]:
-    """The extension field `checkpoint_offsets`: message ends in `(0, prompt length]`."""
-    bad = [p for p in offsets or [] if not 0 < p <= num_prompt_tokens]
-    if bad:
-        raise OpenAIError(
-            f"checkpoint_offsets must lie in (0, {num_prompt_tokens}] (the prompt's length), "
-            f"got {bad[:5]}",
-            param="checkpoint_offsets",
-        )
-    return list(offsets or [])
 
 
 @router.post("/completions")
@@ -56,6 +46,7 @@ async def create_completion(body: CompletionRequest, http_request: Request, stat
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     token_ids = prompt_token_ids(state.tokenizer, body.prompt)
     offsets = checkpoint_offsets(body.checkpoint_offsets, len(token_ids))
+    offsets += fleet_offsets(body.junction, len(token_ids))
     diagnosis = expect_diagnosis(state, body.junction, http_request, completion_id)
     generation = await start_generation(
         state, token_ids, sampling, body.stop_strings, completion_id, offsets, body.cache_salt

@@ -27,6 +27,7 @@ from serve.generation import (
     check_model,
     diagnosis_fields,
     expect_diagnosis,
+    fleet_offsets,
     lease,
     sampling_params,
     start_generation,
@@ -49,8 +50,9 @@ async def create_message(body: MessagesRequest, http_request: Request, state: St
     message_id = f"msg_{uuid.uuid4().hex}"
     stop = body.stop_sequences or []
     diagnosis = expect_diagnosis(state, body.junction, http_request, message_id)
+    offsets = [*prompt.checkpoint_offsets, *fleet_offsets(body.junction, len(prompt.token_ids))]
     generation = await start_generation(
-        state, prompt.token_ids, sampling, stop, message_id, prompt.checkpoint_offsets
+        state, prompt.token_ids, sampling, stop, message_id, offsets
     )
     head = {"id": message_id, "type": "message", "role": "assistant", "model": state.model_name}
     if body.stream:

@@ -38,6 +38,35 @@ def test_checkpoint_offsets_outside_the_prompt_are_a_400_naming_the_param(client
     assert info.value.param == "checkpoint_offsets"
 
 
+def test_a_fleet_offset_keeps_the_state_there_as_a_checkpoint_offset_does(client):
+    """`junction.checkpoint_offsets`: where `junction route` saw the prompt part from what
+    other engines hold (`router.branches`); chat takes it as completions do."""
+    shared = text_prompt(311, 300)
+    question = {"role": "user", "content": shared + text_prompt(312, 100)}
+    before = render_messages([question]).split(shared)[0]
+    offset = len(before.encode()) + len(shared.encode())  # the shared text's end, in bytes
+    first = client.chat.completions.create(
+        model=MODEL,
+        messages=[question],
+        max_tokens=1,
+        extra_body={"junction": {"checkpoint_offsets": [offset]}},
+    )
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    again = {"role": "user", "content": shared + "!" + text_prompt(313, 99)}
+    second = client.chat.completions.create(model=MODEL, messages=[again], max_tokens=1)
+    assert second.usage.prompt_tokens_details.cached_tokens == offset // UNIT * UNIT
+
+
+def test_a_fleet_offset_outside_the_prompt_is_a_400_naming_the_field(client):
+    with pytest.raises(openai.BadRequestError, match=r"must lie in \(0, 400\]") as info:
+        client.completions.create(
+            model=MODEL,
+            prompt=text_prompt(314, 400),
+            extra_body={"junction": {"checkpoint_offsets": [401]}},
+        )
+    assert info.value.param == "junction.checkpoint_offsets"
+
+
 def test_a_chat_familys_second_request_hits_the_whole_system_message(client):
     system = {"role": "system", "content": text_prompt(305, 250)}
     first = client.chat.completions.create(
