@@ -3,13 +3,32 @@
 from bench import BenchmarkSpec, run_benchmark, STANDARD_SUITE, MODES
 spec = BenchmarkSpec.model_validate(obj)   # bad input: pydantic ValidationError
 results = run_benchmark(spec, progress=None)  # progress(fraction 0..1, message)
+
+The names load with their module on first use (PEP 562), not with the package: `junction`
+imports `bench.cli` for its parser on every command, and the engine and the workloads that
+`bench.run` and `bench.spec` bring are no part of `junction route`'s start.
 """
 
 from __future__ import annotations
 
-from bench.run import BenchmarkError, run_benchmark
-from bench.spec import MODES, BenchmarkSpec, EngineSettings, ModelOptions
-from bench.suite import STANDARD_SUITE
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.run import BenchmarkError, run_benchmark
+    from bench.spec import MODES, BenchmarkSpec, EngineSettings, ModelOptions
+    from bench.suite import STANDARD_SUITE
+
+#: each public name, and the module that defines it
+_HOMES = {
+    "BenchmarkError": "bench.run",
+    "run_benchmark": "bench.run",
+    "MODES": "bench.spec",
+    "BenchmarkSpec": "bench.spec",
+    "EngineSettings": "bench.spec",
+    "ModelOptions": "bench.spec",
+    "STANDARD_SUITE": "bench.suite",
+}
 
 __all__ = [
     "MODES",
@@ -20,3 +39,17 @@ __all__ = [
     "ModelOptions",
     "run_benchmark",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A public name, its module imported now; `AttributeError` for any other name."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -7,6 +7,8 @@ from `engine` itself (the layering test holds it to that)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_NAMES
 from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 from engine.events import ATTENTION, GROUPS, MAMBA
@@ -15,7 +17,9 @@ from engine.model.tokenizer import ByteTokenizer
 from engine.modes import MODES, RUNNER_NAMES
 from engine.setup.model_card import STATE_LAYERS
 from whatif.settings import WHATIF_MODES
-from workloads import build_workload
+
+if TYPE_CHECKING:
+    from workloads import build_workload
 
 __all__ = [
     "ATTENTION",
@@ -33,3 +37,15 @@ __all__ = [
     "CacheGeometry",
     "build_workload",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`build_workload`, with the workloads (and numpy) loaded on its first use (PEP 562):
+    the dashboard's benchmark form builds workloads, while the `junction` command, which
+    imports this module through `client.rest` for every command's parser, never does."""
+    if name != "build_workload":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from workloads import build_workload
+
+    globals()[name] = build_workload  # later reads skip this function
+    return build_workload

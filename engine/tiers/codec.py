@@ -18,14 +18,13 @@ import hashlib
 import json
 import struct
 from pathlib import Path
-from typing import NamedTuple
-
-import torch
-from safetensors.torch import load as load_tensors
-from safetensors.torch import save as save_tensors
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine.hashing import BlockHash
 from engine.tiers.unit import TierUnit
+
+if TYPE_CHECKING:  # torch and safetensors load on the first unit encoded or decoded
+    import torch
 
 MAGIC = b"JNCTUNIT"
 DIGEST_SIZE = 32
@@ -64,6 +63,8 @@ def encode(unit: TierUnit, fingerprint: str = "") -> bytes:
         "num_blocks": str(len(unit.blocks)),
         "fingerprint": fingerprint,
     }
+    from safetensors.torch import save as save_tensors
+
     # fresh contiguous copies: safetensors refuses views that share one storage
     body = save_tensors(
         {name: t.detach().contiguous().clone() for name, t in tensors.items()}, metadata
@@ -85,6 +86,8 @@ def decode(data: bytes, key: BlockHash, fingerprint: str | None = None) -> TierU
             f"unit {key.hex()}: written for fingerprint {header['fingerprint'] or '(none)'}, "
             f"not {fingerprint}"
         )
+    from safetensors.torch import load as load_tensors
+
     try:
         tensors = load_tensors(body)
     except Exception as error:  # safetensors raises its own error type for a bad body

@@ -14,8 +14,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from engine.config import CacheConfig, ModelConfig, TierConfig
 from engine.tiers.disk import DiskTier
 from engine.tiers.host import HostTier
@@ -87,6 +85,8 @@ def default_host_bytes() -> int:
 
 def measure_host_bandwidth(device: str = "cpu") -> float:
     """Bytes per second of a copy from host memory to `device` (page-locked on CUDA)."""
+    import torch  # here, not at the top: a command that builds no tiers never loads it
+
     source = torch.ones(_PROBE_BYTES, dtype=torch.uint8)
     if device != "cpu" and torch.cuda.is_available():
         source = source.pin_memory()

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from engine.hashing import BlockHash
 
-Payload = Mapping[str, torch.Tensor]
+if TYPE_CHECKING:  # torch loads on first use, so a router importing the tiers never loads it
+    import torch
+
+Payload = Mapping[str, "torch.Tensor"]
 
 
 def payload_bytes(payload: Payload) -> int:
@@ -42,6 +44,8 @@ class TierUnit:
     size_bytes: int = field(init=False)  # computed from the tensors, never given
 
     def __post_init__(self) -> None:
+        import torch
+
         if not 0 <= self.start < self.end:
             raise ValueError(f"unit {self.key.hex()}: token range [{self.start}, {self.end})")
         if (self.parent is None) != (self.start == 0):
@@ -67,6 +71,8 @@ class TierUnit:
     def pinned(self) -> TierUnit:
         """The same unit with its tensors in page-locked memory (for fast copies to a GPU);
         itself where there is no CUDA to copy to."""
+        import torch
+
         if not torch.cuda.is_available():
             return self
 
@@ -84,6 +90,8 @@ class TierUnit:
 
     def same_payloads(self, other: TierUnit) -> bool:
         """Both units carry the same names, dtypes, shapes and values (`torch.equal`)."""
+        import torch
+
         mine, theirs = self.payloads(), other.payloads()
         if len(mine) != len(theirs):
             return False

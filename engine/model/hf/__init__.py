@@ -2,13 +2,33 @@
 
 `load_spec(dir)` reads config.json alone (the cache's sizes); `load_hf_model(dir)`
 builds the model and reads the weights, every check before it returns.
+
+The names below load with their module on first use (PEP 562), not with the package: a
+command that needs only `engine.model.hf.tokenizer` (the router's byte tokenizer) must not
+pay for torch and safetensors, which the builders and the weights import.
 """
 
-from engine.model.hf.architectures import ARCHITECTURES, SUPPORTED
-from engine.model.hf.config import load_spec
-from engine.model.hf.loader import load_hf_model
-from engine.model.hf.spec import HFModelSpec
-from engine.model.hf.state_shapes import MambaStateShape
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.model.hf.architectures import ARCHITECTURES, SUPPORTED
+    from engine.model.hf.config import load_spec
+    from engine.model.hf.loader import load_hf_model
+    from engine.model.hf.spec import HFModelSpec
+    from engine.model.hf.state_shapes import MambaStateShape
+
+#: each public name, and the module that defines it
+_HOMES = {
+    "ARCHITECTURES": "engine.model.hf.architectures",
+    "SUPPORTED": "engine.model.hf.architectures",
+    "HFModelSpec": "engine.model.hf.spec",
+    "MambaStateShape": "engine.model.hf.state_shapes",
+    "load_hf_model": "engine.model.hf.loader",
+    "load_spec": "engine.model.hf.config",
+}
 
 __all__ = [
     "ARCHITECTURES",
@@ -18,3 +38,17 @@ __all__ = [
     "load_hf_model",
     "load_spec",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A public name, its module imported now; `AttributeError` for any other name."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
