@@ -75,7 +75,7 @@ if str(ROOT) not in sys.path:  # run as a script: `benchmarks.ports` is beside i
 
 from benchmarks.ports import free_port  # noqa: E402
 from engine.traces.trace import TraceRequest, segment_tokens  # noqa: E402
-from router.tiers import DEFAULT_RATES  # noqa: E402
+from router.caches.tiers import DEFAULT_RATES  # noqa: E402
 from workloads.oracle import oracle  # noqa: E402
 
 JUNCTION = [sys.executable, "-m", "cli.main"]
@@ -439,9 +439,9 @@ def scale(num_engines: int = 8, num_keys: int = 100_000, num_requests: int = 100
     from engine.cache.lookup import HitGeometry
     from engine.feed import FeedLoad, FeedSnapshot
     from engine.hashing import hash_prefix
+    from router.caches.index import EngineIndex
     from router.engines import FleetEngine
     from router.fleet import Fleet
-    from router.index import EngineIndex
     from router.policies import make_policy
 
     geometry = HitGeometry(UNIT, 16, UNIT, 0, True, True)

@@ -30,7 +30,7 @@ class JunctionOptions(BaseModel):
     (docs/api.md, "A request's diagnosis"); the header `X-Junction-Diagnose: 1` asks the same.
     `checkpoint_offsets`: token offsets in the (rendered) prompt whose states the engine keeps
     besides its own, as it keeps a message's end: `junction route` names where the prompt
-    parts from what other engines of the fleet hold or compute (`router.branches`), which an
+    parts from what other engines of the fleet hold or compute (`router.caches.branches`), which an
     engine that has not seen those prompts cannot know."""
 
     diagnose: bool = False

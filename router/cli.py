@@ -18,9 +18,9 @@ from engine.setup.options import EXIT_BAD_INPUT
 from protocol.body_size import add_max_body_option
 from protocol.connections.options import add_connection_options, bounds_from_args
 from router.affinity import DEFAULT_SPILL_S, KeyAffinity
+from router.caches.index import DEFAULT_MAX_KEYS
 from router.engines import DEFAULT_READ_TIMEOUT_S
 from router.fleet import DEFAULT_RUNNING_COST
-from router.index import DEFAULT_MAX_KEYS
 from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
 from router.readiness import Readiness
 

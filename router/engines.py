@@ -35,9 +35,9 @@ from engine.feed import (
     decode,
 )
 from engine.hashing import BlockHash, num_known_units
-from router.expected import EXPECT_S, PEER_EXPECT_S, Expectations
-from router.index import DEFAULT_MAX_KEYS, EngineIndex, FeedGapError
-from router.tiers import DEFAULT_RATES, SharedIndex
+from router.caches.expected import EXPECT_S, PEER_EXPECT_S, Expectations
+from router.caches.index import DEFAULT_MAX_KEYS, EngineIndex, FeedGapError
+from router.caches.tiers import DEFAULT_RATES, SharedIndex
 
 log = logging.getLogger(__name__)
 

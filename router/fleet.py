@@ -4,8 +4,10 @@
 and serves the model (its usable hybrid hit from its index, what its host and disk tiers and
 the fleet's shared store add beyond it and the seconds loading that takes, the hit a request
 in flight there will leave, the hit requests that finished there leave until its feed confirms
-them (`router/expected.py`), its load), lets the policy pick, and records the `Decision`: what
-each engine scored, its predicted prefill seconds, and why the request went where it went.
+them (`router/caches/expected.py`), its load), lets the policy pick, and records the
+`Decision`: what each engine scored, its predicted prefill seconds, and why the request went
+where it went, with where the prompt parts from the rest of the fleet
+(`router/caches/branches.py`).
 The last `max_decisions` decisions are kept for `GET /fleet/decisions`; `finish` adds the hit
 the engine reported.
 """
@@ -22,11 +24,11 @@ from typing import NamedTuple
 from engine.cache.lookup import reachable_hit
 from engine.hashing import BlockHash, hash_prefix
 from router.affinity import KeyAffinity
-from router.branches import branch_hint
+from router.caches.branches import branch_hint
+from router.caches.index import DEFAULT_MAX_KEYS
+from router.caches.tiers import SharedIndex, tier_hit
 from router.engines import FleetEngine, InFlight
-from router.index import DEFAULT_MAX_KEYS
 from router.policies import Candidate, Policy
-from router.tiers import SharedIndex, tier_hit
 
 DEFAULT_RUNNING_COST = 128  # prefill tokens a running request weighs in an engine's load
 DEFAULT_MAX_DECISIONS = 10_000
@@ -54,7 +56,7 @@ class EngineScore:
     # the hit requests that finished there leave, while its feed has not confirmed them
     expected: int = 0
     # how far the prompt matches what it holds, will hold or computes now, in tokens: its
-    # attention match, the requests that finished or run there (`router.branches`)
+    # attention match, the requests that finished or run there (`router.caches.branches`)
     reach: int = 0
 
 
@@ -83,7 +85,7 @@ class Decision:
     cache_key: str | None = None  # the request's `prompt_cache_key`
     cache_key_home: str | None = None  # that key's engine before this request (None: new)
     # where the prompt parts from what the other engines hold, sent for the engine to keep a
-    # state there (`router.branches`; None: nothing it does not know)
+    # state there (`router.caches.branches`; None: nothing it does not know)
     branch_hint: int | None = None
 
     def as_dict(self) -> dict:

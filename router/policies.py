@@ -65,7 +65,7 @@ class _Terms(NamedTuple):
 class Policy(Protocol):
     name: str
     # whether it scores by recurrent states: then the router tells the engine where a state is
-    # worth keeping (`router.branches`); an attention-only scorer does not know
+    # worth keeping (`router.caches.branches`); an attention-only scorer does not know
     knows_states: bool
 
     def choose(self, candidates: list[Candidate], num_tokens: int) -> Choice: ...

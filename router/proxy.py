@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from protocol.errors import OpenAIError, anthropic_body
 from protocol.sse import DONE, event
-from router.branches import with_hint
+from router.caches.branches import with_hint
 from router.engines import DEFAULT_READ_TIMEOUT_S, FleetEngine
 from router.fleet import Decision, Fleet, NoEngineError
 from router.metrics import RouterMetrics

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from router.affinity import DEFAULT_SPILL_S, KEPT, SPILLED, KeyAffinity
+from router.caches.tiers import DEFAULT_RATES
 from router.fleet import DEFAULT_RUNNING_COST, Fleet
 from router.policies import Choice, make_policy
-from router.tiers import DEFAULT_RATES
 from tests.router.test_proxy import MODEL, URLS, up_engine
 
 A, B = URLS

@@ -1,4 +1,4 @@
-"""Where a prompt parts from what the rest of the fleet holds (`router.branches`): the router
+"""Where a prompt parts from what the rest of the fleet holds (`router.caches.branches`): the router
 tells the engine it chose to keep a state there, since that engine has not seen the prompts
 the prefix is shared with.
 
@@ -18,11 +18,12 @@ import pytest
 
 from engine.hashing import hash_prefix
 from protocol.schemas import MAX_FLEET_OFFSETS
-from router.branches import branch_hint, with_hint
+from router.caches.branches import branch_hint, with_hint
 from router.fleet import Fleet
 from router.policies import make_policy
 from tests.router.processes import AUTH, MODEL, running, start_engine, start_router
 from tests.router.test_expected import UNIT, Feed
+
 
 def tokens(seed: int, length: int) -> list[int]:
     rng = random.Random(seed)

@@ -22,8 +22,8 @@ from engine.feed import (
     encode,
 )
 from engine.hashing import hash_prefix
+from router.caches.expected import EXPECT_S, MAX_EXPECTED, PEER_EXPECT_S, Expectations
 from router.engines import FleetEngine
-from router.expected import EXPECT_S, MAX_EXPECTED, PEER_EXPECT_S, Expectations
 from router.fleet import Decision, Fleet
 from router.policies import make_policy
 

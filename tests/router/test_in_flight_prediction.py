@@ -15,9 +15,9 @@ from engine.cache.lookup import HitGeometry, find_hit
 from engine.config import CacheConfig
 from engine.feed import FeedHello, FeedLoad, FeedSnapshot
 from engine.hashing import hash_prefix
+from router.caches.index import EngineIndex
 from router.engines import FleetEngine
 from router.fleet import Fleet
-from router.index import EngineIndex
 from router.policies import make_policy
 
 

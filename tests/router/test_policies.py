@@ -65,9 +65,9 @@ def test_a_family_whose_first_request_is_prefilling_follows_it():
     engine is idle."""
     from engine.cache.lookup import HitGeometry
     from engine.feed import FeedHello, FeedLoad, FeedSnapshot
+    from router.caches.index import EngineIndex
     from router.engines import FleetEngine
     from router.fleet import Fleet
-    from router.index import EngineIndex
 
     geometry = HitGeometry(16, 16, 16, 0, True, True)
     engines = []

@@ -19,9 +19,9 @@ from engine.cache.lookup import HitGeometry
 from engine.feed import FeedHello, FeedLoad, FeedSnapshot
 from engine.model.hf.tokenizer import load_tokenizer
 from router.app import create_app
+from router.caches.index import EngineIndex
 from router.engines import FleetEngine
 from router.fleet import Fleet
-from router.index import EngineIndex
 from router.policies import make_policy
 
 MODEL = "m"

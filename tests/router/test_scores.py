@@ -8,9 +8,9 @@ import pytest
 from engine.cache.lookup import HitGeometry
 from engine.feed import FeedDelta, FeedHello, FeedLoad, FeedSnapshot, KeyChange, encode
 from engine.hashing import hash_prefix
+from router.caches.index import FeedGapError
 from router.engines import FleetEngine, InFlight
 from router.fleet import Fleet
-from router.index import FeedGapError
 from router.policies import make_policy
 
 UNIT = 16

@@ -40,7 +40,7 @@ def test_checkpoint_offsets_outside_the_prompt_are_a_400_naming_the_param(client
 
 def test_a_fleet_offset_keeps_the_state_there_as_a_checkpoint_offset_does(client):
     """`junction.checkpoint_offsets`: where `junction route` saw the prompt part from what
-    other engines hold (`router.branches`); chat takes it as completions do."""
+    other engines hold (`router.caches.branches`); chat takes it as completions do."""
     shared = text_prompt(311, 300)
     question = {"role": "user", "content": shared + text_prompt(312, 100)}
     before = render_messages([question]).split(shared)[0]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from engine.cache.lookup import reachable_hit
 from engine.hashing import BlockHash, num_known_units
-from router.index import EngineIndex
+from router.caches.index import EngineIndex
 
 #: Expectations kept per engine, the oldest dropped first: a feed confirms within its lag, and
 #: even at 100 requests/s an engine finishes far fewer than this in a second of lag.

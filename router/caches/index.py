@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from engine.cache.lookup import HitGeometry, HitLengths, find_hit
 from engine.feed import FeedDelta, FeedRates, FeedSnapshot, TierChange
 from engine.hashing import BlockHash
-from router.tiers import SharedIndex, TierRecord, record_of
+from router.caches.tiers import SharedIndex, TierRecord, record_of
 
 DEFAULT_MAX_KEYS = 2_000_000  # per engine: about 200 MB of index at ~100 bytes a key
 
