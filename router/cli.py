@@ -233,6 +233,17 @@ def fleet_from_args(args: argparse.Namespace, policy: Policy) -> Fleet:
     )
 
 
+def _say_serving(args: argparse.Namespace, fleet: Fleet) -> None:
+    """The line that says it serves, and how: a router without expectations is a comparison."""
+    without = "" if args.expectations else " without expectations"
+    print(
+        f"junction route: {args.policy}{without} over {len(fleet.engines)} engines "
+        f"({len(fleet.up())} up) at http://{args.host}:{args.port}/v1",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) -> int:
     import uvicorn
 
@@ -292,13 +303,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         readiness=readiness,
         finish_wait_s=args.finish_wait_s,
     )
-    without = "" if args.expectations else " without expectations"
-    print(
-        f"junction route: {args.policy}{without} over {len(fleet.engines)} engines "
-        f"({len(fleet.up())} up) at http://{args.host}:{args.port}/v1",
-        file=sys.stderr,
-        flush=True,
-    )
+    _say_serving(args, fleet)
     config = uvicorn.Config(
         app,
         host=args.host,
