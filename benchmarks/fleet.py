@@ -12,8 +12,9 @@ placement, with `junction route` in front of them:
 
 Printed per trace: hit tokens as a share of the oracle and of the one-engine figure, the spread
 of requests over engines (busiest / mean and max / min), the router's routing time per request
-(p50 / p99, from its decisions), and the share of requests whose realised hit equalled the
-predicted one. Traces:
+(p50 / p99, from its decisions), the share of requests whose realised hit equalled the
+predicted one, and what the client saw: each request's seconds from sending to its whole
+answer (p50 / p99) and the trace's wall seconds. Traces:
 
 - `families`: 24 families of 1000-5000-token system prompts, 10 questions each, shuffled;
 - `scarce`: system prompts ending inside a Mamba block and a state pool of a few slots per
@@ -32,8 +33,11 @@ predicted one. Traces:
   device alone (`--policy hybrid_device`) does not see.
 
 Placements also include `hybrid_device` (the hybrid score before the tiers: the device's hit
-in tokens) and `lmetric` (LMetric's `uncached tokens x (requests in flight + 1)` over the same
-hit as `hybrid`, against which the hybrid policy's queue term in seconds is compared). Printed
+in tokens), `lmetric` (LMetric's `uncached tokens x (requests in flight + 1)` over the same
+hit as `hybrid`, against which the hybrid policy's queue term in seconds is compared) and, run
+only when named, "hybrid (no expectations)" (`junction route --no-expectations`: the hybrid
+score over the feeds' indexes alone, keeping nothing of a finished request the feed has not
+reported; issue 50). Printed
 besides: the seconds the engines' tier loads took (`junction_tier_loaded_bytes` at the host
 rate) and the prefill seconds of the run at the trace's rates (tokens computed / prefill rate
 + those load seconds).
@@ -46,10 +50,22 @@ and condition (issue 50: a router that learns where a prefix is from the feed al
 the feed lags, since a family's next request arrives before its predecessor's blocks are in
 the index).
 
+A feed that lags past the router's wait for it: `--finish-wait-s S` is every routed
+placement's `junction route --finish-wait-s` (how long an answer's end waits for the engine's
+feed to report the request; 0: not at all), and `--feed-delay-s S` puts a proxy in front of
+each engine (`benchmarks.feed_delay`) that holds its cache feed back S seconds on its way to
+the router, requests and answers passing at once. On an idle machine the feed's word that a
+request finished reaches the router before a session's next question does, even with no
+wait; held back 0.3 s with no wait, the `chats` trace's next question comes before its
+predecessor's blocks are in the index, which is where "hybrid (no expectations)" and `hybrid`
+part (`--traces chats --placements hybrid,"hybrid (no expectations)","family affinity"
+--finish-wait-s 0 --feed-delay-s 0.3`).
+
 Then the router alone, in-process: 8 engines, 100k indexed keys, the time to route a request.
 
     .venv/bin/python benchmarks/fleet.py [--engines 4] [--concurrency N] [--busy [--burners N]]
-        [--traces families,...] [--placements hybrid,...] [--skip-scale]
+        [--traces families,...] [--placements hybrid,...] [--finish-wait-s S]
+        [--feed-delay-s S] [--skip-scale]
 """
 
 from __future__ import annotations
@@ -73,6 +89,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: `benchmarks.ports` is beside it
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.feed_delay import FeedDelay  # noqa: E402
 from benchmarks.ports import free_port  # noqa: E402
 from engine.traces.trace import TraceRequest, segment_tokens  # noqa: E402
 from router.caches.tiers import DEFAULT_RATES  # noqa: E402
@@ -228,6 +245,24 @@ def tiers_trace(seed: int, num_engines: int) -> Trace:
     )
 
 
+@dataclass(frozen=True)
+class Lag:
+    """What lags in every run of an invocation: the routers' `--finish-wait-s` (None: their
+    default) and how long each engine's cache feed is held back on its way to the router
+    (`benchmarks.feed_delay`; 0: not at all)."""
+
+    finish_wait_s: float | None = None
+    feed_delay_s: float = 0.0
+
+    @property
+    def router_options(self) -> list[str]:
+        return [] if self.finish_wait_s is None else ["--finish-wait-s", f"{self.finish_wait_s:g}"]
+
+    def __str__(self) -> str:
+        wait = "default" if self.finish_wait_s is None else f"{self.finish_wait_s:g} s"
+        return f"routers' finish wait {wait}, feeds held back {self.feed_delay_s:g} s"
+
+
 # ---------------------------------------------------------------------- processes
 class Processes:
     """Engines and a router as child processes; stopped together."""
@@ -281,12 +316,17 @@ def start_engines(procs: Processes, count: int, options: list[str]) -> list[str]
     return urls
 
 
-def start_router(procs: Processes, engines: list[str], policy: str) -> str:
+def start_router(
+    procs: Processes, engines: list[str], placement: str, options: list[str] = ()
+) -> str:
+    """`junction route` for a routed placement (its policy, and its own options), with
+    `options` (what every routed placement gets: `--finish-wait-s`)."""
+    policy, own = ROUTED[placement]
     port = free_port()
-    args = ["route", "--port", str(port), "--policy", policy, "--seed", "0"]
+    args = ["route", "--port", str(port), "--policy", policy, "--seed", "0", *own, *options]
     for url in engines:
         args += ["--engine", url]
-    procs.start(f"router-{policy}", args)
+    procs.start(f"router-{policy}{'-'.join(['', *own])}", args)
     url = f"http://127.0.0.1:{port}"
     wait_up(url)
     return url
@@ -324,6 +364,8 @@ class RunResult:
     agreement: float | None
     decisions: list[dict]  # the router's, oldest first (none without a router)
     loaded_bytes: int = 0  # read from the engines' tiers during the trace (not its warm-up)
+    latency_s: list[float] = field(default_factory=list)  # each request's, as its client saw
+    wall_s: float = 0.0  # the trace's, from its first request to its last answer
 
 
 async def loaded_bytes(engines: list[str], client: httpx.AsyncClient) -> int:
@@ -343,12 +385,13 @@ async def send_all(
     concurrency: int,
     client: httpx.AsyncClient,
     sessions: bool = False,
-) -> tuple[list[int], list[str]]:
+) -> tuple[list[int], list[str], list[float]]:
     """Each prompt as a completion with its system prompt's end as a message checkpoint (what a
     chat request sends); `target(prompt)` gives the base URL. `concurrency` prompts at a time,
-    or with `sessions`, families: each family's prompts one after the other. Cached tokens and
-    engines, in order."""
+    or with `sessions`, families: each family's prompts one after the other. Cached tokens,
+    engines and seconds from sending to the whole answer, in order."""
     hits, engines = [0] * len(prompts), [""] * len(prompts)
+    latency = [0.0] * len(prompts)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int, prompt: Prompt) -> None:
@@ -356,7 +399,9 @@ async def send_all(
         if prompt.system_len:
             body["checkpoint_offsets"] = [prompt.system_len]
         base = target(prompt)
+        sent = time.perf_counter()
         response = await client.post(base + "/v1/completions", json=body)
+        latency[i] = time.perf_counter() - sent
         response.raise_for_status()
         usage = response.json()["usage"]
         hits[i] = usage["prompt_tokens_details"]["cached_tokens"]
@@ -371,41 +416,55 @@ async def send_all(
     for i, prompt in enumerate(prompts):
         groups.setdefault(prompt.family if sessions else i, []).append(i)
     await asyncio.gather(*(gated(indices) for indices in groups.values()))
-    return hits, engines
+    return hits, engines, latency
 
 
 def run(
-    trace: Trace, placement: str, num_engines: int, log_dir: Path, burners: int = 0
+    trace: Trace,
+    placement: str,
+    num_engines: int,
+    log_dir: Path,
+    burners: int = 0,
+    lag: Lag = Lag(),
 ) -> RunResult:
-    """One placement on fresh engines, beside `burners` spinning processes (none: idle)."""
+    """One placement on fresh engines, beside `burners` spinning processes (none: idle),
+    with `lag`'s feed delay and router options."""
     with Burner(burners):
-        return _run(trace, placement, num_engines, log_dir)
+        return _run(trace, placement, num_engines, log_dir, lag)
 
 
-def _run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunResult:
+def _run(trace: Trace, placement: str, num_engines: int, log_dir: Path, lag: Lag) -> RunResult:
     procs = Processes(log_dir)
+    delays: list[FeedDelay] = []
     try:
         options = trace.one_engine_options if placement == "one engine" else trace.engine_options
         engines = start_engines(procs, 1 if placement == "one engine" else num_engines, options)
+        if lag.feed_delay_s > 0:  # every placement reaches the engines through the proxies
+            delays = [FeedDelay(int(url.rsplit(":", 1)[1]), lag.feed_delay_s) for url in engines]
+            engines = [delay.url for delay in delays]
         router = None
         if placement in ROUTED:
-            router = start_router(procs, engines, placement)
+            router = start_router(procs, engines, placement, lag.router_options)
 
         def target(prompt: Prompt) -> str:
             if router is not None:
                 return router
             return engines[prompt.family % len(engines)]
 
-        async def drive() -> tuple[list[int], list[str], dict | None, dict | None, int]:
+        async def drive() -> tuple[
+            list[int], list[str], list[float], float, dict | None, dict | None, int
+        ]:
             async with httpx.AsyncClient(timeout=120) as client:
                 if trace.warmup:  # the plain balancer's traffic before
                     await send_all(
                         trace.warmup, lambda p: engines[p.slot % len(engines)], 1, client
                     )
                 before = await loaded_bytes(engines, client)
-                hits, where = await send_all(
+                started = time.perf_counter()
+                hits, where, latency = await send_all(
                     trace.prompts, target, trace.concurrency, client, trace.sessions
                 )
+                wall_s = time.perf_counter() - started
                 moved = await loaded_bytes(engines, client) - before
                 fleet = decisions = None
                 if router is not None:
@@ -414,15 +473,18 @@ def _run(trace: Trace, placement: str, num_engines: int, log_dir: Path) -> RunRe
                     decisions = (
                         await client.get(router + "/fleet/decisions?limit=1000", headers=headers)
                     ).json()
-                return hits, where, fleet, decisions, moved
+                return hits, where, latency, wall_s, fleet, decisions, moved
 
-        hits, where, fleet, decisions, moved = asyncio.run(drive())
+        hits, where, latency, wall_s, fleet, decisions, moved = asyncio.run(drive())
         route_s = [d["route_s"] for d in decisions["decisions"]] if decisions else []
         agreement = fleet["agreement"] if fleet else None
         oldest_first = list(reversed(decisions["decisions"])) if decisions else []
-        return RunResult(sum(hits), where, route_s, agreement, oldest_first, moved)
+        result = RunResult(sum(hits), where, route_s, agreement, oldest_first, moved)
+        return dataclasses.replace(result, latency_s=latency, wall_s=wall_s)
     finally:
         procs.stop()
+        for delay in delays:
+            delay.close()
 
 
 def spread(engines: list[str]) -> tuple[float, float]:
@@ -493,17 +555,30 @@ def oracle_tokens(prompts: list[Prompt]) -> int:
     return oracle(items, UNIT).num_oracle_tokens
 
 
-ROUTED = ("round_robin", "random", "attention", "hybrid_device", "lmetric", "hybrid")
+#: The placements `junction route` makes: each one's policy and options of its own. "hybrid
+#: (no expectations)" scores by the feeds' indexes alone (`--no-expectations`): beside hybrid
+#: with a `--finish-wait-s` the feed lags past, it shows what the expectations keep (issue 50).
+ROUTED: dict[str, tuple[str, list[str]]] = {
+    **{
+        policy: (policy, [])
+        for policy in ("round_robin", "random", "attention", "hybrid_device", "lmetric", "hybrid")
+    },
+    "hybrid (no expectations)": ("hybrid", ["--no-expectations"]),
+}
 PLACEMENTS = (*ROUTED, "family affinity", "one engine")
+DEFAULT_PLACEMENTS = tuple(p for p in PLACEMENTS if p != "hybrid (no expectations)")
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--traces", default="families,scarce,uniform,tiers")
     parser.add_argument(
-        "--placements", default=",".join(PLACEMENTS), help="a comma-separated subset to run"
+        "--placements",
+        default=",".join(DEFAULT_PLACEMENTS),
+        help=f"a comma-separated subset to run (of {', '.join(PLACEMENTS)}; default all but "
+        "hybrid (no expectations))",
     )
     parser.add_argument(
         "--busy", action="store_true", help="run every trace idle, then beside a CPU burner"
@@ -514,8 +589,36 @@ def main() -> int:
     parser.add_argument(
         "--concurrency", type=int, default=None, help="requests in flight (default: the trace's)"
     )
+    parser.add_argument(
+        "--finish-wait-s",
+        type=float,
+        default=None,
+        help="every routed placement's `junction route --finish-wait-s` (default: the router's)",
+    )
+    parser.add_argument(
+        "--feed-delay-s",
+        type=float,
+        default=0.0,
+        help="hold each engine's cache feed back this long on its way to the router (a feed "
+        "that lags, as on a loaded machine; default 0)",
+    )
     parser.add_argument("--skip-scale", action="store_true")
     args = parser.parse_args()
+    args.placements = args.placements.split(",")
+    unknown = [p for p in args.placements if p not in PLACEMENTS]
+    if unknown:
+        parser.error(f"--placements: unknown {unknown}; choose from {', '.join(PLACEMENTS)}")
+    if args.burners < 1:
+        parser.error(f"--burners must be at least 1, got {args.burners}")
+    if args.finish_wait_s is not None and not args.finish_wait_s >= 0:
+        parser.error(f"--finish-wait-s must be >= 0, got {args.finish_wait_s}")
+    if not 0 <= args.feed_delay_s < 1.5:  # the router takes a feed silent 1.5 s for down
+        parser.error(f"--feed-delay-s must be in [0, 1.5), got {args.feed_delay_s}")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     builders = {
         "families": families_trace,
         "scarce": scarce_trace,
@@ -523,12 +626,7 @@ def main() -> int:
         "tiers": tiers_trace,
         "chats": chats_trace,
     }
-    placements = args.placements.split(",")
-    unknown = [p for p in placements if p not in PLACEMENTS]
-    if unknown:
-        parser.error(f"--placements: unknown {unknown}; choose from {', '.join(PLACEMENTS)}")
-    if args.burners < 1:
-        parser.error(f"--burners must be at least 1, got {args.burners}")
+    lag = Lag(args.finish_wait_s, args.feed_delay_s)
     conditions = {"idle": 0, f"busy ({args.burners} burners)": args.burners}
     if not args.busy:
         conditions = {"idle": 0}
@@ -539,8 +637,10 @@ def main() -> int:
             if args.concurrency is not None:
                 trace = dataclasses.replace(trace, concurrency=args.concurrency)
             for condition, burners in conditions.items():
-                hits = report(trace, args.engines, Path(logs), placements, condition, burners)
-                summary[name, condition] = hits
+                summary[name, condition] = report(
+                    trace, args.engines, Path(logs), args.placements, condition, burners,
+                    lag,
+                )  # fmt: skip
     if args.busy:
         print_ratios(summary)
     if not args.skip_scale:
@@ -554,14 +654,22 @@ def main() -> int:
 
 def print_ratios(summary: dict[tuple[str, str], dict[str, int]]) -> None:
     """Hybrid's hit tokens over family affinity's and attention-only's, per trace and
-    condition (issue 50's goal: >= 0.98x affinity on families, >= attention everywhere)."""
-    print(f"\n  {'trace':<10} {'condition':<22} {'hybrid/affinity':>15} {'hybrid/attention':>16}")
+    condition (issue 50's goal: >= 0.98x affinity on families, >= attention everywhere), and
+    hybrid without expectations over family affinity where it ran."""
+    print(
+        f"\n  {'trace':<10} {'condition':<22} {'hybrid/affinity':>15} {'hybrid/attention':>16} "
+        f"{'no expectations/affinity':>24}"
+    )
     for (trace, condition), hits in summary.items():
-        hybrid = hits.get("hybrid")
         cells = []
-        for other in ("family affinity", "attention"):
-            cells.append(f"{hybrid / hits[other]:.3f}x" if hybrid and hits.get(other) else "-")
-        print(f"  {trace:<10} {condition:<22} {cells[0]:>15} {cells[1]:>16}")
+        for mine, other in (
+            ("hybrid", "family affinity"),
+            ("hybrid", "attention"),
+            ("hybrid (no expectations)", "family affinity"),
+        ):
+            ours = hits.get(mine)
+            cells.append(f"{ours / hits[other]:.3f}x" if ours and hits.get(other) else "-")
+        print(f"  {trace:<10} {condition:<22} {cells[0]:>15} {cells[1]:>16} {cells[2]:>24}")
 
 
 def report(
@@ -571,9 +679,10 @@ def report(
     placements: list[str],
     condition: str = "idle",
     burners: int = 0,
+    lag: Lag = Lag(),
 ) -> dict[str, int]:
-    """Run every placement on `trace` beside `burners` spinning processes and print its
-    table; the hit tokens by placement."""
+    """Run every placement on `trace` beside `burners` spinning processes, with `lag`, and
+    print its table; the hit tokens by placement."""
     best = oracle_tokens(trace.warmup + trace.prompts) - oracle_tokens(trace.warmup)
     total = sum(len(p.token_ids) for p in trace.prompts)
     prefill_rate, host_rate = trace.rates
@@ -581,35 +690,57 @@ def report(
         f"\n{trace.name}, {condition}: {len(trace.prompts)} requests, {total} prompt tokens, "
         f"oracle {best} hit tokens, {num_engines} engines ({' '.join(trace.engine_options)}), "
         f"{trace.concurrency} in flight; seconds at {prefill_rate:,.0f} prefill tokens/s and "
-        f"{host_rate / 1e9:g} GB/s from host"
+        f"{host_rate / 1e9:g} GB/s from host; {lag}"
     )
     results = {}
     for placement in placements:
         started = time.monotonic()
-        results[placement] = run(trace, placement, num_engines, log_dir, burners)
+        results[placement] = run(trace, placement, num_engines, log_dir, burners, lag)
         print(f"  ran {placement} in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    seconds = print_table(results, best, total, trace.rates)
+    return print_notes(results, seconds)
+
+
+def print_table(
+    results: dict[str, RunResult], best: int, total: int, rates: tuple[float, float]
+) -> dict[str, float]:
+    """One row a placement: hits, prefill seconds, spread, routing time, agreement, and the
+    client's latency (each request's p50 / p99, and the trace's wall seconds); the prefill
+    seconds by placement."""
+    prefill_rate, host_rate = rates
     one = results["one engine"].hit_tokens if "one engine" in results else 0
     affinity = results["family affinity"].hit_tokens if "family affinity" in results else 0
+    width = max(16, *(len(placement) for placement in results))
     print(
-        f"  {'placement':<16} {'hit tokens':>10} {'% oracle':>8} {'vs 1 engine':>11} "
+        f"  {'placement':<{width}} {'hit tokens':>10} {'% oracle':>8} {'vs 1 engine':>11} "
         f"{'vs affinity':>11} {'load s':>7} {'prefill s':>9} {'busiest/mean':>12} "
-        f"{'max/min':>7} {'route p50/p99 ms':>16} {'agree':>6}"
+        f"{'max/min':>7} {'route p50/p99 ms':>16} {'agree':>6} {'latency p50/p99 ms':>18} "
+        f"{'wall s':>7}"
     )
     seconds = {}
     for placement, result in results.items():
         busiest, ratio = spread(result.engines) if placement != "one engine" else (1.0, 1.0)
         p50, p99 = (percentile(result.route_s, q) * 1e3 for q in (0.5, 0.99))
         timing = f"{p50:.2f}/{p99:.2f}" if result.route_s else "-"
+        l50, l99 = (percentile(result.latency_s, q) * 1e3 for q in (0.5, 0.99))
         agree = f"{result.agreement:.1%}" if result.agreement is not None else "-"
         load_s = result.loaded_bytes / host_rate
         seconds[placement] = (total - result.hit_tokens) / prefill_rate + load_s
         print(
-            f"  {placement:<16} {result.hit_tokens:>10} {result.hit_tokens / max(best, 1):>8.1%} "
+            f"  {placement:<{width}} {result.hit_tokens:>10} "
+            f"{result.hit_tokens / max(best, 1):>8.1%} "
             f"{result.hit_tokens / one if one else 0:>11.2f} "
             f"{result.hit_tokens / affinity if affinity else 0:>11.2f} {load_s:>7.3f} "
             f"{seconds[placement]:>9.2f} {busiest:>12.2f} "
-            f"{ratio:>7.2f} {timing:>16} {agree:>6}"
+            f"{ratio:>7.2f} {timing:>16} {agree:>6} {f'{l50:.1f}/{l99:.1f}':>18} "
+            f"{result.wall_s:>7.2f}"
         )
+    return seconds
+
+
+def print_notes(results: dict[str, RunResult], seconds: dict[str, float]) -> dict[str, int]:
+    """What the rows mean together: requests scored on an expectation, and hybrid over the
+    placements it is measured against; the hit tokens by placement."""
     hits = {p: r.hit_tokens for p, r in results.items()}
     for placement, result in results.items():
         chosen = [s for d in result.decisions for s in d["scores"] if s["url"] == d["url"]]
@@ -620,6 +751,11 @@ def report(
             )
     if hits.get("attention"):
         print(f"  hybrid / attention-only: {hits.get('hybrid', 0) / hits['attention']:.2f}x")
+    if hits.get("hybrid (no expectations)") and "hybrid" in hits:
+        print(
+            f"  hybrid / hybrid (no expectations): "
+            f"{hits['hybrid'] / hits['hybrid (no expectations)']:.3f}x hit tokens"
+        )
     if hits.get("hybrid_device"):
         print(
             f"  hybrid (tiers) / hybrid (device alone): "

@@ -18,7 +18,7 @@ from protocol.body_limit import BodyLimit
 from protocol.body_size import DEFAULT_MAX_BODY_BYTES, MAX_BODY_SETTING
 from protocol.errors import install_error_handlers
 from router.deps import RouterState
-from router.engines import DEFAULT_READ_TIMEOUT_S
+from router.engines import DEFAULT_READ_TIMEOUT_S, FINISH_WAIT_S
 from router.fleet import Fleet
 from router.proxy import Proxy
 from router.readiness import Readiness, watch
@@ -38,12 +38,14 @@ def create_app(
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     readiness: Readiness | None = None,
+    finish_wait_s: float = FINISH_WAIT_S,
 ) -> FastAPI:
     """`tokens` are the bearer tokens `/fleet` takes; `background()` gives the coroutines that
     run while the app serves (each engine's feed follower, discovery); `read_timeout_s` is
     the longest an engine may send nothing of an answer (`--read-timeout`); a body over
     `max_body_bytes` is refused 413 before it is held (`protocol.body_limit`); `readiness`
-    is the fleet's status since the router started (a new one counts from now)."""
+    is the fleet's status since the router started (a new one counts from now);
+    `finish_wait_s` is how long an answer's end waits for the feed (`--finish-wait-s`)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -52,7 +54,9 @@ def create_app(
             timeout=httpx.Timeout(connect=2.0, read=read_timeout_s, write=60.0, pool=10.0),
             limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
         )
-        state.proxy = Proxy(fleet, state.metrics, http, read_timeout_s=read_timeout_s)
+        state.proxy = Proxy(
+            fleet, state.metrics, http, finish_wait_s=finish_wait_s, read_timeout_s=read_timeout_s
+        )
         coroutines = [*background(), watch(state.readiness)]
         tasks = [asyncio.create_task(coroutine) for coroutine in coroutines]
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 from urllib.parse import urlsplit
 
@@ -19,9 +20,15 @@ from protocol.body_size import add_max_body_option
 from protocol.connections.options import add_connection_options, bounds_from_args
 from router.affinity import DEFAULT_SPILL_S, KeyAffinity
 from router.caches.index import DEFAULT_MAX_KEYS
-from router.engines import DEFAULT_READ_TIMEOUT_S
-from router.fleet import DEFAULT_RUNNING_COST
-from router.policies import DEFAULT_MIN_HIT_SHARE, DEFAULT_POLICY, POLICIES, make_policy
+from router.engines import DEFAULT_READ_TIMEOUT_S, FINISH_WAIT_S
+from router.fleet import DEFAULT_RUNNING_COST, Fleet
+from router.policies import (
+    DEFAULT_MIN_HIT_SHARE,
+    DEFAULT_POLICY,
+    POLICIES,
+    Policy,
+    make_policy,
+)
 from router.readiness import Readiness
 
 DEFAULT_START_TIMEOUT_S = 15.0
@@ -87,6 +94,7 @@ def add_route_parser(commands: argparse._SubParsersAction) -> None:
         f"header does not pull every request to one engine (default {DEFAULT_MIN_HIT_SHARE})",
     )
     add_cache_key_option(route)
+    add_feed_lag_options(route)
     route.add_argument(
         "--max-index-keys",
         type=int,
@@ -114,6 +122,35 @@ def add_cache_key_option(route: argparse.ArgumentParser) -> None:
         help="a prompt_cache_key's requests stay on its engine until their predicted prefill "
         f"there is this much slower than on the best engine (default {DEFAULT_SPILL_S})",
     )
+
+
+def add_feed_lag_options(route: argparse.ArgumentParser) -> None:
+    """What the router does while an engine's feed has not yet said what a finished request
+    stored (issue 50): wait for it, and score the prefix as expected there meanwhile."""
+    route.add_argument(
+        "--finish-wait-s",
+        type=float,
+        default=FINISH_WAIT_S,
+        metavar="SECONDS",
+        help="how long an answer's end waits for the engine's feed to report the request "
+        "finished before it reaches the client (0: not at all; the prefix is expected on that "
+        f"engine until the feed says it either way; default {FINISH_WAIT_S:g})",
+    )
+    route.add_argument(
+        "--no-expectations",
+        dest="expectations",
+        action="store_false",
+        help="for comparison: keep nothing of a finished request until the engine's feed "
+        "reports it, scoring engines by their feeds' indexes alone (a feed that lags past "
+        "--finish-wait-s then sends a family's next request elsewhere)",
+    )
+
+
+def check_finish_wait(seconds: float) -> float:
+    """`--finish-wait-s` checked: finite and >= 0; `ValueError` naming the option."""
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"--finish-wait-s must be a number of seconds >= 0, got {seconds:g}")
+    return seconds
 
 
 def add_timeout_options(route: argparse.ArgumentParser) -> None:
@@ -171,6 +208,7 @@ def cmd_route(args: argparse.Namespace) -> int:
             raise ValueError(f"--read-timeout must be positive, got {args.read_timeout:g}")
         if not args.start_timeout > 0:
             raise ValueError(f"--start-timeout must be positive, got {args.start_timeout:g}")
+        check_finish_wait(args.finish_wait_s)
         policy = make_policy(args.policy, args.seed, args.min_hit_share)
         args.affinity = KeyAffinity(spill_s=args.cache_key_spill_s)
         args.bounds = bounds_from_args(args)
@@ -183,6 +221,29 @@ def cmd_route(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(args, urls, tokenizer, policy, settings))
 
 
+def fleet_from_args(args: argparse.Namespace, policy: Policy) -> Fleet:
+    """The fleet the command's options ask for, no engines yet (`cmd_route` checked them and
+    set `args.affinity`)."""
+    return Fleet(
+        [],
+        policy,
+        running_cost=args.running_cost,
+        affinity=args.affinity,
+        expectations=args.expectations,
+    )
+
+
+def _say_serving(args: argparse.Namespace, fleet: Fleet) -> None:
+    """The line that says it serves, and how: a router without expectations is a comparison."""
+    without = "" if args.expectations else " without expectations"
+    print(
+        f"junction route: {args.policy}{without} over {len(fleet.engines)} engines "
+        f"({len(fleet.up())} up) at http://{args.host}:{args.port}/v1",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) -> int:
     import uvicorn
 
@@ -190,7 +251,6 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
     from router.app import create_app
     from router.discovery import discover, keep_discovering
     from router.engines import FleetEngine, follow
-    from router.fleet import Fleet
 
     if args.control_plane and not urls:
         try:
@@ -198,7 +258,7 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         except Exception as exc:  # noqa: BLE001 - said to the user, exit 2
             print(f"junction route: cannot list the engines: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    fleet = Fleet([], policy, running_cost=args.running_cost, affinity=args.affinity)
+    fleet = fleet_from_args(args, policy)
     readiness = Readiness(fleet)  # from now: a restarted router rebuilds from the snapshots
     followers: set[asyncio.Task] = set()
 
@@ -241,13 +301,9 @@ async def _serve(args, urls, tokenizer, policy, settings: ControlPlaneSettings) 
         read_timeout_s=args.read_timeout,
         max_body_bytes=args.max_body_bytes,
         readiness=readiness,
+        finish_wait_s=args.finish_wait_s,
     )
-    print(
-        f"junction route: {args.policy} over {len(fleet.engines)} engines "
-        f"({len(fleet.up())} up) at http://{args.host}:{args.port}/v1",
-        file=sys.stderr,
-        flush=True,
-    )
+    _say_serving(args, fleet)
     config = uvicorn.Config(
         app,
         host=args.host,

@@ -49,6 +49,10 @@ CLOSE_TIMEOUT_S = 0.5  # the close handshake with an engine that went silent: it
 #: at its end, so this bounds a whole generation's time too): then the client is answered 502
 #: (the request was sent and may have run: it is never sent again). `--read-timeout`.
 DEFAULT_READ_TIMEOUT_S = 300.0
+#: How long an answer's end waits for the engine's feed to report the request finished, so
+#: that the index holds what it stored before the client's next turn (`--finish-wait-s`; 0:
+#: not at all, and the router's expectations alone keep the prefix on its engine meanwhile).
+FINISH_WAIT_S = 0.5
 
 
 @dataclass

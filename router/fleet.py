@@ -126,7 +126,10 @@ class Fleet:
         running_cost: int = DEFAULT_RUNNING_COST,
         max_decisions: int = DEFAULT_MAX_DECISIONS,
         affinity: KeyAffinity | None = None,
+        expectations: bool = True,
     ) -> None:
+        """`expectations` False: a finished request leaves nothing expected, and engines are
+        scored by their feeds' indexes alone (`--no-expectations`, for comparison)."""
         self.shared = SharedIndex(DEFAULT_MAX_KEYS)  # the shared store's units, fleet-wide
         self.engines: dict[str, FleetEngine] = {}
         for engine in engines:
@@ -135,6 +138,7 @@ class Fleet:
         self.running_cost = running_cost
         self.max_decisions = max_decisions
         self.affinity = affinity or KeyAffinity()  # `prompt_cache_key`s' engines
+        self.expectations = expectations  # what finished requests leave, until the feed says
         self.decisions: OrderedDict[str, Decision] = OrderedDict()
         self.num_agree = 0
         self.num_compared = 0
@@ -307,9 +311,10 @@ class Fleet:
 
     def finish(self, decision: Decision, realised_hit: int | None) -> None:
         """The engine answered; `realised_hit` is the `cached_tokens` it reported. Its prefix
-        is expected on the engine until the feed confirms it (`FleetEngine.expect`)."""
+        is expected on the engine until the feed confirms it (`FleetEngine.expect`), unless
+        this fleet keeps no expectations."""
         engine, entry = self._end(decision)
-        if entry is not None:
+        if entry is not None and self.expectations:
             engine.expect(decision.engine_request_id or decision.request_id, entry)
         decision.status = "finished"
         decision.realised_hit = realised_hit

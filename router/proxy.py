@@ -3,9 +3,10 @@
 An engine that refuses the connection has not seen the request: it is marked down and the
 request is routed again among the others. Once a request has been sent it is never sent
 again: an engine that fails under it answers the client 502 (or, mid-stream, an error event).
-Before the answer's end reaches the client, the proxy waits (briefly) for the engine's feed to
-report the request finished, so the index holds what it stored before the client's next turn
-(not for a bridged peer's feed, which names no requests: `FleetEngine.reports_finished`).
+Before the answer's end reaches the client, the proxy waits (briefly: `--finish-wait-s`) for
+the engine's feed to report the request finished, so the index holds what it stored before the
+client's next turn (not for a bridged peer's feed, which names no requests:
+`FleetEngine.reports_finished`); past the wait, the fleet's expectations keep the prefix.
 Requests go to the engine's `openai_url`: a bridged peer's own server, whose feed is the
 bridge's.
 """
@@ -21,11 +22,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from protocol.errors import OpenAIError, anthropic_body
 from protocol.sse import DONE, event
 from router.caches.branches import with_hint
-from router.engines import DEFAULT_READ_TIMEOUT_S, FleetEngine
+from router.engines import DEFAULT_READ_TIMEOUT_S, FINISH_WAIT_S, FleetEngine
 from router.fleet import Decision, Fleet, NoEngineError
 from router.metrics import RouterMetrics
 
-FINISH_WAIT_S = 0.5
 SERVER_ERROR = "server_error"
 
 
@@ -194,7 +194,7 @@ class Proxy:
     ) -> None:
         if isinstance(engine_request_id, str):
             self.fleet.started(decision, engine_request_id)
-            if engine.reports_finished:
+            if engine.reports_finished and self.finish_wait_s > 0:
                 await engine.wait_finished(engine_request_id, self.finish_wait_s)
         self.fleet.finish(decision, realised)
         self.metrics.finished(decision)
