@@ -144,10 +144,12 @@ class FleetEngine:
         return max(said, len(self.in_flight))
 
     def load_tokens(self, running_cost: int) -> int:
-        """Its queue in prefill tokens: what its feed said, or what this router sent it and has
-        not seen finish, whichever is more (the feed lags a step), running requests weighted."""
-        running = self.num_running
-        return max(self.load.num_prefill_tokens, self.in_flight_prefill) + running_cost * running
+        """Its queue in prefill tokens: what its feed said, less the prefill of requests this
+        router saw finish that the feed has not confirmed (its load may predate their end), or
+        what this router sent it and has not seen finish, whichever is more (the feed lags a
+        step); running requests weighted."""
+        said = self.load.num_prefill_tokens - self.expected.num_prefill
+        return max(said, self.in_flight_prefill) + running_cost * self.num_running
 
     def in_flight_shared(self, hashes: list[BlockHash]) -> int:
         """How many leading units of `hashes` a request in flight here shares (chained hashes:
@@ -179,7 +181,8 @@ class FleetEngine:
         confirms it (at once when it already did) or contradicts it."""
         if request_id not in self.recent_finished:
             ttl_s = EXPECT_S if self.reports_finished else PEER_EXPECT_S
-            self.expected.add(request_id, entry.hashes, entry.num_prompt_tokens, ttl_s)
+            num_prefill = entry.num_prompt_tokens - entry.predicted
+            self.expected.add(request_id, entry.hashes, entry.num_prompt_tokens, ttl_s, num_prefill)
 
     async def wait_finished(self, request_id: str, timeout_s: float) -> FeedFinished | None:
         """The feed's word that `request_id` finished (its keys are then in the index), or

@@ -43,6 +43,7 @@ class Expected:
     hashes: list[BlockHash]  # the prompt's chained hashes at the engine's match unit
     num_tokens: int  # the prompt's length
     until: float  # monotonic: dropped then, confirmed or not
+    num_prefill: int = 0  # the prompt tokens it was to compute (beyond the hit predicted)
 
 
 class Expectations:
@@ -61,17 +62,34 @@ class Expectations:
         self.entries: OrderedDict[str, Expected] = OrderedDict()
         self.keys: Counter[BlockHash] = Counter()
         self.num_units = 0  # the entries' hashes, counted with repeats
+        self._num_prefill = 0  # the entries' `num_prefill`, summed
 
     def __len__(self) -> int:
         """How many stand now (those past their time are dropped first)."""
         self.expire()
         return len(self.entries)
 
-    def add(self, request_id: str, hashes: list[BlockHash], num_tokens: int, ttl_s: float) -> None:
+    @property
+    def num_prefill(self) -> int:
+        """The prompt tokens the requests standing now were to compute: a feed's load from
+        before they finished may still count them as queued."""
+        self.expire()
+        return self._num_prefill
+
+    def add(
+        self,
+        request_id: str,
+        hashes: list[BlockHash],
+        num_tokens: int,
+        ttl_s: float,
+        num_prefill: int = 0,
+    ) -> None:
         self.drop(request_id)
-        self.entries[request_id] = Expected(hashes, num_tokens, self.clock() + ttl_s)
+        entry = Expected(hashes, num_tokens, self.clock() + ttl_s, num_prefill)
+        self.entries[request_id] = entry
         self.keys.update(hashes)
         self.num_units += len(hashes)
+        self._num_prefill += num_prefill
         while len(self.entries) > self.max_entries or self.num_units > self.max_units:
             self.drop(next(iter(self.entries)))  # the newest alone over it: it goes too
 
@@ -80,6 +98,7 @@ class Expectations:
         if entry is None:
             return
         self.num_units -= len(entry.hashes)
+        self._num_prefill -= entry.num_prefill
         keys = self.keys
         for key in entry.hashes:
             left = keys[key] - 1
@@ -92,6 +111,7 @@ class Expectations:
         self.entries.clear()
         self.keys.clear()
         self.num_units = 0
+        self._num_prefill = 0
 
     def expire(self) -> None:
         """Drop those past their time (each engine's entries share one TTL: the oldest first)."""

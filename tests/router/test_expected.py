@@ -125,6 +125,25 @@ def test_a_finished_request_is_no_load_though_the_lagging_feed_still_counts_it()
     assert second.url == "http://a" and row(second, "http://a").load == 0
 
 
+def test_a_finished_requests_prefill_leaves_the_lagging_feeds_queue() -> None:
+    """`a`'s last word was sent while the request still prefilled: its whole prompt queued.
+    The router saw it finish since, so that queue is gone: the family's next question stays
+    on `a` for its expected hit, where the stale queue (the prompt, more than the hit) sent it
+    to the idle `b` before."""
+    a, b = Feed("http://a"), Feed("http://b")
+    fleet = Fleet([a.engine, b.engine], make_policy("hybrid"), running_cost=0)
+    decision = fleet.route(ask(0), "m")
+    fleet.started(decision, "cmpl-1")
+    queued = FeedLoad(1, 0, len(ask(0)), 0.0, 0.0)
+    a.engine.apply(encode(FeedHeartbeat(a.seq, queued)))
+    fleet.finish(decision, 0)
+    assert a.engine.load_tokens(0) == 0
+    second = fleet.route(ask(1), "m")
+    assert second.url == "http://a" and row(second, "http://a").load == 0
+    a.delta("store", hash_prefix(ask(0), UNIT), finished="cmpl-1")  # confirmed: its own word
+    assert a.engine.expected.num_prefill == 0
+
+
 def test_a_request_the_feed_confirmed_first_leaves_no_expectation() -> None:
     a, b = Feed("http://a"), Feed("http://b")
     fleet = fleet_of(a, b)
