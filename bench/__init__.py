@@ -11,8 +11,9 @@ imports `bench.cli` for its parser on every command, and the engine and the work
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from engine.lazy import lazy_names
 
 if TYPE_CHECKING:
     from bench.run import BenchmarkError, run_benchmark
@@ -41,15 +42,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """A public name, its module imported now; `AttributeError` for any other name."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later reads skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__)

@@ -17,6 +17,8 @@ import socket
 import threading
 import time
 
+from benchmarks.tcp_proxy import close_socket
+
 FEED_REQUEST = b"GET /v1/cache/feed"
 
 
@@ -37,7 +39,7 @@ class FeedDelay:
         with self.lock:
             open_sockets, self.sockets = self.sockets, set()
         for sock in (self.listener, *open_sockets):
-            _close(sock)
+            close_socket(sock)
 
     def _accept(self) -> None:
         while not self.closed:
@@ -55,7 +57,7 @@ class FeedDelay:
             upstream.settimeout(None)
             upstream.sendall(first)
         except OSError:
-            _close(client)
+            close_socket(client)
             return
         with self.lock:
             self.sockets |= {client, upstream}
@@ -74,8 +76,8 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        _close(source)
-        _close(sink)
+        close_socket(source)
+        close_socket(sink)
 
 
 def _delayed_pump(source: socket.socket, sink: socket.socket, delay_s: float) -> None:
@@ -100,13 +102,5 @@ def _delayed_pump(source: socket.socket, sink: socket.socket, delay_s: float) ->
     except OSError:
         pass
     finally:
-        _close(source)
-        _close(sink)
-
-
-def _close(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sock.close()
+        close_socket(source)
+        close_socket(sink)

@@ -32,7 +32,7 @@ class TcpProxy:
             self.is_cut = True
             open_sockets, self.sockets = self.sockets, set()
         for sock in open_sockets:
-            _close(sock)
+            close_socket(sock)
 
     def freeze(self) -> None:
         with self.lock:
@@ -46,12 +46,12 @@ class TcpProxy:
             self.cut()
             self.restore()
         for sock in held:
-            _close(sock)
+            close_socket(sock)
 
     def close(self) -> None:
         self.closed = True
         self.cut()
-        _close(self.listener)
+        close_socket(self.listener)
 
     def _accept(self) -> None:
         while not self.closed:
@@ -64,14 +64,14 @@ class TcpProxy:
                 if is_frozen:
                     self.held.append(client)
             if is_cut:
-                _close(client)
+                close_socket(client)
                 continue
             if is_frozen:
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
-                _close(client)
+                close_socket(client)
                 continue
             upstream.settimeout(None)
             with self.lock:
@@ -87,11 +87,12 @@ class TcpProxy:
         except OSError:
             pass
         finally:
-            _close(source)
-            _close(sink)
+            close_socket(source)
+            close_socket(sink)
 
 
-def _close(sock: socket.socket) -> None:
+def close_socket(sock: socket.socket) -> None:
+    """Shut both ways (a reader blocked on it wakes) and close; an already closed one too."""
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:

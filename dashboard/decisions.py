@@ -82,6 +82,12 @@ def decision_text(d: Decision) -> str:
     if d.cache_key is not None:
         home = "new" if d.cache_key_home is None else f"its engine was {d.cache_key_home}"
         text += f" Its prompt_cache_key: `{d.cache_key}` ({home})."
+    if d.branch_hint is not None:
+        text += (
+            f" The router asked it to keep a state at token {d.branch_hint:,}: the prompt "
+            "shares that much with what another engine holds or computes, and this one had not "
+            "seen it."
+        )
     if d.failed_over_from:
         text += f" Refused first by {', '.join(d.failed_over_from)}."
     if failure:

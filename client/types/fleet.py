@@ -95,6 +95,7 @@ class EngineScore(Body):
     predicted_s: float = 0.0  # tokens left at its prefill rate + load_s + queue_s
     # the hit requests finished there leave while its feed has not said so (in `hit`)
     expected: int = 0
+    reach: int = 0  # how far the prompt matches what it holds, computes or just finished
 
 
 class Decision(Body):
@@ -122,6 +123,8 @@ class Decision(Body):
     predicted_load_s: float = 0.0  # of those, loading from the tiers
     cache_key: str | None = None  # the request's `prompt_cache_key`
     cache_key_home: str | None = None  # that key's engine before this request (None: new)
+    # where the prompt parts from what the other engines hold: the engine keeps a state there
+    branch_hint: int | None = None
 
 
 class DecisionPage(Body):

@@ -78,3 +78,14 @@ def test_a_cache_keys_decision_says_whose_engine_it_kept() -> None:
     assert again.reason == "cache_key" and again.cache_key_home == first.url
     assert "the engine of its prompt_cache_key" in decision_text(again)
     assert f"`user-1` (its engine was {first.url})" in decision_text(again)
+
+
+def test_a_decision_that_sent_a_branch_point_says_where() -> None:
+    """The first request is in flight on one engine; the second, sharing 48 tokens with it,
+    goes to the other, told to keep a state where the two part."""
+    header = list(range(48))
+    fleet = Fleet([engine("http://a", []), engine("http://b", [])], make_policy("hybrid"))
+    fleet.route([*header, *range(1000, 1400)], "m")
+    second = msgspec.convert(fleet.route([*header, *range(2000, 2400)], "m").as_dict(), Decision)
+    assert second.branch_hint == 48
+    assert "keep a state at token 48:" in decision_text(second)

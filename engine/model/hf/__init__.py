@@ -10,8 +10,9 @@ pay for torch and safetensors, which the builders and the weights import.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from engine.lazy import lazy_names
 
 if TYPE_CHECKING:
     from engine.model.hf.architectures import ARCHITECTURES, SUPPORTED
@@ -40,15 +41,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """A public name, its module imported now; `AttributeError` for any other name."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later reads skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__)
