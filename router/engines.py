@@ -63,6 +63,11 @@ class InFlight:
     num_prompt_tokens: int
     predicted: int
 
+    @property
+    def num_prefill(self) -> int:
+        """The prompt tokens it computes there: beyond the hit predicted."""
+        return self.num_prompt_tokens - self.predicted
+
 
 @dataclass
 class FleetEngine:
@@ -159,14 +164,14 @@ class FleetEngine:
     # ------------------------------------------------------------------ in flight
     def start(self, request_id: str, entry: InFlight) -> None:
         self.in_flight[request_id] = entry
-        self.in_flight_prefill += entry.num_prompt_tokens - entry.predicted
+        self.in_flight_prefill += entry.num_prefill
         self.in_flight_keys.update(entry.hashes)
 
     def end(self, request_id: str) -> InFlight | None:
         entry = self.in_flight.pop(request_id, None)
         if entry is None:
             return None
-        self.in_flight_prefill -= entry.num_prompt_tokens - entry.predicted
+        self.in_flight_prefill -= entry.num_prefill
         keys = self.in_flight_keys
         for key in entry.hashes:  # one count per request holding the unit; none left: gone
             left = keys[key] - 1
@@ -181,8 +186,9 @@ class FleetEngine:
         confirms it (at once when it already did) or contradicts it."""
         if request_id not in self.recent_finished:
             ttl_s = EXPECT_S if self.reports_finished else PEER_EXPECT_S
-            num_prefill = entry.num_prompt_tokens - entry.predicted
-            self.expected.add(request_id, entry.hashes, entry.num_prompt_tokens, ttl_s, num_prefill)
+            self.expected.add(
+                request_id, entry.hashes, entry.num_prompt_tokens, ttl_s, entry.num_prefill
+            )
 
     async def wait_finished(self, request_id: str, timeout_s: float) -> FeedFinished | None:
         """The feed's word that `request_id` finished (its keys are then in the index), or
