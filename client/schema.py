@@ -13,6 +13,7 @@ from engine.cache.eviction import DEFAULT_EVICTION, EVICTION_NAMES
 from engine.config import DEFAULT_BLOCK_SIZE, DEFAULT_MAMBA_BLOCK_SIZE
 from engine.events import ATTENTION, GROUPS, MAMBA
 from engine.geometry import CacheGeometry
+from engine.lazy import lazy_names
 from engine.model.tokenizer import ByteTokenizer
 from engine.modes import MODES, RUNNER_NAMES
 from engine.setup.model_card import STATE_LAYERS
@@ -39,13 +40,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """`build_workload`, with the workloads (and numpy) loaded on its first use (PEP 562):
-    the dashboard's benchmark form builds workloads, while the `junction` command, which
-    imports this module through `client.rest` for every command's parser, never does."""
-    if name != "build_workload":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from workloads import build_workload
-
-    globals()[name] = build_workload  # later reads skip this function
-    return build_workload
+# `build_workload` loads the workloads (and numpy) on its first use (PEP 562): the dashboard's
+# benchmark form builds workloads, while the `junction` command, which imports this module
+# through `client.rest` for every command's parser, never does.
+__getattr__, __dir__ = lazy_names(__name__, {"build_workload": "workloads"}, __all__)

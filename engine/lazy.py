@@ -1,7 +1,7 @@
 """A package's public names imported on first use (PEP 562): `junction route` and `junction
 --help` import packages whose names pull in torch or transformers, and must not pay for them.
 
-    __getattr__, __dir__ = lazy_names(__name__, {"load_hf_model": "engine.model.hf.load"},
+    __getattr__, __dir__ = lazy_names(__name__, {"load_hf_model": "engine.model.hf.loader"},
                                       __all__)
 """
 
