@@ -479,8 +479,7 @@ def _run(trace: Trace, placement: str, num_engines: int, log_dir: Path, lag: Lag
         route_s = [d["route_s"] for d in decisions["decisions"]] if decisions else []
         agreement = fleet["agreement"] if fleet else None
         oldest_first = list(reversed(decisions["decisions"])) if decisions else []
-        result = RunResult(sum(hits), where, route_s, agreement, oldest_first, moved)
-        return dataclasses.replace(result, latency_s=latency, wall_s=wall_s)
+        return RunResult(sum(hits), where, route_s, agreement, oldest_first, moved, latency, wall_s)
     finally:
         procs.stop()
         for delay in delays:
